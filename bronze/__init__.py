@@ -1,0 +1,1 @@
+"""Bronze: land raw DataHub aspect snapshots, usage events and action requests, with quarantine."""

@@ -1,0 +1,44 @@
+"""The project's exceptions: one base class and a few meaningful subclasses."""
+
+from __future__ import annotations
+
+
+class LakehouseError(Exception):
+    """Base class of every error the lakehouse raises on purpose."""
+
+
+class ConfigError(LakehouseError):
+    """Settings or command-line arguments that cannot be used.
+
+    Args:
+        problems: every problem found, each naming the key and the bad value.
+    """
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("invalid configuration:\n  - " + "\n  - ".join(self.problems))
+
+
+class InputError(LakehouseError):
+    """An input file, record or argument that cannot be processed; the message names the field and value."""
+
+
+class RequestError(LakehouseError):
+    """A search or export request that breaks the API contract (served as HTTP 400)."""
+
+
+class AuthError(LakehouseError):
+    """A caller that is not authenticated (401) or not allowed (403).
+
+    Args:
+        message: what was wrong, safe to show to the caller.
+        status: 401 for a missing or unknown token, 403 for a token without the needed role.
+    """
+
+    def __init__(self, message: str, status: int = 401):
+        self.status = status
+        super().__init__(message)
+
+
+class ConcurrencyError(LakehouseError):
+    """Another run holds the lock, or a table commit kept losing races after bounded retries."""

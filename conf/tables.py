@@ -1,0 +1,210 @@
+"""The table registry: every bronze, silver, gold and ops table, declared once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from conf.settings import Settings
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One Delta table: where it belongs, its columns and how it is partitioned.
+
+    Args:
+        layer: bronze, silver, gold or ops (pipeline bookkeeping).
+        name: table name inside the layer's schema.
+        columns: the column list in Spark DDL (`name TYPE, ...`), in the table's column order.
+        partitioned_by: partition columns (a subset of the columns).
+        description: what one row is.
+    """
+
+    layer: str
+    name: str
+    columns: str
+    partitioned_by: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def key(self) -> str:
+        """The registry key, `<layer>.<name>`."""
+        return f"{self.layer}.{self.name}"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """The column names in table order."""
+        return tuple(_split_top_level(self.columns, lambda part: part.split()[0]))
+
+
+def _split_top_level(ddl: str, pick) -> list[str]:
+    """Split a DDL column list on the commas that are not inside <...> or (...)."""
+    parts, depth, current = [], 0, []
+    for char in ddl:
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return [pick(part) for part in parts]
+
+
+_PROVENANCE = "source_file STRING, line_number BIGINT, batch_id STRING, landed_at TIMESTAMP, land_date DATE"
+
+_SPECS = (
+    TableSpec(
+        "bronze",
+        "landed_files",
+        "batch_id STRING, source_file STRING, content_hash STRING, kind STRING, records_read BIGINT, "
+        "records_landed BIGINT, records_quarantined BIGINT, duplicates_skipped BIGINT, landed_at TIMESTAMP, "
+        "land_date DATE",
+        ("land_date",),
+        "One input file landed in one batch, with its reconciliation counts "
+        "(records_read = records_landed + records_quarantined + duplicates_skipped).",
+    ),
+    TableSpec(
+        "bronze",
+        "aspect_snapshots",
+        "entity_urn STRING, entity_type STRING, aspect_name STRING, change_type STRING, aspect_json STRING, "
+        "version BIGINT, created_time BIGINT, created_actor STRING, system_metadata STRING, run_id STRING, "
+        "source_kind STRING, record_hash STRING, " + _PROVENANCE,
+        ("land_date",),
+        "One DataHub aspect snapshot (MCL, MCP or file-sink record, action requests included) as landed.",
+    ),
+    TableSpec(
+        "bronze",
+        "usage_events",
+        "event_type STRING, actor_urn STRING, timestamp BIGINT, entity_urn STRING, entity_type STRING, "
+        "aspect_name STRING, event_source STRING, source_ip STRING, user_agent STRING, trace_id STRING, "
+        "login_source STRING, login_denial_reason STRING, usage_source STRING, raw_document STRING, "
+        "record_hash STRING, " + _PROVENANCE,
+        ("land_date",),
+        "One DataHub usage / audit event document as landed.",
+    ),
+    TableSpec(
+        "bronze",
+        "quarantine",
+        "raw_text STRING, source_file STRING, line_number BIGINT, kind STRING, reason STRING, batch_id STRING, "
+        "quarantined_at TIMESTAMP, land_date DATE",
+        ("land_date",),
+        "One input record that could not be landed, with the reason naming the field and value.",
+    ),
+    TableSpec(
+        "silver",
+        "aspect_state",
+        "entity_urn STRING, entity_type STRING, aspect_name STRING, aspect_json STRING, version BIGINT, "
+        "order_key STRING, change_type STRING, created_time BIGINT, created_actor STRING, deleted BOOLEAN, "
+        "entity_deleted BOOLEAN, record_hash STRING, batch_id STRING, updated_at TIMESTAMP",
+        (),
+        "The latest version of every (entity_urn, aspect_name).",
+    ),
+    TableSpec(
+        "silver",
+        "skipped_snapshots",
+        "entity_urn STRING, aspect_name STRING, version BIGINT, order_key STRING, change_type STRING, "
+        "reason STRING, state_order_key STRING, record_hash STRING, batch_id STRING, source_file STRING, "
+        "line_number BIGINT, recorded_at TIMESTAMP",
+        (),
+        "A snapshot that was late or a duplicate: it changed no state and emitted no event.",
+    ),
+    TableSpec(
+        "silver",
+        "entity_change_events",
+        "event_id STRING, entity_urn STRING, entity_type STRING, category STRING, operation STRING, "
+        "modifier STRING, parameters MAP<STRING, STRING>, actor STRING, event_time BIGINT, version INT, "
+        "aspect_name STRING, change_set_id STRING, old_value STRING, new_value STRING, source_version BIGINT, "
+        "source_order_key STRING, batch_id STRING, source_file STRING, line_number BIGINT, event_date DATE",
+        ("event_date",),
+        "One DataHub Entity Change Event (ECE V1) with its typed lineage columns.",
+    ),
+    TableSpec(
+        "gold",
+        "audit_events",
+        "event_id STRING, event_type STRING, timestamp BIGINT, actor_urn STRING, source_ip STRING, "
+        "event_source STRING, user_agent STRING, telemetry_trace_id STRING, entity_urn STRING, "
+        "entity_type STRING, aspect_name STRING, login_source STRING, raw_event STRING, origin STRING, "
+        "event_date DATE",
+        ("event_date",),
+        "One audit event as served by the Audit Events Search API.",
+    ),
+    TableSpec(
+        "gold",
+        "actor_activity_daily",
+        "actor_urn STRING, activity_date DATE, events_total BIGINT, events_by_type MAP<STRING, BIGINT>, "
+        "changes_by_category MAP<STRING, BIGINT>, distinct_entities BIGINT, distinct_entity_types BIGINT, "
+        "first_event_time BIGINT, last_event_time BIGINT, failed_logins BIGINT, deletes BIGINT, "
+        "refreshed_at TIMESTAMP",
+        ("activity_date",),
+        "What one actor did on one day.",
+    ),
+    TableSpec(
+        "gold",
+        "openmetadata_change_events",
+        "id STRING, event_type STRING, entity_type STRING, entity_id STRING, entity_fqn STRING, "
+        "previous_version DECIMAL(10,1), current_version DECIMAL(10,1), user_name STRING, timestamp BIGINT, "
+        "change_description STRING, entity STRING, entity_urn STRING, change_set_id STRING, event_date DATE",
+        ("event_date",),
+        "One OpenMetadata ChangeEvent per entity change set.",
+    ),
+    TableSpec(
+        "ops",
+        "stage_progress",
+        "stage STRING, source_table STRING, batch_id STRING, source_version BIGINT, rows_in BIGINT, "
+        "rows_out BIGINT, run_id STRING, processed_at TIMESTAMP",
+        (),
+        "Which upstream batch (or table version) a pipeline stage has consumed.",
+    ),
+)
+
+TABLES: dict[str, TableSpec] = {spec.key: spec for spec in _SPECS}
+
+
+def table_spec(table_key: str) -> TableSpec:
+    """Return the declaration of one table.
+
+    Args:
+        table_key: `<layer>.<name>`, e.g. `silver.entity_change_events`.
+
+    Raises:
+        ConfigError: when the key names no declared table.
+    """
+    try:
+        return TABLES[table_key]
+    except KeyError:
+        raise ConfigError(f"table_key: unknown table {table_key!r} (known: {', '.join(TABLES)})") from None
+
+
+def table_name(settings: Settings, table_key: str) -> str:
+    """Return the fully qualified name of a table: `[catalog.]schema.name`.
+
+    Args:
+        settings: the lakehouse settings (catalog and schema names).
+        table_key: `<layer>.<name>`.
+    """
+    spec = table_spec(table_key)
+    schema = getattr(settings.catalog.schemas, spec.layer)
+    parts = [settings.catalog.name, schema, spec.name] if settings.catalog.name else [schema, spec.name]
+    return ".".join(parts)
+
+
+def schema_name(settings: Settings, layer: str) -> str:
+    """Return the fully qualified schema (database) name of a layer."""
+    schema = getattr(settings.catalog.schemas, layer)
+    return f"{settings.catalog.name}.{schema}" if settings.catalog.name else schema
+
+
+def table_location(settings: Settings, table_key: str) -> Path:
+    """Return the storage location of a table: the configured one, else `<home>/<layer>/<name>`."""
+    spec = table_spec(table_key)
+    configured = settings.table_locations.get(table_key)
+    return settings.resolve_path(configured) if configured else settings.home / spec.layer / spec.name

@@ -1,0 +1,1 @@
+"""Gold: audit search, actor activity aggregates and OpenMetadata ChangeEvents."""

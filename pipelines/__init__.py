@@ -1,0 +1,1 @@
+"""Sessions, table I/O, jobs and the `lakehouse` command line."""

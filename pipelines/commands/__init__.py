@@ -1,0 +1,1 @@
+"""Command groups of the `lakehouse` CLI; each module exposes `register(app)`."""

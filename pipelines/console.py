@@ -1,0 +1,62 @@
+"""Terminal output shared by every command: tables, JSON lines and errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+console = Console()
+error_console = Console(stderr=True)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn Spark row values (Row, dates, decimals, maps) into plain JSON values."""
+    if hasattr(value, "asDict"):
+        return {k: to_jsonable(v) for k, v in value.asDict(recursive=False).items()}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def print_json_lines(rows: Iterable[Mapping[str, Any]]) -> None:
+    """Print one compact JSON object per row on standard output."""
+    out = sys.stdout
+    for row in rows:
+        out.write(json.dumps(to_jsonable(row), separators=(",", ":")) + "\n")
+    out.flush()
+
+
+def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title: str | None = None) -> None:
+    """Print rows as a rich table with the given columns."""
+    table = Table(title=title, show_lines=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else _cell(row.get(c)) for c in columns))
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    value = to_jsonable(value)
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def print_error(exc: BaseException) -> None:
+    """Print a project error on standard error, without a traceback and without markup parsing."""
+    error_console.print(Text("error: ", style="bold red") + Text(str(exc)))

@@ -1,0 +1,156 @@
+"""Turn an engine profile into a Spark session: the only place the project creates sessions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from pyspark.sql import SparkSession
+
+from conf.errors import ConfigError
+from conf.settings import Settings
+
+
+@contextlib.contextmanager
+def open_session(settings: Settings, *, register_tables: bool = True) -> Iterator[SparkSession]:
+    """Open a Spark session for the settings' engine, register every table, and stop it on exit.
+
+    Args:
+        settings: the lakehouse settings; `settings.engine.kind` picks the engine.
+        register_tables: create (if missing) and register every declared table and view.
+
+    Yields:
+        The session. For `local`, the embedded Sail server lives exactly as long as the block.
+
+    Raises:
+        ConfigError: for an engine kind this function does not know.
+    """
+    kind = settings.engine.kind
+    if kind == "local":
+        opener = _local_session
+    elif kind == "connect":
+        opener = _connect_session
+    elif kind == "classic":
+        opener = _classic_session
+    else:
+        raise ConfigError(f"engine.kind: unknown engine {kind!r}")
+    with opener(settings) as spark:
+        _apply_conf(spark, settings)
+        if register_tables:
+            from pipelines.catalog import ensure_tables
+
+            ensure_tables(spark, settings)
+        yield spark
+
+
+@contextlib.contextmanager
+def _local_session(settings: Settings) -> Iterator[SparkSession]:
+    # Sail logs every session at INFO on stderr; keep CLI output readable unless asked for more.
+    os.environ.setdefault("RUST_LOG", "warn")
+    from pysail.spark import SparkConnectServer
+
+    server = SparkConnectServer(ip="127.0.0.1", port=0)
+    server.start(background=True)
+    try:
+        _, port = server.listening_address
+        spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        try:
+            yield spark
+        finally:
+            spark.stop()
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def _connect_session(settings: Settings) -> Iterator[SparkSession]:
+    spark = SparkSession.builder.remote(settings.engine.connect_url).create()
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+@contextlib.contextmanager
+def _classic_session(settings: Settings) -> Iterator[SparkSession]:
+    builder = SparkSession.builder.master(settings.engine.master).appName("lakehouse")
+    for key, value in settings.engine.spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def _apply_conf(spark: SparkSession, settings: Settings) -> None:
+    """Set the profile's runtime Spark settings that a running session accepts."""
+    for key, value in settings.engine.spark_conf.items():
+        if key.startswith("spark.sql.") and key not in ("spark.sql.extensions", "spark.sql.catalog.spark_catalog"):
+            spark.conf.set(key, value)
+
+
+@contextlib.contextmanager
+def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0) -> Iterator[str]:
+    """Run JVM Spark (pyspark's bundled jars) as a Spark Connect server on loopback.
+
+    One process cannot mix classic PySpark sessions with Connect sessions, so JVM Spark is reached
+    through Connect like every other engine: the same client code runs on both.
+
+    Args:
+        master: the Spark master of the server, e.g. `local[2]`.
+        startup_timeout: seconds to wait for the server's port.
+
+    Yields:
+        The `sc://` URL of the server; it is stopped when the block ends.
+
+    Raises:
+        ConfigError: when the server does not come up in time (its log tail is in the message).
+    """
+    import socket
+    import subprocess
+    import tempfile
+    import time
+
+    import pyspark
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        os.path.join(spark_home, "bin", "spark-submit"),
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master", master,
+        "--conf", f"spark.connect.grpc.binding.port={port}",
+        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf", "spark.ui.enabled=false",
+        "--conf", "spark.sql.session.timeZone=UTC",
+        "--conf", "spark.sql.shuffle.partitions=4",
+        "spark-internal",
+    ]  # fmt: skip
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_HOME": spark_home}
+        )
+        try:
+            deadline = time.monotonic() + startup_timeout
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        tail = log.read()[-2000:]
+                        raise ConfigError(f"engine: JVM Spark Connect server on port {port} did not start:\n{tail}")
+                    time.sleep(0.2)
+            yield f"sc://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,0 +1,138 @@
+"""Read and write the declared Delta tables: appends, partition replaces and MERGE with bounded retries."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyspark.sql import DataFrame, Row, SparkSession
+
+from conf.errors import ConcurrencyError, InputError
+from conf.settings import Settings
+from conf.tables import table_location, table_name, table_spec
+
+T = TypeVar("T")
+
+# Substrings of the errors Delta engines raise when a commit loses a race with another writer.
+_COMMIT_RACE_MARKERS = (
+    "concurrent",
+    "conflict",
+    "commitfailed",
+    "version already exists",
+    "already exists at version",
+    "transaction failed",
+)
+
+
+def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataFrame:
+    """Return a declared table as a DataFrame (registered by name at session start)."""
+    return spark.table(table_name(settings, table_key))
+
+
+def select_table_columns(df: DataFrame, table_key: str) -> DataFrame:
+    """Return `df` with exactly the table's columns, in the table's order and types.
+
+    Raises:
+        InputError: naming the columns the table needs and `df` lacks.
+    """
+    spec = table_spec(table_key)
+    missing = [c for c in spec.column_names if c not in df.columns]
+    if missing:
+        raise InputError(f"df: missing columns {missing} for table {table_key} (has {df.columns})")
+    return df.select(*spec.column_names)
+
+
+def append(df: DataFrame, settings: Settings, table_key: str) -> None:
+    """Append `df` to a declared table, matching columns by name.
+
+    Args:
+        df: rows to add; extra columns are dropped, missing ones are an error.
+        settings: the lakehouse settings.
+        table_key: `<layer>.<name>` of the target.
+    """
+    writer = select_table_columns(df, table_key).write.format("delta").mode("append")
+    _save(writer, settings, table_key)
+
+
+def replace_where(df: DataFrame, settings: Settings, table_key: str, predicate: str) -> None:
+    """Atomically replace the rows of a table that match `predicate` with `df`.
+
+    Args:
+        df: the new rows; every one of them must satisfy `predicate`.
+        settings: the lakehouse settings.
+        table_key: `<layer>.<name>` of the target.
+        predicate: a SQL boolean expression over partition or data columns.
+    """
+    if not predicate or not predicate.strip():
+        raise InputError(f"predicate: {predicate!r} is empty; refusing to overwrite the whole table {table_key}")
+    writer = (
+        select_table_columns(df, table_key).write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+    )
+    _save(writer, settings, table_key)
+
+
+def _save(writer, settings: Settings, table_key: str) -> None:
+    # On the embedded engine `saveAsTable` with replaceWhere overwrites the whole table, so external
+    # tables are always written by location; managed (catalog-owned) tables can only be written by name.
+    if settings.catalog.managed_tables:
+        writer.saveAsTable(table_name(settings, table_key))
+    else:
+        writer.save(str(table_location(settings, table_key)))
+
+
+def merge(
+    spark: SparkSession,
+    source_df: DataFrame,
+    statement: Callable[[str], str],
+    *,
+    view_name: str,
+    attempts: int = 5,
+) -> list[Row]:
+    """Run a `MERGE INTO` whose source is `source_df`, retrying when the commit loses a race.
+
+    Args:
+        spark: the session.
+        source_df: the MERGE source, exposed to the statement as a temporary view.
+        statement: builds the MERGE SQL from the temporary view's name.
+        view_name: the temporary view's name (letters, digits and underscores).
+        attempts: how many times to try before giving up.
+
+    Returns:
+        The MERGE's result rows (its metrics on engines that return them).
+
+    Raises:
+        ConcurrencyError: when every attempt lost a commit race.
+    """
+    source_df.createOrReplaceTempView(view_name)
+    try:
+        return retry_commit(lambda: spark.sql(statement(view_name)).collect(), attempts=attempts)
+    finally:
+        spark.catalog.dropTempView(view_name)
+
+
+def retry_commit(action: Callable[[], T], *, attempts: int = 5, base_delay: float = 0.2) -> T:
+    """Run a table write, retrying (bounded, with jittered backoff) only when it lost a commit race.
+
+    Raises:
+        ConcurrencyError: when all attempts lost the race; any other error is raised at once.
+    """
+    if attempts < 1:
+        raise InputError(f"attempts: {attempts!r} must be at least 1")
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is a commit race
+            if not is_commit_race(exc):
+                raise
+            if attempt == attempts:
+                raise ConcurrencyError(f"commit kept losing races after {attempts} attempts: {exc}") from exc
+            time.sleep(base_delay * (2 ** (attempt - 1)) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def is_commit_race(exc: BaseException) -> bool:
+    """Tell whether an engine error means another writer committed first."""
+    text = str(exc).lower()
+    return any(marker in text for marker in _COMMIT_RACE_MARKERS)

@@ -1,0 +1,165 @@
+"""Table maintenance behind one interface: history, vacuum and optimize.
+
+The embedded engine's SQL has no DESCRIBE HISTORY, VACUUM or OPTIMIZE, so the local profile uses
+delta-rs on the table's files; Spark Connect and classic Spark (Databricks, delta-spark) use SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pyspark.sql import SparkSession
+
+from conf.errors import ConfigError, InputError
+from conf.settings import Settings
+from conf.tables import table_location, table_name, table_spec
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One entry of a table's history."""
+
+    version: int
+    timestamp_ms: int | None
+    operation: str
+    parameters: dict[str, Any]
+
+
+class TableMaintenance(Protocol):
+    """What every maintenance backend offers, for tables named by registry key."""
+
+    def history(self, table_key: str, limit: int | None = None) -> list[Commit]:
+        """Return the table's commits, newest first."""
+
+    def version(self, table_key: str) -> int:
+        """Return the table's current Delta version."""
+
+    def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
+        """Delete data files no longer referenced and older than the retention; return their paths."""
+
+    def optimize(self, table_key: str, zorder_by: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Compact small files (and Z-order by `zorder_by`); return the engine's metrics."""
+
+
+class DeltaRsMaintenance:
+    """Maintenance through delta-rs on the table's storage location (the local profile)."""
+
+    def __init__(self, settings: Settings):
+        self._settings = settings
+
+    def _table(self, table_key: str):
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(table_location(self._settings, table_key)))
+
+    def history(self, table_key: str, limit: int | None = None) -> list[Commit]:
+        commits = self._table(table_key).history(limit)
+        return [
+            Commit(
+                version=int(c["version"]),
+                timestamp_ms=c.get("timestamp"),
+                operation=str(c.get("operation", "")),
+                parameters=_as_dict(c.get("operationParameters")),
+            )
+            for c in commits
+        ]
+
+    def version(self, table_key: str) -> int:
+        return int(self._table(table_key).version())
+
+    def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
+        hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours
+        _check_hours(hours)
+        return list(
+            self._table(table_key).vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False)
+        )
+
+    def optimize(self, table_key: str, zorder_by: tuple[str, ...] = ()) -> dict[str, Any]:
+        _check_columns(table_key, zorder_by)
+        table = self._table(table_key)
+        return dict(table.optimize.z_order(list(zorder_by)) if zorder_by else table.optimize.compact())
+
+
+class SqlMaintenance:
+    """Maintenance through Delta SQL on a Spark session (Databricks, Spark with delta-spark)."""
+
+    def __init__(self, spark: SparkSession, settings: Settings):
+        self._spark = spark
+        self._settings = settings
+
+    def history(self, table_key: str, limit: int | None = None) -> list[Commit]:
+        sql = f"DESCRIBE HISTORY {table_name(self._settings, table_key)}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = self._spark.sql(sql).collect()
+        return [
+            Commit(
+                version=int(r["version"]),
+                timestamp_ms=int(r["timestamp"].timestamp() * 1000) if r["timestamp"] else None,
+                operation=str(r["operation"]),
+                parameters=_as_dict(r["operationParameters"]),
+            )
+            for r in rows
+        ]
+
+    def version(self, table_key: str) -> int:
+        return self.history(table_key, limit=1)[0].version
+
+    def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
+        hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours
+        _check_hours(hours)
+        sql = f"VACUUM {table_name(self._settings, table_key)} RETAIN {hours} HOURS"
+        rows = self._spark.sql(sql + (" DRY RUN" if dry_run else "")).collect()
+        return [str(r[0]) for r in rows]
+
+    def optimize(self, table_key: str, zorder_by: tuple[str, ...] = ()) -> dict[str, Any]:
+        _check_columns(table_key, zorder_by)
+        sql = f"OPTIMIZE {table_name(self._settings, table_key)}"
+        if zorder_by:
+            sql += f" ZORDER BY ({', '.join(zorder_by)})"
+        rows = self._spark.sql(sql).collect()
+        return rows[0].asDict(recursive=True) if rows else {}
+
+
+def maintenance_for(settings: Settings, spark: SparkSession | None = None) -> TableMaintenance:
+    """Pick the maintenance backend for the settings' engine.
+
+    Args:
+        settings: the lakehouse settings.
+        spark: a session; needed by every engine but the embedded one.
+
+    Raises:
+        ConfigError: when a Spark engine is configured and no session is given.
+    """
+    if settings.engine.kind == "local":
+        return DeltaRsMaintenance(settings)
+    if spark is None:
+        raise ConfigError(f"engine.kind: {settings.engine.kind!r} maintenance runs through SQL and needs a session")
+    return SqlMaintenance(spark, settings)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            loaded = json.loads(value)
+        except ValueError:
+            return {"value": value}
+        return loaded if isinstance(loaded, dict) else {"value": loaded}
+    return dict(value)
+
+
+def _check_hours(hours: int) -> None:
+    if isinstance(hours, bool) or not isinstance(hours, int) or hours < 0:
+        raise InputError(f"retention_hours: {hours!r} must be a whole number of hours >= 0")
+
+
+def _check_columns(table_key: str, columns: tuple[str, ...]) -> None:
+    unknown = [c for c in columns if c not in table_spec(table_key).column_names]
+    if unknown:
+        raise InputError(f"zorder_by: {unknown} are not columns of {table_key}")

@@ -1,0 +1,1 @@
+"""Silver: current aspect state and typed Entity Change Events."""

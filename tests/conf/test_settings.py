@@ -1,0 +1,144 @@
+"""Settings: profiles, overlays, environment and all-at-once validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conf.errors import ConfigError
+from conf.settings import Settings, available_profiles, load_settings
+from conf.tables import TABLES, table_location, table_name
+
+
+def test_profiles_are_local_connect_and_classic():
+    assert set(available_profiles()) == {"local", "connect", "classic"}
+
+
+def test_local_profile_defaults(tmp_path: Path):
+    settings = load_settings(home=tmp_path, env={})
+    assert settings.profile == "local"
+    assert settings.engine.kind == "local"
+    assert settings.home == tmp_path.resolve()
+    assert settings.events.owner_category == "OWNER"
+    assert settings.ingest.default_actor == "urn:li:corpuser:datahub"
+    assert settings.engine.spark_conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_settings_are_frozen(tmp_path: Path):
+    settings = load_settings(home=tmp_path, env={})
+    with pytest.raises(AttributeError):
+        settings.profile = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        settings.engine.spark_conf["x"] = "y"  # type: ignore[index]
+
+
+def test_home_comes_from_argument_then_yaml_then_environment(tmp_path: Path):
+    env = {"LAKEHOUSE_HOME": str(tmp_path / "from-env")}
+    assert load_settings(env=env).home == (tmp_path / "from-env").resolve()
+    assert load_settings(home=tmp_path / "arg", env=env).home == (tmp_path / "arg").resolve()
+    user = tmp_path / "user.yaml"
+    user.write_text(f"home: {tmp_path / 'from-yaml'}\n")
+    assert load_settings(config_file=user, env=env).home == (tmp_path / "from-yaml").resolve()
+
+
+def test_profile_from_environment_and_connect_url_from_spark_remote(tmp_path: Path):
+    settings = load_settings(home=tmp_path, env={"LAKEHOUSE_PROFILE": "connect", "SPARK_REMOTE": "sc://cluster:15002"})
+    assert settings.profile == "connect"
+    assert settings.engine.kind == "connect"
+    assert settings.engine.connect_url == "sc://cluster:15002"
+
+
+def test_classic_profile_sets_delta_extensions(tmp_path: Path):
+    settings = load_settings("classic", home=tmp_path, env={})
+    assert settings.engine.spark_conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert settings.engine.master == "local[2]"
+
+
+def test_connect_profile_without_url_is_an_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="engine.connect_url"):
+        load_settings("connect", home=tmp_path, env={})
+
+
+def test_unknown_profile_names_the_available_ones(tmp_path: Path):
+    with pytest.raises(ConfigError, match="'nope'.*classic, connect, local"):
+        load_settings("nope", home=tmp_path, env={})
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path):
+    user = tmp_path / "bad.yaml"
+    user.write_text(
+        "engine:\n  kind: quantum\n"
+        "retention:\n  vacuum_hours: -5\n"
+        "ingest:\n  default_actor: bob\n  max_record_bytes: lots\n"
+        "events:\n  owner_category: OWNERS\n"
+        "api:\n  port: 70000\n"
+        "table_locations:\n  silver.nope: /x\n"
+        "colour: blue\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config_file=user, home=tmp_path, env={})
+    problems = caught.value.problems
+    text = str(caught.value)
+    # Type errors are found first; the value checks run once every type is right.
+    assert "colour: unknown setting (value 'blue')" in problems
+    assert "ingest.max_record_bytes: expected a whole number, got 'lots'" in problems
+    user.write_text(
+        "engine:\n  kind: quantum\n"
+        "retention:\n  vacuum_hours: -5\n"
+        "ingest:\n  default_actor: bob\n"
+        "events:\n  owner_category: OWNERS\n"
+        "api:\n  port: 70000\n"
+        "table_locations:\n  silver.nope: /x\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config_file=user, home=tmp_path, env={})
+    text = str(caught.value)
+    for expected in (
+        "engine.kind: 'quantum'",
+        "retention.vacuum_hours: -5",
+        "ingest.default_actor: 'bob'",
+        "events.owner_category: 'OWNERS'",
+        "api.port: 70000",
+        "table_locations.silver.nope",
+    ):
+        assert expected in text
+    assert len(caught.value.problems) == 6
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path: Path):
+    user = tmp_path / "list.yaml"
+    user.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_settings(config_file=user, home=tmp_path, env={})
+
+
+def test_missing_config_file_is_named(tmp_path: Path):
+    with pytest.raises(ConfigError, match="missing.yaml: config file does not exist"):
+        load_settings(config_file=tmp_path / "missing.yaml", home=tmp_path, env={})
+
+
+def test_ownership_category_is_allowed(tmp_path: Path):
+    user = tmp_path / "owner.yaml"
+    user.write_text("events:\n  owner_category: OWNERSHIP\n")
+    assert load_settings(config_file=user, home=tmp_path, env={}).events.owner_category == "OWNERSHIP"
+
+
+def test_table_names_follow_catalog_and_schema_settings(tmp_path: Path):
+    user = tmp_path / "uc.yaml"
+    user.write_text(
+        "catalog:\n  name: main\n  schemas:\n    silver: audit_silver\n"
+        "table_locations:\n  silver.aspect_state: /data/state\n  gold.audit_events: gold_tables/audit\n"
+    )
+    settings: Settings = load_settings(config_file=user, home=tmp_path, env={})
+    assert table_name(settings, "silver.entity_change_events") == "main.audit_silver.entity_change_events"
+    assert table_name(settings, "bronze.quarantine") == "main.bronze.quarantine"
+    assert table_location(settings, "silver.aspect_state") == Path("/data/state")
+    assert table_location(settings, "gold.audit_events") == tmp_path.resolve() / "gold_tables" / "audit"
+    assert table_location(settings, "bronze.quarantine") == tmp_path.resolve() / "bronze" / "quarantine"
+
+
+def test_every_table_declares_its_partition_columns():
+    for spec in TABLES.values():
+        assert set(spec.partitioned_by) <= set(spec.column_names), spec.key
+        assert len(set(spec.column_names)) == len(spec.column_names), spec.key

@@ -1,0 +1,66 @@
+"""Shared fixtures: one embedded (Sail) session, one JVM Spark local[2] session, per-module homes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from conf.settings import Settings, load_settings
+from pipelines.catalog import ensure_tables
+from pipelines.engine import jvm_connect_server, open_session
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures" / "datahub"
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The embedded engine: Sail in-process, PySpark Connect client; one for the whole run."""
+    settings = load_settings("local", home=tmp_path_factory.mktemp("session-home"), env={})
+    with open_session(settings, register_tables=False) as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
+def classic_spark() -> Iterator[SparkSession]:
+    """JVM Spark local[2] (pyspark's own jars, no Delta) reached through Spark Connect."""
+    with jvm_connect_server("local[2]") as url:
+        settings = dataclasses.replace(
+            load_settings("local", env={}), engine=dataclasses.replace(load_settings("local", env={}).engine, kind="connect", connect_url=url)
+        )
+        with open_session(settings, register_tables=False) as session:
+            yield session
+
+
+@pytest.fixture(params=["sail", "classic"])
+def pure_spark(request: pytest.FixtureRequest) -> SparkSession:
+    """Each engine in turn, for tests of pure transforms (mark them `pure`)."""
+    return request.getfixturevalue("spark" if request.param == "sail" else "classic_spark")
+
+
+def make_settings(home: Path, **overrides) -> Settings:
+    """Local-profile settings rooted at `home`, with top-level fields replaced by `overrides`."""
+    settings = load_settings("local", home=home, env={})
+    return dataclasses.replace(settings, **overrides) if overrides else settings
+
+
+@pytest.fixture(scope="module")
+def lakehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """A fresh lakehouse home for one test module, its tables created and registered in `spark`."""
+    settings = make_settings(tmp_path_factory.mktemp("lakehouse"))
+    register_fresh_tables(spark, settings)
+    return settings
+
+
+def register_fresh_tables(spark: SparkSession, settings: Settings) -> None:
+    """Point the session's table names at `settings.home`, dropping earlier registrations first."""
+    from conf.tables import TABLES, table_name
+
+    for key in TABLES:
+        spark.sql(f"DROP TABLE IF EXISTS {table_name(settings, key)}")
+    ensure_tables(spark, settings)

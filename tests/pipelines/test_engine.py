@@ -1,0 +1,65 @@
+"""Engine sessions: the embedded engine, JVM Spark through Connect, registration across sessions."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from conf.tables import TABLES, table_location, table_name
+from pipelines.engine import open_session
+from pipelines.io import append, read_table
+from tests.conftest import make_settings
+
+
+def test_local_session_starts_fast_and_stops_cleanly(tmp_path: Path):
+    settings = make_settings(tmp_path)
+    threads_before = {t.ident for t in threading.enumerate()}
+    started = time.monotonic()
+    with open_session(settings) as spark:
+        elapsed = time.monotonic() - started
+        port = int(spark.client._builder.endpoint.rsplit(":", 1)[1]) if hasattr(spark.client, "_builder") else None
+        assert spark.sql("select 1 as one").collect()[0].one == 1
+    # Startup (server + every table registered) is a product requirement; generous here, measured in bench.
+    assert elapsed < 10
+    time.sleep(0.5)
+    leaked = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+    assert not leaked, f"threads left running: {leaked}"
+    if port:
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, "the embedded server still listens"
+
+
+def test_every_declared_table_is_created_and_registered(tmp_path: Path):
+    settings = make_settings(tmp_path)
+    with open_session(settings) as spark:
+        for key, spec in TABLES.items():
+            df = spark.table(table_name(settings, key))
+            assert df.columns == list(spec.column_names), key
+            assert df.count() == 0
+            assert (table_location(settings, key) / "_delta_log").is_dir(), key
+
+
+def test_a_table_written_in_one_session_is_read_in_a_fresh_one(tmp_path: Path):
+    settings = make_settings(tmp_path)
+    with open_session(settings) as spark:
+        rows_df = spark.createDataFrame(
+            [("refine", "bronze.aspect_snapshots", "b-1", 3, 10, 7, "run-1")],
+            "stage string, source_table string, batch_id string, source_version bigint, rows_in bigint, "
+            "rows_out bigint, run_id string",
+        ).withColumn("processed_at", F.current_timestamp())
+        append(rows_df, settings, "ops.stage_progress")
+    with open_session(settings) as fresh:
+        rows = fresh.sql(f"select batch_id, rows_out from {table_name(settings, 'ops.stage_progress')}").collect()
+        assert [(r.batch_id, r.rows_out) for r in rows] == [("b-1", 7)]
+        assert read_table(fresh, settings, "ops.stage_progress").count() == 1
+
+
+@pytest.mark.slow
+def test_classic_spark_is_jvm_spark(classic_spark):
+    assert classic_spark.conf.get("spark.master") == "local[2]"
+    assert classic_spark.range(5).agg(F.sum("id")).collect()[0][0] == 10
