@@ -17,7 +17,11 @@ from conf.settings import Settings, load_settings
 from pipelines.console import print_error
 
 # Each module exposes `register(app)`; the order is the order of `lakehouse --help`.
-COMMAND_MODULES = ("pipelines.commands.catalog",)
+COMMAND_MODULES = (
+    "pipelines.commands.catalog",
+    "pipelines.commands.export",
+    "pipelines.commands.bench",
+)
 
 app = typer.Typer(
     name="lakehouse",

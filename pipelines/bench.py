@@ -1,0 +1,85 @@
+"""The benchmark harness: measure wall time, CPU and peak memory, and write JSON results."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import resource
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Measurement:
+    """Resources used by one measured block (filled in when the block ends)."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    peak_rss_bytes: int = 0
+
+
+@contextlib.contextmanager
+def measure() -> Iterator[Measurement]:
+    """Measure the block: wall seconds, CPU seconds of this process and its children, peak RSS.
+
+    The embedded engine runs inside this process, so its CPU and memory are counted; JVM Spark runs
+    as a child process and is counted once it has exited.
+    """
+    result = Measurement()
+    start_wall = time.perf_counter()
+    start_cpu = _cpu_seconds()
+    try:
+        yield result
+    finally:
+        result.wall_s = round(time.perf_counter() - start_wall, 3)
+        result.cpu_s = round(_cpu_seconds() - start_cpu, 3)
+        result.peak_rss_bytes = peak_rss_bytes()
+
+
+def peak_rss_bytes() -> int:
+    """Return the highest resident set size of this process or any finished child, in bytes."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) * 1024  # Linux reports kilobytes
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Return the `pct` percentile (0..100) of `values` by nearest rank."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def write_result(out_dir: Path, name: str, payload: Mapping[str, Any]) -> Path:
+    """Write one benchmark result as JSON (with machine facts) and return its path.
+
+    Args:
+        out_dir: folder for results; created when missing.
+        name: benchmark name, e.g. `silver`; the file is `<name>-<UTC timestamp>.json`.
+        payload: the measured figures.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    document = {
+        "benchmark": name,
+        "measured_at": stamp,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        **{k: (asdict(v) if isinstance(v, Measurement) else v) for k, v in payload.items()},
+    }
+    path = out_dir / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    return path
