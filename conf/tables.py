@@ -122,7 +122,8 @@ _SPECS = (
         "entity_change_events",
         "event_id STRING, entity_urn STRING, entity_type STRING, category STRING, operation STRING, "
         "modifier STRING, parameters MAP<STRING, STRING>, actor STRING, event_time BIGINT, version INT, "
-        "aspect_name STRING, change_set_id STRING, old_value STRING, new_value STRING, source_version BIGINT, "
+        "aspect_name STRING, aspect_entity_urn STRING, aspect_entity_type STRING, change_set_id STRING, "
+        "old_value STRING, new_value STRING, source_version BIGINT, "
         "source_order_key STRING, batch_id STRING, source_file STRING, line_number BIGINT, event_date DATE",
         ("event_date",),
         "One DataHub Entity Change Event (ECE V1) with its typed lineage columns.",
