@@ -6,7 +6,7 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,8 @@ class EngineSettings:
 
     kind: str = "local"
     connect_url: str | None = None
-    master: str = "local[2]"
+    master: str | None = None
+    stop_on_exit: bool = True
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -148,6 +149,7 @@ def load_settings(
     home: str | os.PathLike[str] | None = None,
     config_file: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
+    overrides: Sequence[str] = (),
 ) -> Settings:
     """Build the settings of one profile from base.yaml, the profile overlay and an optional user file.
 
@@ -156,6 +158,8 @@ def load_settings(
         home: storage root; default the YAML `home`, else LAKEHOUSE_HOME, else ./.lakehouse.
         config_file: extra YAML overlaid last; default LAKEHOUSE_CONFIG when set.
         env: environment variables to read (default os.environ).
+        overrides: `dotted.key=value` settings applied last (values read as YAML), e.g.
+            `catalog.name=main` from `--set` on the command line or a job definition.
 
     Returns:
         The validated, frozen settings.
@@ -173,6 +177,8 @@ def load_settings(
     config_file = config_file or env.get("LAKEHOUSE_CONFIG")
     if config_file:
         merged = _deep_merge(merged, _read_yaml(Path(config_file), problems))
+    for override in overrides:
+        merged = _deep_merge(merged, _parse_override(override, problems))
     if problems:
         raise ConfigError(problems)
 
@@ -208,6 +214,21 @@ def _read_yaml(path: Path, problems: list[str]) -> dict[str, Any]:
         problems.append(f"{path}: the top level must be a mapping, got {type(loaded).__name__}")
         return {}
     return loaded
+
+
+def _parse_override(override: str, problems: list[str]) -> dict[str, Any]:
+    key, sep, text = override.partition("=")
+    if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
+        problems.append(f"--set: {override!r} is not of the form dotted.key=value")
+        return {}
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    nested: Any = value
+    for part in reversed(key.strip().split(".")):
+        nested = {part: nested}
+    return nested
 
 
 def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 import typer
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from conf.errors import ConfigError, LakehouseError
@@ -19,6 +20,7 @@ from pipelines.console import print_error
 # Each module exposes `register(app)`; the order is the order of `lakehouse --help`.
 COMMAND_MODULES = (
     "pipelines.commands.catalog",
+    "pipelines.commands.jobs",
     "pipelines.commands.export",
     "pipelines.commands.bench",
 )
@@ -39,13 +41,14 @@ class CliState:
     profile: str | None = None
     home: Path | None = None
     config: Path | None = None
+    overrides: tuple[str, ...] = ()
     _settings: Settings | None = field(default=None, repr=False)
 
     @property
     def settings(self) -> Settings:
         """The settings for the chosen profile, home and config file."""
         if self._settings is None:
-            self._settings = load_settings(self.profile, self.home, self.config)
+            self._settings = load_settings(self.profile, self.home, self.config, overrides=self.overrides)
         return self._settings
 
     @contextlib.contextmanager
@@ -72,9 +75,12 @@ def main_options(
     config: Path | None = typer.Option(
         None, "--config", help="Extra YAML settings overlaid on the profile (default LAKEHOUSE_CONFIG)."
     ),
+    overrides: list[str] = typer.Option(
+        None, "--set", help="Override one setting, e.g. --set catalog.name=main (repeatable; applied last)."
+    ),
 ) -> None:
     """Metadata audit lakehouse: land DataHub metadata, derive change events, serve audit search."""
-    ctx.obj = CliState(profile=profile, home=home, config=config)
+    ctx.obj = CliState(profile=profile, home=home, config=config, overrides=tuple(overrides or ()))
 
 
 for _module in COMMAND_MODULES:
@@ -91,6 +97,9 @@ def main() -> None:
     except LakehouseError as exc:
         print_error(exc)
         raise SystemExit(1) from None
+    except PySparkException as exc:
+        print_error(_first_line(exc))
+        raise SystemExit(1) from None
     except click.exceptions.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click.exceptions.Abort:
@@ -99,6 +108,12 @@ def main() -> None:
         exc.show()
         raise SystemExit(exc.exit_code) from None
     raise SystemExit(result if isinstance(result, int) else 0)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The engine's message without its server-side stack trace."""
+    text = str(exc).strip()
+    return text.split("\n\nJVM stacktrace:")[0].split("\n\n")[0]
 
 
 if __name__ == "__main__":

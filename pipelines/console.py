@@ -57,6 +57,6 @@ def _cell(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
-def print_error(exc: BaseException) -> None:
+def print_error(exc: BaseException | str) -> None:
     """Print a project error on standard error, without a traceback and without markup parsing."""
     error_console.print(Text("error: ", style="bold red") + Text(str(exc)))

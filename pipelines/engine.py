@@ -46,8 +46,8 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
 
 @contextlib.contextmanager
 def _local_session(settings: Settings) -> Iterator[SparkSession]:
-    # Sail logs every session at INFO on stderr; keep CLI output readable unless asked for more.
-    os.environ.setdefault("RUST_LOG", "warn")
+    # The embedded engine logs sessions and shutdown to stderr; keep CLI output readable unless asked.
+    os.environ.setdefault("RUST_LOG", "error")
     from pysail.spark import SparkConnectServer
 
     server = SparkConnectServer(ip="127.0.0.1", port=0)
@@ -69,19 +69,23 @@ def _connect_session(settings: Settings) -> Iterator[SparkSession]:
     try:
         yield spark
     finally:
-        spark.stop()
+        if settings.engine.stop_on_exit:
+            spark.stop()
 
 
 @contextlib.contextmanager
 def _classic_session(settings: Settings) -> Iterator[SparkSession]:
-    builder = SparkSession.builder.master(settings.engine.master).appName("lakehouse")
+    builder = SparkSession.builder.appName("lakehouse")
+    if settings.engine.master:
+        builder = builder.master(settings.engine.master)
     for key, value in settings.engine.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
         yield spark
     finally:
-        spark.stop()
+        if settings.engine.stop_on_exit:
+            spark.stop()
 
 
 def _apply_conf(spark: SparkSession, settings: Settings) -> None:

@@ -11,8 +11,8 @@ from conf.settings import Settings, available_profiles, load_settings
 from conf.tables import TABLES, table_location, table_name
 
 
-def test_profiles_are_local_connect_and_classic():
-    assert set(available_profiles()) == {"local", "connect", "classic"}
+def test_profiles_are_local_connect_classic_and_databricks():
+    assert set(available_profiles()) == {"local", "connect", "classic", "databricks"}
 
 
 def test_local_profile_defaults(tmp_path: Path):
@@ -61,7 +61,7 @@ def test_connect_profile_without_url_is_an_error(tmp_path: Path):
 
 
 def test_unknown_profile_names_the_available_ones(tmp_path: Path):
-    with pytest.raises(ConfigError, match="'nope'.*classic, connect, local"):
+    with pytest.raises(ConfigError, match="'nope'.*classic, connect, databricks, local"):
         load_settings("nope", home=tmp_path, env={})
 
 
@@ -142,3 +142,24 @@ def test_every_table_declares_its_partition_columns():
     for spec in TABLES.values():
         assert set(spec.partitioned_by) <= set(spec.column_names), spec.key
         assert len(set(spec.column_names)) == len(spec.column_names), spec.key
+
+
+def test_overrides_apply_last_and_are_validated(tmp_path: Path):
+    settings = load_settings(
+        home=tmp_path, env={}, overrides=["catalog.name=main", "retention.vacuum_hours=24", "events.owner_category=OWNERSHIP"]
+    )
+    assert settings.catalog.name == "main"
+    assert settings.retention.vacuum_hours == 24
+    assert settings.events.owner_category == "OWNERSHIP"
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["novalue", "api.port=abc"])
+    assert "--set: 'novalue' is not of the form dotted.key=value" in caught.value.problems
+
+
+def test_databricks_profile_keeps_the_cluster_session(tmp_path: Path):
+    settings = load_settings("databricks", home=tmp_path, env={}, overrides=["catalog.name=main"])
+    assert settings.engine.kind == "classic"
+    assert settings.engine.master is None
+    assert settings.engine.stop_on_exit is False
+    assert settings.catalog.managed_tables is True
+    assert settings.mlflow_tracking_uri == "databricks"

@@ -1,0 +1,93 @@
+"""The `lakehouse` console script, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conf.tables import TABLES
+
+LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+
+
+def run_cli(*args: str, home: Path | None = None, env: dict | None = None, check: bool = True):
+    """Run the installed `lakehouse` script and return the completed process."""
+    command = [LAKEHOUSE, *(["--home", str(home)] if home else []), *args]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+    full_env.update(env or {})
+    result = subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def cli_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cli-home")
+
+
+def test_tables_on_an_empty_home_lists_every_table_with_zero_rows(cli_home: Path):
+    result = run_cli("tables", "--json", home=cli_home)
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["table"] for r in rows] == list(TABLES)
+    assert all(r["rows"] == 0 and r["version"] == 0 for r in rows)
+    assert all(Path(r["location"]).is_relative_to(cli_home) for r in rows)
+
+
+def test_tables_prints_a_table(cli_home: Path):
+    result = run_cli("tables", home=cli_home, env={"COLUMNS": "200"})
+    for key in TABLES:
+        assert key in result.stdout
+
+
+def test_sql_prints_json_lines(cli_home: Path):
+    result = run_cli("sql", "select 1 as one, 'a' as letter union all select 2, 'b' order by one", "--json", home=cli_home)
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"one": 1, "letter": "a"},
+        {"one": 2, "letter": "b"},
+    ]
+
+
+def test_sql_reads_registered_tables(cli_home: Path):
+    result = run_cli("sql", "select count(*) as n from silver.entity_change_events", "--json", home=cli_home)
+    assert json.loads(result.stdout) == {"n": 0}
+
+
+def test_bad_sql_is_a_clean_error(cli_home: Path):
+    result = run_cli("sql", "select * from no_such_table", home=cli_home, check=False)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "no_such_table" in result.stderr
+
+
+def test_bad_config_prints_every_problem_without_a_traceback(tmp_path: Path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("engine:\n  kind: warp\nevents:\n  owner_category: BOSS\napi:\n  port: 0\n")
+    result = run_cli("--config", str(config), "tables", home=tmp_path, check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    for expected in ("engine.kind: 'warp'", "events.owner_category: 'BOSS'", "api.port: 0"):
+        assert expected in result.stderr
+
+
+def test_unknown_profile_is_a_clean_error(tmp_path: Path):
+    result = run_cli("--profile", "mars", "tables", home=tmp_path, check=False)
+    assert result.returncode == 2
+    assert "unknown profile 'mars'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_maintain_requires_an_action(cli_home: Path):
+    result = run_cli("maintain", home=cli_home, check=False)
+    assert result.returncode == 1
+    assert "choose at least one of --optimize, --vacuum, --history" in result.stderr
+
+
+def test_maintain_history(cli_home: Path):
+    result = run_cli("maintain", "--table", "bronze.quarantine", "--history", home=cli_home, env={"COLUMNS": "200"})
+    assert "CREATE TABLE" in result.stdout or "CREATE" in result.stdout
