@@ -89,6 +89,7 @@ class ApiSettings:
 class MlflowSettings:
     """MLflow run tracking."""
 
+    enabled: bool = True
     tracking_uri: str | None = None
     experiment: str = "lakehouse"
 

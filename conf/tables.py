@@ -70,7 +70,9 @@ _SPECS = (
         "land_date DATE",
         ("land_date",),
         "One input file landed in one batch, with its reconciliation counts "
-        "(records_read = records_landed + records_quarantined + duplicates_skipped).",
+        "(records_read = records_landed + records_quarantined + duplicates_skipped); content_hash is the "
+        "SHA-256 of the file's bytes; kind mcl, mcp, file-sink, usage or empty. Written last: a batch with "
+        "ledger rows is committed.",
     ),
     TableSpec(
         "bronze",
@@ -79,7 +81,11 @@ _SPECS = (
         "version BIGINT, created_time BIGINT, created_actor STRING, system_metadata STRING, run_id STRING, "
         "source_kind STRING, record_hash STRING, " + _PROVENANCE,
         ("land_date",),
-        "One DataHub aspect snapshot (MCL, MCP or file-sink record, action requests included) as landed.",
+        "One DataHub aspect snapshot (MCL, MCP or file-sink record, action requests included) as landed: "
+        "aspect_json is aspect.value as given (null on DELETE), version systemMetadata.version as a number, "
+        "created_time/actor from created (MCP, file-sink: lastObserved and ingest.default_actor); "
+        "record_hash (SHA-256 of source_kind, urn, type, aspect, change type, aspect JSON, version, created) "
+        "is unique across the table; line_number is the file line the record starts on.",
     ),
     TableSpec(
         "bronze",
@@ -89,24 +95,30 @@ _SPECS = (
         "login_source STRING, login_denial_reason STRING, usage_source STRING, raw_document STRING, "
         "record_hash STRING, " + _PROVENANCE,
         ("land_date",),
-        "One DataHub usage / audit event document as landed.",
+        "One DataHub usage / audit event document as landed: its fields typed as given (loginSource "
+        "unnormalized), the document as raw_document; record_hash (SHA-256 of the typed fields) is unique.",
     ),
     TableSpec(
         "bronze",
         "quarantine",
-        "raw_text STRING, source_file STRING, line_number BIGINT, kind STRING, reason STRING, batch_id STRING, "
-        "quarantined_at TIMESTAMP, land_date DATE",
+        "raw_text STRING, source_file STRING, line_number BIGINT, kind STRING, reason STRING, field STRING, "
+        "batch_id STRING, quarantined_at TIMESTAMP, land_date DATE",
         ("land_date",),
-        "One input record that could not be landed, with the reason naming the field and value.",
+        "One input record that could not be landed, with the reason naming the field and value "
+        "(field: the field the reason names, `record` for the record as a whole).",
     ),
     TableSpec(
         "silver",
         "aspect_state",
         "entity_urn STRING, entity_type STRING, aspect_name STRING, aspect_json STRING, version BIGINT, "
         "order_key STRING, change_type STRING, created_time BIGINT, created_actor STRING, deleted BOOLEAN, "
-        "entity_deleted BOOLEAN, record_hash STRING, batch_id STRING, updated_at TIMESTAMP",
+        "entity_deleted BOOLEAN, record_hash STRING, batch_id STRING, updated_at TIMESTAMP, "
+        "source_file STRING, line_number BIGINT, prev_aspect_json STRING, prev_version BIGINT, "
+        "prev_order_key STRING, prev_change_type STRING, prev_created_time BIGINT, prev_created_actor STRING, "
+        "prev_record_hash STRING, prev_batch_id STRING",
         (),
-        "The latest version of every (entity_urn, aspect_name).",
+        "The latest version of every (entity_urn, aspect_name); deleted: that version is a DELETE; "
+        "entity_deleted: the entity's key aspect is hard-deleted; prev_*: the row before batch_id wrote it.",
     ),
     TableSpec(
         "silver",
@@ -134,28 +146,34 @@ _SPECS = (
         "event_id STRING, event_type STRING, timestamp BIGINT, actor_urn STRING, source_ip STRING, "
         "event_source STRING, user_agent STRING, telemetry_trace_id STRING, entity_urn STRING, "
         "entity_type STRING, aspect_name STRING, login_source STRING, raw_event STRING, origin STRING, "
-        "event_date DATE",
+        "source_id STRING, batch_id STRING, event_date DATE",
         ("event_date",),
-        "One audit event as served by the Audit Events Search API.",
+        "One audit event as served by the Audit Events Search API: a landed usage event (origin usage, "
+        "source_id its record hash) or one aspect write that produced change events (origin change, "
+        "source_id its change set id); event_id hashes (type, actor, timestamp, entity urn, aspect name).",
     ),
     TableSpec(
         "gold",
         "actor_activity_daily",
-        "actor_urn STRING, activity_date DATE, events_total BIGINT, events_by_type MAP<STRING, BIGINT>, "
-        "changes_by_category MAP<STRING, BIGINT>, distinct_entities BIGINT, distinct_entity_types BIGINT, "
-        "first_event_time BIGINT, last_event_time BIGINT, failed_logins BIGINT, deletes BIGINT, "
-        "refreshed_at TIMESTAMP",
+        "actor_urn STRING, activity_date DATE, events_total BIGINT, events_by_type STRING, "
+        "changes_by_category STRING, distinct_entities BIGINT, distinct_entity_types BIGINT, "
+        "first_event_time BIGINT, last_event_time BIGINT, failed_logins BIGINT, deletes BIGINT",
         ("activity_date",),
-        "What one actor did on one day.",
+        "What one actor did on one day (UTC), recomputed from gold.audit_events and silver change events; "
+        "events_by_type and changes_by_category are JSON objects (name -> count, keys sorted) because the "
+        "embedded engine cannot replaceWhere nested columns.",
     ),
     TableSpec(
         "gold",
         "openmetadata_change_events",
         "id STRING, event_type STRING, entity_type STRING, entity_id STRING, entity_fqn STRING, "
         "previous_version DECIMAL(10,1), current_version DECIMAL(10,1), user_name STRING, timestamp BIGINT, "
-        "change_description STRING, entity STRING, entity_urn STRING, change_set_id STRING, event_date DATE",
+        "change_description STRING, entity STRING, entity_urn STRING, source_entity_urn STRING, "
+        "source_entity_type STRING, aspect_name STRING, change_set_id STRING, entity_sequence BIGINT, "
+        "major_change BOOLEAN, batch_id STRING, event_date DATE",
         ("event_date",),
-        "One OpenMetadata ChangeEvent per entity change set.",
+        "One OpenMetadata ChangeEvent per entity change set (changeDescription and entity as JSON text; "
+        "entity_sequence numbers an entity's events in version order).",
     ),
     TableSpec(
         "ops",

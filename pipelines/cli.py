@@ -21,8 +21,15 @@ from pipelines.console import print_error
 COMMAND_MODULES = (
     "pipelines.commands.catalog",
     "pipelines.commands.jobs",
+    "pipelines.commands.landing",
     "pipelines.commands.export",
+    "pipelines.commands.silver",
+    "pipelines.commands.audit",
+    "pipelines.commands.openmetadata",
     "pipelines.commands.bench",
+    "pipelines.bench_silver",
+    "pipelines.commands.generate",
+    "pipelines.commands.demo",
 )
 
 app = typer.Typer(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -203,7 +202,3 @@ def _run_metrics(summary: RunSummary) -> dict[str, float]:
         metrics[f"events.{category}"] = count
     return metrics
 
-
-def new_run_id() -> str:
-    """A fresh id for a run that is not tracked by MLflow."""
-    return uuid.uuid4().hex

@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -13,25 +14,28 @@ from conf.settings import Settings
 
 
 class RunTracker:
-    """Collects a run's parameters, metrics and summary and sends them to MLflow."""
+    """Collects a run's parameters, metrics and summary and sends them to MLflow (when enabled)."""
 
-    def __init__(self, run_id: str):
+    def __init__(self, run_id: str, enabled: bool = True):
         self.run_id = run_id
+        self.enabled = enabled
         self.summary: dict[str, Any] = {}
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Record run parameters (values shown as text)."""
-        import mlflow
+        if self.enabled:
+            import mlflow
 
-        mlflow.log_params({k: _short(v) for k, v in params.items()})
+            mlflow.log_params({k: _short(v) for k, v in params.items()})
         self.summary.setdefault("params", {}).update(params)
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
         """Record numeric metrics."""
-        import mlflow
-
         clean = {_metric_name(k): float(v) for k, v in metrics.items() if v is not None}
-        mlflow.log_metrics(clean)
+        if self.enabled:
+            import mlflow
+
+            mlflow.log_metrics(clean)
         self.summary.setdefault("metrics", {}).update(clean)
 
 
@@ -45,8 +49,12 @@ def tracked_run(settings: Settings, run_name: str, tags: Mapping[str, str] | Non
         tags: extra MLflow tags.
 
     Yields:
-        The tracker; the MLflow run ends FAILED when the block raises.
+        The tracker; the MLflow run ends FAILED when the block raises. With `mlflow.enabled: false` the
+        tracker only collects the summary, under a fresh run id.
     """
+    if not settings.mlflow.enabled:
+        yield RunTracker(uuid.uuid4().hex, enabled=False)
+        return
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     import mlflow
 

@@ -1,0 +1,478 @@
+"""Audit event search: request validation, the search query (a sqlglot tree), scroll ids and the response."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlglot import exp
+
+from conf.errors import RequestError
+from gold.audit import EVENT_TYPES, LOGIN_EVENT_TYPES
+
+DAY_MS = 86_400_000
+DEFAULT_TIME = -1
+DEFAULT_SIZE = 10
+MAX_SIZE = 10_000
+MAX_FILTER_VALUES = 1_000
+MAX_FILTER_VALUE_CHARS = 4_096
+# JSON body key -> gold.audit_events column it filters.
+BODY_FILTERS = {
+    "eventTypes": "event_type",
+    "entityTypes": "entity_type",
+    "aspectTypes": "aspect_name",
+    "actorUrns": "actor_urn",
+}
+# The page columns read from the table; raw_event only when the caller wants the raw document.
+RESULT_COLUMNS = (
+    "event_id",
+    "event_type",
+    "timestamp",
+    "actor_urn",
+    "source_ip",
+    "event_source",
+    "user_agent",
+    "telemetry_trace_id",
+    "entity_urn",
+    "entity_type",
+    "aspect_name",
+    "login_source",
+)
+HISTOGRAM_BUCKETS = 128
+_SCROLL_VERSION = 1
+_SCROLL_CHECK_CHARS = 16
+
+
+@dataclass(frozen=True)
+class ScrollKey:
+    """Where a page ended: the last row's sort key, and the window the first page resolved."""
+
+    timestamp: int
+    event_type: str
+    actor_urn: str
+    event_id: str
+    start_time: int
+    end_time: int
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One validated audit search request.
+
+    Attributes:
+        start_time: window start in epoch ms (inclusive); -1 = one day before the window end.
+        end_time: window end in epoch ms (exclusive); -1 = now.
+        size: page size, 1..10000.
+        scroll_id: the opaque scroll id given by the caller, if any.
+        scroll: the decoded scroll id.
+        include_raw: whether results carry rawUsageEvent.
+        event_types, entity_types, aspect_types, actor_urns: filters (empty = no filter).
+    """
+
+    start_time: int = DEFAULT_TIME
+    end_time: int = DEFAULT_TIME
+    size: int = DEFAULT_SIZE
+    scroll_id: str | None = None
+    scroll: ScrollKey | None = None
+    include_raw: bool = True
+    event_types: tuple[str, ...] = ()
+    entity_types: tuple[str, ...] = ()
+    aspect_types: tuple[str, ...] = ()
+    actor_urns: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any] | None = None, body: Any = None) -> SearchRequest:
+        """Validate query parameters (strings or typed values) and the decoded JSON body.
+
+        Args:
+            params: startTime, endTime, size, scrollId, includeRaw; other keys are ignored, as DataHub does.
+            body: the decoded JSON body: None (no body) or an object with the list filters.
+
+        Raises:
+            RequestError: naming the parameter or body field and the bad value.
+        """
+        params = params or {}
+        start_time = _parse_time(params.get("startTime"), "startTime")
+        end_time = _parse_time(params.get("endTime"), "endTime")
+        size = _parse_size(params.get("size"))
+        include_raw = _parse_bool(params.get("includeRaw"), "includeRaw", default=True)
+        scroll_id = params.get("scrollId")
+        if scroll_id is not None and not isinstance(scroll_id, str):
+            raise RequestError(f"scrollId: {scroll_id!r} is not a string")
+        scroll_id = scroll_id or None
+        scroll = decode_scroll_id(scroll_id) if scroll_id else None
+        if scroll is not None:
+            # Later pages keep the window the first page resolved, so a default window does not slide.
+            if start_time == DEFAULT_TIME:
+                start_time = scroll.start_time
+            if end_time == DEFAULT_TIME:
+                end_time = scroll.end_time
+        if start_time != DEFAULT_TIME and end_time != DEFAULT_TIME and start_time > end_time:
+            raise RequestError(f"startTime: {start_time} is after endTime {end_time}")
+        filters = _parse_body(body)
+        return cls(
+            start_time=start_time,
+            end_time=end_time,
+            size=size,
+            scroll_id=scroll_id,
+            scroll=scroll,
+            include_raw=include_raw,
+            **filters,
+        )
+
+    def with_window(self, now_ms: int) -> SearchRequest:
+        """Return the request with a concrete window: end -1 = now, start -1 = end - 1 day.
+
+        Raises:
+            RequestError: when the resolved start is after the resolved end.
+        """
+        end_time = now_ms if self.end_time == DEFAULT_TIME else self.end_time
+        start_time = end_time - DAY_MS if self.start_time == DEFAULT_TIME else self.start_time
+        if start_time > end_time:
+            raise RequestError(f"startTime: {start_time} is after endTime {end_time}")
+        return dataclasses.replace(self, start_time=start_time, end_time=end_time)
+
+
+def _parse_int(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise RequestError(f"{name}: {value!r} is not a whole number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
+        return int(value.strip())
+    raise RequestError(f"{name}: {value!r} is not a whole number")
+
+
+def _parse_time(value: Any, name: str) -> int:
+    if value is None or value == "":
+        return DEFAULT_TIME
+    millis = _parse_int(value, name)
+    if millis < DEFAULT_TIME:
+        raise RequestError(f"{name}: {millis} must be epoch milliseconds >= 0 (or -1 for the default)")
+    if millis > 253_402_300_799_999:
+        raise RequestError(f"{name}: {millis} is after the year 9999")
+    return millis
+
+
+def _parse_size(value: Any) -> int:
+    if value is None or value == "":
+        return DEFAULT_SIZE
+    size = _parse_int(value, "size")
+    if not 1 <= size <= MAX_SIZE:
+        raise RequestError(f"size: {size} is out of range (1..{MAX_SIZE})")
+    return size
+
+
+def _parse_bool(value: Any, name: str, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise RequestError(f"{name}: {value!r} is not true or false")
+
+
+def _parse_body(body: Any) -> dict[str, tuple[str, ...]]:
+    """Validate the JSON body and return the filter fields of SearchRequest."""
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise RequestError(f"body: expected a JSON object with {', '.join(BODY_FILTERS)}, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(BODY_FILTERS))
+    if unknown:
+        raise RequestError(f"body: unknown field(s) {unknown} (known: {', '.join(BODY_FILTERS)})")
+    filters: dict[str, tuple[str, ...]] = {}
+    for key in BODY_FILTERS:
+        values = body.get(key)
+        if values is None:
+            values = []
+        if not isinstance(values, list):
+            raise RequestError(f"body.{key}: expected a list of strings, got {_describe(values)}")
+        if len(values) > MAX_FILTER_VALUES:
+            raise RequestError(f"body.{key}: {len(values)} values; at most {MAX_FILTER_VALUES} are allowed")
+        for index, value in enumerate(values):
+            if not isinstance(value, str):
+                raise RequestError(f"body.{key}[{index}]: expected a string, got {_describe(value)}")
+            if len(value) > MAX_FILTER_VALUE_CHARS:
+                raise RequestError(f"body.{key}[{index}]: longer than {MAX_FILTER_VALUE_CHARS} characters")
+        if key == "eventTypes":
+            unknown_types = [v for v in values if v not in EVENT_TYPES]
+            if unknown_types:
+                raise RequestError(
+                    f"body.eventTypes: unknown event type(s) {unknown_types} (known: {', '.join(EVENT_TYPES)})"
+                )
+        field_name = {"eventTypes": "event_types", "entityTypes": "entity_types",
+                      "aspectTypes": "aspect_types", "actorUrns": "actor_urns"}[key]  # fmt: skip
+        filters[field_name] = tuple(dict.fromkeys(values))
+    return filters
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value)
+    return f"{type(value).__name__} {text[:60]}"
+
+
+def encode_scroll_id(key: ScrollKey) -> str:
+    """Return the opaque scroll id of a sort key: urlsafe base64 of JSON plus a checksum."""
+    payload = json.dumps(
+        [_SCROLL_VERSION, key.timestamp, key.event_type, key.actor_urn, key.event_id, key.start_time, key.end_time],
+        separators=(",", ":"),
+    )
+    check = hashlib.sha256(payload.encode()).hexdigest()[:_SCROLL_CHECK_CHARS]
+    return base64.urlsafe_b64encode(f"{payload}|{check}".encode()).decode().rstrip("=")
+
+
+def decode_scroll_id(scroll_id: str) -> ScrollKey:
+    """Decode a scroll id made by `encode_scroll_id`.
+
+    Raises:
+        RequestError: when the text is not a scroll id this service issued (bad encoding or checksum).
+    """
+    shown = scroll_id if len(scroll_id) <= 80 else scroll_id[:77] + "..."
+    problem = RequestError(f"scrollId: {shown!r} is not a valid scroll id (use the nextScrollId of a response)")
+    try:
+        text = base64.urlsafe_b64decode(scroll_id + "=" * (-len(scroll_id) % 4)).decode()
+        payload, check = text.rsplit("|", 1)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise problem from None
+    if hashlib.sha256(payload.encode()).hexdigest()[:_SCROLL_CHECK_CHARS] != check:
+        raise problem
+    try:
+        version, timestamp, event_type, actor_urn, event_id, start_time, end_time = json.loads(payload)
+    except ValueError:
+        raise problem from None
+    ints = (timestamp, start_time, end_time)
+    strings = (event_type, actor_urn, event_id)
+    if version != _SCROLL_VERSION or not all(type(v) is int for v in ints) or not all(isinstance(v, str) for v in strings):
+        raise problem
+    return ScrollKey(timestamp, event_type, actor_urn, event_id, start_time, end_time)
+
+
+def _utc_date(millis: int) -> str:
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).date().isoformat()
+
+
+def _in_list(column: str, values: Sequence[str]) -> exp.Expression:
+    return exp.column(column).isin(*[exp.Literal.string(v) for v in values])
+
+
+def _sort_actor() -> exp.Expression:
+    # Sort and compare on a non-null actor so that the keyset predicate never meets a NULL.
+    return exp.func("COALESCE", exp.column("actor_urn"), exp.Literal.string(""))
+
+
+def _after_key(scroll: ScrollKey) -> exp.Expression:
+    """The keyset predicate: rows strictly after `scroll` in (timestamp desc, type, actor, id) order."""
+    ts = exp.column("timestamp")
+    ts_value = exp.Literal.number(scroll.timestamp)
+    event_type = exp.column("event_type")
+    type_value = exp.Literal.string(scroll.event_type)
+    actor_value = exp.Literal.string(scroll.actor_urn)
+    id_value = exp.Literal.string(scroll.event_id)
+    same_actor = exp.and_(exp.EQ(this=_sort_actor(), expression=actor_value), exp.GT(this=exp.column("event_id"), expression=id_value))
+    later_actor = exp.or_(exp.GT(this=_sort_actor(), expression=actor_value), same_actor)
+    same_type = exp.and_(exp.EQ(this=event_type, expression=type_value), exp.paren(later_actor))
+    later_type = exp.or_(exp.GT(this=event_type.copy(), expression=type_value.copy()), same_type)
+    same_time = exp.and_(exp.EQ(this=ts, expression=ts_value), exp.paren(later_type))
+    return exp.paren(exp.or_(exp.LT(this=ts.copy(), expression=ts_value.copy()), same_time))
+
+
+def to_match_condition(request: SearchRequest, now_ms: int, since_ms: int | None = None) -> exp.Expression:
+    """Return the WHERE condition of the events that match the request (window and filters, no paging).
+
+    The window also bounds the event_date partition column so that only the window's days are read.
+
+    Args:
+        request: the validated request.
+        now_ms: the current time, for the default window.
+        since_ms: a later lower time bound than the window's start (a slice of the window), or None.
+    """
+    resolved = request.with_window(now_ms)
+    start, end = resolved.start_time, resolved.end_time
+    if since_ms is not None:
+        start = min(max(start, since_ms), end)
+    conditions: list[exp.Expression] = [
+        exp.GTE(this=exp.column("event_date"), expression=exp.cast(exp.Literal.string(_utc_date(start)), "date")),
+        exp.LTE(this=exp.column("event_date"), expression=exp.cast(exp.Literal.string(_utc_date(end)), "date")),
+        exp.GTE(this=exp.column("timestamp"), expression=exp.Literal.number(start)),
+        exp.LT(this=exp.column("timestamp"), expression=exp.Literal.number(end)),
+    ]
+    for field_name, column in (
+        ("event_types", "event_type"),
+        ("entity_types", "entity_type"),
+        ("aspect_types", "aspect_name"),
+        ("actor_urns", "actor_urn"),
+    ):
+        values = getattr(resolved, field_name)
+        if values:
+            conditions.append(_in_list(column, values))
+    return exp.and_(*conditions)
+
+
+def _check_now(now_ms: int) -> None:
+    if not isinstance(now_ms, int) or isinstance(now_ms, bool):
+        raise RequestError(f"now_ms: {now_ms!r} is not epoch milliseconds")
+
+
+def build_search_sql(request: SearchRequest, table_name: str, now_ms: int, since_ms: int | None = None) -> str:
+    """Return the Spark SQL of one search page, in page order, built as a sqlglot tree.
+
+    Every caller value is a literal node of the tree; nothing the caller sends becomes SQL text.
+
+    Args:
+        request: the validated request (its scroll key selects the rows after the previous page).
+        table_name: the audit events table (or view), possibly qualified.
+        now_ms: the current time, for the default window.
+        since_ms: read only events at or after this time. Rows are ordered newest first, so when this
+            slice of the window holds a full page, that page is the window's page; see `page_upper_bound`.
+    """
+    _check_now(now_ms)
+    where = to_match_condition(request, now_ms, since_ms)
+    if request.scroll is not None:
+        where = exp.and_(where, _after_key(request.scroll))
+    columns = RESULT_COLUMNS + (("raw_event",) if request.include_raw else ())
+    query = (
+        exp.select(*[exp.column(c) for c in columns])
+        .from_(exp.to_table(table_name, dialect="spark"))
+        .where(where)
+        .order_by(
+            exp.Ordered(this=exp.column("timestamp"), desc=True),
+            exp.Ordered(this=exp.column("event_type")),
+            exp.Ordered(this=_sort_actor()),
+            exp.Ordered(this=exp.column("event_id")),
+        )
+        .limit(request.size)
+    )
+    return query.sql(dialect="spark")
+
+
+def histogram_width(request: SearchRequest, now_ms: int) -> int:
+    """Return the bucket width (ms) that splits the request's window into HISTOGRAM_BUCKETS buckets."""
+    resolved = request.with_window(now_ms)
+    return max(1, -(-(resolved.end_time - resolved.start_time) // HISTOGRAM_BUCKETS))
+
+
+def build_histogram_sql(request: SearchRequest, table_name: str, now_ms: int) -> str:
+    """Return the Spark SQL counting the matching events per time bucket of the window (paging aside).
+
+    Result columns: `bucket` (0 = the window's first `histogram_width` ms) and `n`. Their sum is the
+    exact total; `choose_since` uses them to pick the slice of the window that holds the page.
+    """
+    _check_now(now_ms)
+    resolved = request.with_window(now_ms)
+    offset = exp.Sub(this=exp.column("timestamp"), expression=exp.Literal.number(resolved.start_time))
+    bucket = exp.func("FLOOR", exp.Div(this=exp.paren(offset), expression=exp.Literal.number(histogram_width(request, now_ms))))
+    query = (
+        exp.select(exp.alias_(exp.cast(bucket, "bigint"), "bucket"), exp.alias_(exp.Count(this=exp.Star()), "n"))
+        .from_(exp.to_table(table_name, dialect="spark"))
+        .where(to_match_condition(request, now_ms))
+        .group_by(exp.Literal.number(1))
+    )
+    return query.sql(dialect="spark")
+
+
+def choose_since(histogram: Mapping[int, int], request: SearchRequest, now_ms: int) -> int | None:
+    """Return the latest time from which the window surely holds the request's page, or None (whole window).
+
+    Buckets are summed from the page's upper bound down; the bucket holding that bound counts for
+    nothing (part of it is above the bound), so the slice is never too short.
+
+    Args:
+        histogram: bucket -> matching events, from `build_histogram_sql`.
+        request: the request (window resolved or not).
+        now_ms: the current time.
+    """
+    resolved = request.with_window(now_ms)
+    width = histogram_width(request, now_ms)
+    upper = page_upper_bound(resolved, now_ms)
+    found = 0
+    for bucket in sorted(histogram, reverse=True):
+        bucket_start = resolved.start_time + bucket * width
+        if bucket_start >= upper:
+            continue
+        if bucket_start + width <= upper:
+            found += histogram[bucket]
+        if found >= resolved.size:
+            return bucket_start if bucket_start > resolved.start_time else None
+    return None
+
+
+def page_upper_bound(request: SearchRequest, now_ms: int) -> int:
+    """Return the exclusive upper time bound of the rows the request's page can hold.
+
+    That is the window's end, or just after the scroll key's time when paging (rows at the key's own time
+    may still follow it in the sort order).
+    """
+    end = request.with_window(now_ms).end_time
+    return end if request.scroll is None else min(end, request.scroll.timestamp + 1)
+
+
+def to_event(row: Mapping[str, Any], include_raw: bool) -> dict[str, Any]:
+    """Shape one table row as a UsageEventResult of DataHub's audit search response."""
+    event_type = row["event_type"]
+    event: dict[str, Any] = {
+        "eventType": event_type,
+        "timestamp": row["timestamp"],
+        "actorUrn": row["actor_urn"],
+        "sourceIP": row.get("source_ip"),
+        "eventSource": row.get("event_source"),
+        "userAgent": row.get("user_agent"),
+        "telemetryTraceId": row.get("telemetry_trace_id"),
+    }
+    if event_type in LOGIN_EVENT_TYPES:
+        event["loginSource"] = row.get("login_source")
+    else:
+        event["entityUrn"] = row.get("entity_urn")
+        event["entityType"] = row.get("entity_type")
+        event["aspectName"] = row.get("aspect_name")
+    if include_raw:
+        event["rawUsageEvent"] = _raw_document(row.get("raw_event"))
+    return event
+
+
+def _raw_document(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def to_response(rows: Sequence[Mapping[str, Any]], total: int, request: SearchRequest) -> dict[str, Any]:
+    """Shape DataHub's audit search response from one page of rows (already in page order).
+
+    Args:
+        rows: the page's rows with the gold.audit_events column names (rows without an event id are skipped).
+        total: the exact count of matching events.
+        request: the request, with its window resolved (`with_window`) so later pages keep it.
+
+    Returns:
+        `{nextScrollId (only when the page is full), count, total, usageEvents}`.
+    """
+    page = [row for row in rows if row.get("event_id") is not None]
+    response: dict[str, Any] = {}
+    if page and len(page) >= request.size:
+        last = page[-1]
+        response["nextScrollId"] = encode_scroll_id(
+            ScrollKey(
+                timestamp=int(last["timestamp"]),
+                event_type=last["event_type"],
+                actor_urn=last["actor_urn"] or "",
+                event_id=last["event_id"],
+                start_time=request.start_time,
+                end_time=request.end_time,
+            )
+        )
+    response["count"] = len(page)
+    response["total"] = int(total)
+    response["usageEvents"] = [to_event(row, request.include_raw) for row in page]
+    return response

@@ -1,0 +1,289 @@
+"""The refine stage: bronze aspect snapshots -> silver change events, aspect state and skipped snapshots.
+
+Committed bronze batches are processed one at a time, oldest first, and each batch costs what the
+batch costs: its bronze rows are read by batch id, paired with the state rows of the keys it touches,
+and only its own events are written.
+
+Crash safety. One batch is written in this order, each write idempotent:
+  1. stage: sequence the batch against the state *before the batch* (`silver.state.to_pre_batch_state`
+     turns rows this batch already wrote back into their prev_* values), pair, derive the events;
+     everything is written to Parquet under `<home>/_scratch/refine/<batch>` (recomputed on a re-run);
+  2. MERGE events on event_id (insert only, pruned to the batch's event dates);
+  3. MERGE skipped snapshots on (batch_id, source_file, line_number) (insert only);
+  4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key
+     (the state table has deletion vectors on, so an update does not rewrite the files it touches);
+  5. MERGE the hard-deleted flag of entities the batch deleted or re-created;
+  6. record progress (last).
+A run killed anywhere and started again recomputes the same staged data and ends with the same tables.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from conf.errors import InputError
+from conf.settings import Settings
+from conf.tables import table_location, table_name, table_spec
+from pipelines.faults import crash_point
+from pipelines.io import merge, read_table, retry_commit
+from pipelines.progress import StageResult, finished_batches, pending_batches, record_progress
+from silver.events import to_change_events
+from silver.state import (
+    to_entity_flags,
+    to_entity_status,
+    to_pairs,
+    to_pre_batch_state,
+    to_sequenced_batch,
+    to_skipped_snapshots,
+    to_state_rows,
+)
+
+STAGE = "refine"
+SOURCE_TABLE = "bronze.aspect_snapshots"
+EVENTS_TABLE = "silver.entity_change_events"
+STATE_TABLE = "silver.aspect_state"
+SKIPPED_TABLE = "silver.skipped_snapshots"
+DELETION_VECTORS = "delta.enableDeletionVectors"
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """One batch computed and written to Parquet, ready to be merged into the silver tables."""
+
+    batch_id: str
+    folder: Path
+    rows_in: int
+    events: int
+    skipped: int
+    state_rows: int
+    entity_flags: int
+    event_dates: tuple[str, str] | None
+    schemas: dict[str, StructType] = field(default_factory=dict, compare=False, repr=False)
+
+    def read(self, spark: SparkSession, part: str) -> DataFrame:
+        """Read one staged part (events, skipped, state or flags), empty ones included."""
+        return spark.read.schema(self.schemas[part]).parquet(str(self.folder / part))
+
+
+def scratch_folder(settings: Settings, batch_id: str) -> Path:
+    """The folder holding one batch's staged Parquet files."""
+    return settings.home / "_scratch" / STAGE / batch_id
+
+
+def read_batch(spark: SparkSession, settings: Settings, batch_ids: list[str]) -> DataFrame:
+    """The bronze aspect snapshots of the given batches."""
+    return read_table(spark, settings, SOURCE_TABLE).filter(F.col("batch_id").isin(batch_ids))
+
+
+def _stage(df: DataFrame, path: Path, schemas: dict[str, StructType], partition_by: str | None = None) -> DataFrame:
+    """Write `df` to Parquet and return it read back (with its schema: an empty result writes no file)."""
+    writer = df.write.mode("overwrite")
+    if partition_by:
+        writer = writer.partitionBy(partition_by)
+    writer.parquet(str(path))
+    schemas[path.name] = df.schema
+    return df.sparkSession.read.schema(df.schema).parquet(str(path))
+
+
+def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> StagedBatch:
+    """Compute one batch against the state before it and write every result to the batch's scratch folder.
+
+    The sequenced rows are written first, so the window work is done once, then the pairs, partitioned
+    by aspect name, so each event generator reads only its own aspects' files.
+    """
+    folder = scratch_folder(settings, batch_id)
+    schemas: dict[str, StructType] = {}
+    batch_df = read_batch(spark, settings, [batch_id])
+    pre_state_df = to_pre_batch_state(read_table(spark, settings, STATE_TABLE), batch_id)
+
+    sequenced_df = _stage(to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas)
+    # Partitioned by aspect: each event generator reads only the files of the aspects it diffs.
+    pairs_df = _stage(to_pairs(sequenced_df), folder / "pairs", schemas, partition_by="aspect_name")
+    events_df = _stage(to_change_events(pairs_df, settings.events.owner_category), folder / "events", schemas)
+    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas)
+    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas)
+    state_df = _stage(
+        to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp()), folder / "state", schemas
+    )
+    flags_df = _stage(to_entity_flags(status_df), folder / "flags", schemas)
+
+    summary = events_df.agg(
+        F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi")
+    ).collect()[0]
+    return StagedBatch(
+        batch_id=batch_id,
+        folder=folder,
+        rows_in=sequenced_df.count(),
+        events=int(summary["n"]),
+        skipped=skipped_df.count(),
+        state_rows=state_df.count(),
+        entity_flags=flags_df.count(),
+        event_dates=(str(summary["lo"]), str(summary["hi"])) if summary["n"] else None,
+        schemas=schemas,
+    )
+
+
+def _insert_columns(table_key: str) -> tuple[str, str]:
+    columns = table_spec(table_key).column_names
+    return ", ".join(columns), ", ".join(f"s.{c}" for c in columns)
+
+
+def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Insert the batch's events that the table does not hold yet (keyed on event_id)."""
+    if not staged.events:
+        return
+    target = table_name(settings, EVENTS_TABLE)
+    columns, values = _insert_columns(EVENTS_TABLE)
+    low, high = staged.event_dates
+    # The literal date range lets the engine skip partitions the batch cannot touch.
+    statement = (
+        f"MERGE INTO {target} AS t USING {{source}} AS s "
+        f"ON t.event_id = s.event_id AND t.event_date = s.event_date "
+        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}' "
+        f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})"
+    )
+    merge(spark, staged.read(spark, "events"), lambda source: statement.format(source=source), view_name="refine_events")
+
+
+def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Insert the batch's late and duplicate snapshots not recorded yet."""
+    if not staged.skipped:
+        return
+    target = table_name(settings, SKIPPED_TABLE)
+    columns, values = _insert_columns(SKIPPED_TABLE)
+    source_df = staged.read(spark, "skipped").withColumn("recorded_at", F.current_timestamp())
+    statement = (
+        f"MERGE INTO {target} AS t USING {{source}} AS s "
+        f"ON t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
+        f"AND t.batch_id = '{_quote(staged.batch_id)}' "
+        f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})"
+    )
+    merge(spark, source_df, lambda source: statement.format(source=source), view_name="refine_skipped")
+
+
+def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Write the batch's new state rows: insert new keys, replace rows only from another, older batch."""
+    if not staged.state_rows:
+        return
+    target = table_name(settings, STATE_TABLE)
+    columns, values = _insert_columns(STATE_TABLE)
+    updates = ", ".join(f"t.{c} = s.{c}" for c in table_spec(STATE_TABLE).column_names)
+    statement = (
+        f"MERGE INTO {target} AS t USING {{source}} AS s "
+        f"ON t.entity_urn = s.entity_urn AND t.aspect_name = s.aspect_name "
+        f"WHEN MATCHED AND t.batch_id <> s.batch_id AND s.order_key > t.order_key THEN UPDATE SET {updates} "
+        f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})"
+    )
+    merge(spark, staged.read(spark, "state"), lambda source: statement.format(source=source), view_name="refine_state")
+
+
+def merge_entity_flags(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Set entity_deleted on every state row of the entities the batch hard-deleted or re-created."""
+    if not staged.entity_flags:
+        return
+    target = table_name(settings, STATE_TABLE)
+    statement = (
+        f"MERGE INTO {target} AS t USING {{source}} AS s ON t.entity_urn = s.entity_urn "
+        f"WHEN MATCHED AND t.entity_deleted <> s.entity_deleted THEN UPDATE SET t.entity_deleted = s.entity_deleted"
+    )
+    merge(spark, staged.read(spark, "flags"), lambda source: statement.format(source=source), view_name="refine_flags")
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+# The writes of one batch, in order; a crash point follows each (`pipelines.faults`).
+BATCH_STEPS = (
+    ("events_merged", merge_events),
+    ("skipped_merged", merge_skipped),
+    ("state_merged", merge_state),
+    ("flags_merged", merge_entity_flags),
+)
+
+
+def refine_batch(
+    spark: SparkSession, settings: Settings, batch_id: str, run_id: str | None = None
+) -> StagedBatch | None:
+    """Refine one committed bronze batch: stage it, run BATCH_STEPS, record progress, drop the staged files.
+
+    Returns:
+        What the batch produced, or None when refine has already recorded the batch (nothing is written).
+    """
+    if batch_id in finished_batches(spark, settings, STAGE):
+        return None
+    staged = stage_batch(spark, settings, batch_id)
+    crash_point("refine.staged")
+    for name, step in BATCH_STEPS:
+        step(spark, settings, staged)
+        crash_point(f"refine.{name}")
+    record_progress(
+        spark, settings, STAGE, SOURCE_TABLE, batch_id, rows_in=staged.rows_in, rows_out=staged.events, run_id=run_id
+    )
+    shutil.rmtree(staged.folder, ignore_errors=True)
+    return staged
+
+
+def ensure_deletion_vectors(spark: SparkSession, settings: Settings) -> None:
+    """Turn on deletion vectors for silver.aspect_state, once.
+
+    Every batch updates keys spread over the whole state: without deletion vectors a MERGE rewrites every
+    file of the table, so a batch would cost what the table costs. With them it writes the new rows and
+    marks the replaced ones. The embedded engine's SQL cannot show table properties, so a local table's
+    log is read with delta-rs; elsewhere the (idempotent) ALTER simply runs.
+    """
+    location = table_location(settings, STATE_TABLE)
+    if not settings.catalog.managed_tables and (location / "_delta_log").is_dir():
+        from deltalake import DeltaTable
+
+        if DeltaTable(str(location)).metadata().configuration.get(DELETION_VECTORS) == "true":
+            return
+    retry_commit(
+        lambda: spark.sql(
+            f"ALTER TABLE {table_name(settings, STATE_TABLE)} SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')"
+        ).collect()
+    )
+
+
+def refine(
+    spark: SparkSession, settings: Settings, run_id: str | None = None, max_batches: int | None = None
+) -> StageResult:
+    """Refine every committed bronze batch that refine has not processed yet, oldest first.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings (`events.owner_category` names owner events).
+        run_id: the pipeline run recorded with each batch's progress.
+        max_batches: process at most this many batches (the oldest pending ones).
+
+    Returns:
+        The batches processed, bronze rows read, events written, and per-run metrics.
+
+    Raises:
+        InputError: when max_batches is not a positive number.
+    """
+    if max_batches is not None and max_batches < 1:
+        raise InputError(f"max_batches: {max_batches!r} must be at least 1")
+    pending = pending_batches(spark, settings, STAGE)
+    if max_batches is not None:
+        pending = pending[:max_batches]
+    if pending:
+        ensure_deletion_vectors(spark, settings)
+    staged = [s for s in (refine_batch(spark, settings, b, run_id=run_id) for b in pending) if s is not None]
+    return StageResult(
+        stage=STAGE,
+        batch_ids=tuple(s.batch_id for s in staged),
+        rows_in=sum(s.rows_in for s in staged),
+        rows_out=sum(s.events for s in staged),
+        metrics={
+            "events": float(sum(s.events for s in staged)),
+            "skipped": float(sum(s.skipped for s in staged)),
+            "state_rows": float(sum(s.state_rows for s in staged)),
+        },
+    )

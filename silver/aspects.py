@@ -1,0 +1,171 @@
+"""DataHub aspect JSON: explicit schemas per aspect name and Column helpers to read them.
+
+Every aspect is parsed with `from_json` and the schema below, never with schema inference. Unions are
+read the way DataHub serializes them: a schema field type `{"type": {"com.linkedin.schema.StringType": {}}}`
+is a map from the union member's name to its (ignored) body; a structured property value
+`{"string": "x"}` / `{"double": 1.0}` is a struct with one member set.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from conf.errors import InputError
+
+_TAGS = "STRUCT<tags: ARRAY<STRUCT<tag: STRING>>>"
+_TERMS = "STRUCT<terms: ARRAY<STRUCT<urn: STRING>>>"
+_OWNER = "STRUCT<owner: STRING, type: STRING, typeUrn: STRING>"
+_PROPERTY_VALUES = "ARRAY<STRUCT<string: STRING, double: DOUBLE>>"
+_PROPERTY_ASSIGNMENT = f"STRUCT<propertyUrn: STRING, `values`: {_PROPERTY_VALUES}>"
+
+# The parts of each aspect the change event generators read, as Spark DDL.
+ASPECT_SCHEMAS: dict[str, str] = {
+    "globalTags": "tags ARRAY<STRUCT<tag: STRING>>",
+    "glossaryTerms": "terms ARRAY<STRUCT<urn: STRING>>",
+    "domains": "domains ARRAY<STRING>",
+    "ownership": f"owners ARRAY<{_OWNER}>",
+    "structuredProperties": f"properties ARRAY<{_PROPERTY_ASSIGNMENT}>",
+    "deprecation": "deprecated BOOLEAN, note STRING, decommissionTime BIGINT, actor STRING",
+    "status": "removed BOOLEAN",
+    "schemaMetadata": (
+        "fields ARRAY<STRUCT<fieldPath: STRING, nullable: BOOLEAN, nativeDataType: STRING, "
+        f"type: STRUCT<type: MAP<STRING, STRING>>, description: STRING, globalTags: {_TAGS}, "
+        f"glossaryTerms: {_TERMS}>>"
+    ),
+    "editableSchemaMetadata": (
+        "editableSchemaFieldInfo ARRAY<STRUCT<fieldPath: STRING, description: STRING, "
+        f"globalTags: {_TAGS}, glossaryTerms: {_TERMS}>>"
+    ),
+    "actionRequestInfo": (
+        "type STRING, resource STRING, resourceType STRING, subResource STRING, subResourceType STRING, "
+        "params STRUCT<"
+        "tagProposal: STRUCT<tag: STRING, tags: ARRAY<STRING>>, "
+        "glossaryTermProposal: STRUCT<glossaryTerm: STRING, glossaryTerms: ARRAY<STRING>>, "
+        "domainProposal: STRUCT<domains: ARRAY<STRING>>, "
+        f"ownerProposal: STRUCT<owners: ARRAY<{_OWNER}>>, "
+        "createGlossaryTermProposal: STRUCT<name: STRING, parentNode: STRING, description: STRING>, "
+        "updateDescriptionProposal: STRUCT<description: STRING>, "
+        f"structuredPropertyProposal: STRUCT<structuredPropertyValues: ARRAY<{_PROPERTY_ASSIGNMENT}>>, "
+        "tag: STRING, glossaryTerm: STRING, domains: ARRAY<STRING>, "
+        f"owners: ARRAY<{_OWNER}>, name: STRING, parentNode: STRING, description: STRING, "
+        f"structuredPropertyValues: ARRAY<{_PROPERTY_ASSIGNMENT}>>, "
+        "createdBy STRING"
+    ),
+}
+
+# Aspects whose entity-level documentation is one string field: aspect name -> field name.
+DESCRIPTION_FIELDS: dict[str, str] = {
+    "datasetProperties": "description",
+    "editableDatasetProperties": "description",
+    "chartInfo": "description",
+    "editableChartProperties": "description",
+    "dashboardInfo": "description",
+    "editableDashboardProperties": "description",
+    "dataJobInfo": "description",
+    "editableDataJobProperties": "description",
+    "dataFlowInfo": "description",
+    "editableDataFlowProperties": "description",
+    "containerProperties": "description",
+    "editableContainerProperties": "description",
+    "domainProperties": "description",
+    "tagProperties": "description",
+    "glossaryTermInfo": "definition",
+    "glossaryNodeInfo": "definition",
+}
+
+ASPECT_SCHEMAS.update({name: f"{field} STRING" for name, field in DESCRIPTION_FIELDS.items()})
+
+# Aspects whose schemaField children carry tags, terms and descriptions: aspect -> array field name.
+FIELD_ARRAYS: dict[str, str] = {
+    "schemaMetadata": "fields",
+    "editableSchemaMetadata": "editableSchemaFieldInfo",
+}
+
+# The parts of a schema field each reader needs. Schema aspects are the largest JSON by far and three
+# generators read them: each parses only its parts, which is much cheaper than the whole field.
+FIELD_PARTS: dict[str, str] = {
+    "type": "nullable: BOOLEAN, nativeDataType: STRING, type: STRUCT<type: MAP<STRING, STRING>>",
+    "labels": f"globalTags: {_TAGS}, glossaryTerms: {_TERMS}",
+    "description": "description: STRING",
+}
+
+def aspect_schema(aspect_name: str) -> str:
+    """Return the DDL schema used to parse one aspect's JSON.
+
+    Raises:
+        InputError: for an aspect no change event generator reads.
+    """
+    try:
+        return ASPECT_SCHEMAS[aspect_name]
+    except KeyError:
+        raise InputError(f"aspect_name: no schema for aspect {aspect_name!r}") from None
+
+
+def field_array_schema(aspect_name: str, part: str) -> str:
+    """The DDL schema of a schema aspect reduced to its field array with fieldPath and one FIELD_PARTS part.
+
+    Raises:
+        InputError: for an aspect without a field array or an unknown part.
+    """
+    if aspect_name not in FIELD_ARRAYS:
+        raise InputError(f"aspect_name: {aspect_name!r} has no schema fields (known: {', '.join(FIELD_ARRAYS)})")
+    if part not in FIELD_PARTS:
+        raise InputError(f"part: {part!r} is not one of {', '.join(FIELD_PARTS)}")
+    return f"{FIELD_ARRAYS[aspect_name]} ARRAY<STRUCT<fieldPath: STRING, {FIELD_PARTS[part]}>>"
+
+
+def parse_aspect(json_col: Column | str, aspect_name: str, schema: str | None = None) -> Column:
+    """Parse aspect JSON text into a struct with the aspect's explicit schema (null text gives null).
+
+    Args:
+        json_col: the JSON text column.
+        aspect_name: the aspect (its schema from ASPECT_SCHEMAS).
+        schema: a narrower DDL schema to use instead (e.g. `field_array_schema`).
+    """
+    column = F.col(json_col) if isinstance(json_col, str) else json_col
+    return F.from_json(column, schema or aspect_schema(aspect_name))
+
+
+def is_key_aspect(aspect_name: Column | str, entity_type: Column | str) -> Column:
+    """True when the aspect is the entity's key aspect (`datasetKey` for a dataset, `corpUserKey` for a corpuser)."""
+    aspect = F.col(aspect_name) if isinstance(aspect_name, str) else aspect_name
+    entity = F.col(entity_type) if isinstance(entity_type, str) else entity_type
+    return aspect.endswith("Key") & (F.lower(aspect) == F.concat(F.lower(entity), F.lit("key")))
+
+
+def entity_type_of_urn(urn: Column | str) -> Column:
+    """The entity type named by an urn: `urn:li:<type>:...` gives `<type>` (null when not an urn)."""
+    column = F.col(urn) if isinstance(urn, str) else urn
+    return F.nullif(F.regexp_extract(column, r"^urn:li:([^:]+):", 1), F.lit(""))
+
+
+def to_schema_field_urn(dataset_urn: Column | str, field_path: Column | str) -> Column:
+    """The schemaField urn of a dataset's field: `urn:li:schemaField:(<datasetUrn>,<fieldPath>)`."""
+    dataset = F.col(dataset_urn) if isinstance(dataset_urn, str) else dataset_urn
+    path = F.col(field_path) if isinstance(field_path, str) else field_path
+    return F.concat(F.lit("urn:li:schemaField:("), dataset, F.lit(","), path, F.lit(")"))
+
+
+def to_json_string(value: Column) -> Column:
+    """A string as a JSON string literal (quoted and escaped), null stays null."""
+    return F.when(value.isNotNull(), F.regexp_extract(F.to_json(F.array(value)), r"^\[(.*)\]$", 1))
+
+
+def to_property_values_json(values: Column) -> Column:
+    """Structured property values (`[{"string": ..} | {"double": ..}]`) as compact JSON text, e.g. `["a",1.0]`.
+
+    Strings become JSON strings and doubles JSON numbers, in the aspect's order, as DataHub writes them.
+    """
+    tokens = F.transform(
+        F.coalesce(values, F.array().cast("array<struct<string: string, double: double>>")),
+        lambda v: F.when(v["string"].isNotNull(), to_json_string(v["string"]))
+        .when(v["double"].isNotNull(), F.regexp_extract(F.to_json(F.array(v["double"])), r"^\[(.*)\]$", 1))
+        .otherwise(F.lit("null")),
+    )
+    return F.concat(F.lit("["), F.array_join(tokens, ","), F.lit("]"))
+
+
+def blank_to_null(text: Column) -> Column:
+    """Null for a missing, empty or whitespace-only string: an empty description counts as none."""
+    return F.when(F.trim(text) != F.lit(""), text)

@@ -1,0 +1,307 @@
+"""Order aspect versions, decide what is late or a replay, pair each new version with its predecessor,
+and derive the new silver.aspect_state rows: pure DataFrame transforms over one bronze batch.
+
+Ordering key of one (entity_urn, aspect_name): systemMetadata.version when present, else created
+time; a DELETE orders after the write of the same version (DataHub repeats the deleted value's version
+on the DELETE record). The key is a sortable string `v<version, 19 digits>.<0 write | 1 delete>`
+(or `t<created ms>.<0|1>` without a version), so the same (version, change type) is the same key: a
+replay. Keys with a version sort after keys without one.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from silver.aspects import is_key_aspect
+
+# The bronze.aspect_snapshots columns the sequencing reads.
+BRONZE_COLUMNS = (
+    "entity_urn",
+    "entity_type",
+    "aspect_name",
+    "change_type",
+    "aspect_json",
+    "version",
+    "created_time",
+    "created_actor",
+    "record_hash",
+    "batch_id",
+    "source_file",
+    "line_number",
+    "landed_at",
+)
+
+# The columns of an aspect version pair, the input of every change event generator.
+PAIR_COLUMNS = (
+    "entity_urn",
+    "entity_type",
+    "aspect_name",
+    "change_type",
+    "is_delete",
+    "version",
+    "order_key",
+    "created_time",
+    "created_actor",
+    "record_hash",
+    "batch_id",
+    "source_file",
+    "line_number",
+    "change_set_id",
+    "prev_json",
+    "new_json",
+    "prev_change_type",
+)
+
+# The silver.aspect_state columns of one state row; prev_* hold the row as it was before `batch_id`.
+STATE_VALUE_COLUMNS = (
+    "aspect_json",
+    "version",
+    "order_key",
+    "change_type",
+    "created_time",
+    "created_actor",
+    "record_hash",
+    "batch_id",
+)
+
+ACCEPTED, LATE, DUPLICATE = "ACCEPTED", "LATE", "DUPLICATE"
+
+
+def order_key(version: Column, created_time: Column, change_type: Column) -> Column:
+    """The sortable ordering key of one aspect version (see the module docstring)."""
+    rank = F.when(F.upper(change_type) == "DELETE", F.lit("1")).otherwise(F.lit("0"))
+    by_version = F.concat(F.lit("v"), F.lpad(version.cast("string"), 19, "0"), F.lit("."), rank)
+    by_time = F.concat(F.lit("t"), F.lpad(F.coalesce(created_time, F.lit(0)).cast("string"), 19, "0"), F.lit("."), rank)
+    return F.when(version.isNotNull(), by_version).otherwise(by_time)
+
+
+def change_set_id(entity_urn: Column, aspect_name: Column, key: Column) -> Column:
+    """The id of one change set: one aspect version of one entity (deterministic)."""
+    return F.sha2(F.concat_ws("\u001f", entity_urn, aspect_name, key), 256)
+
+
+def to_pre_batch_state(state_df: DataFrame, batch_id: str) -> DataFrame:
+    """Return silver.aspect_state as it was before `batch_id` was applied.
+
+    Rows that `batch_id` already wrote (a run killed after the state MERGE) are turned back into their
+    prev_* values; rows it inserted (no prev_order_key) disappear. Other rows are returned as they are.
+    """
+    reverted = F.col("batch_id") == F.lit(batch_id)
+    values = [
+        F.when(reverted, F.col(f"prev_{c}")).otherwise(F.col(c)).alias(c) for c in STATE_VALUE_COLUMNS
+    ]
+    return state_df.select("entity_urn", "entity_type", "aspect_name", *values).filter(
+        F.col("order_key").isNotNull()
+    )
+
+
+def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFrame:
+    """Classify every snapshot of a batch against the state before the batch, and pair the accepted ones.
+
+    Args:
+        batch_df: bronze.aspect_snapshots rows of one batch (or of any set of batches processed as one).
+        pre_state_df: silver.aspect_state before the batch (`to_pre_batch_state`); any superset of the
+            batch's keys.
+
+    Returns:
+        The batch rows with order_key, is_delete, disposition (ACCEPTED, LATE or DUPLICATE), the state
+        they were compared with (state_*; state_aspect_json only on is_last rows), new_json (the
+        aspect JSON, null on DELETE, in place of aspect_json), and for accepted rows prev_json /
+        prev_change_type (the predecessor: the previous accepted version in the batch, else the
+        state), is_last (the key's newest version in the batch) and change_set_id.
+    """
+    key = ["entity_urn", "aspect_name"]
+    rows_df = (
+        batch_df.select(*BRONZE_COLUMNS)
+        .withColumn("order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type")))
+        .withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
+    )
+    state_df = pre_state_df.select(
+        *key,
+        F.col("order_key").alias("state_order_key"),
+        F.col("change_type").alias("state_change_type"),
+        F.col("aspect_json").alias("state_aspect_json"),
+        F.col("version").alias("state_version"),
+        F.col("created_time").alias("state_created_time"),
+        F.col("created_actor").alias("state_created_actor"),
+        F.col("record_hash").alias("state_record_hash"),
+        F.col("batch_id").alias("state_batch_id"),
+    )
+    joined_df = rows_df.join(state_df, on=key, how="left")
+    # Copies of one version in the batch are adjacent in this order; the first landed one counts.
+    arrival = Window.partitionBy(*key).orderBy("order_key", "landed_at", "batch_id", "source_file", "line_number")
+    classified_df = joined_df.withColumn(
+        "disposition",
+        F.when(F.lag("order_key").over(arrival) == F.col("order_key"), F.lit(DUPLICATE))
+        .when(F.col("order_key") < F.col("state_order_key"), F.lit(LATE))
+        .when(F.col("order_key") == F.col("state_order_key"), F.lit(DUPLICATE))
+        .otherwise(F.lit(ACCEPTED)),
+    )
+    accepted = F.col("disposition") == ACCEPTED
+    # Only accepted rows take part in the pairing: rank them apart from the skipped ones.
+    pairing = Window.partitionBy(*key, "disposition").orderBy("order_key")
+    effective_json = F.when(~F.col("is_delete"), F.col("aspect_json"))
+    state_json = F.when(F.upper(F.col("state_change_type")) != "DELETE", F.col("state_aspect_json"))
+    first = F.row_number().over(pairing) == 1
+    paired_df = (
+        classified_df.withColumn("new_json", effective_json)
+        .withColumn(
+            "prev_json",
+            F.when(accepted, F.when(first, state_json).otherwise(F.lag(effective_json).over(pairing))),
+        )
+        .withColumn(
+            "prev_change_type",
+            F.when(accepted, F.when(first, F.col("state_change_type")).otherwise(F.lag("change_type").over(pairing))),
+        )
+        .withColumn("is_last", accepted & F.lead("order_key").over(pairing).isNull())
+        .withColumn("change_set_id", change_set_id(F.col("entity_urn"), F.col("aspect_name"), F.col("order_key")))
+    )
+    # Each JSON text once per row: aspect_json is new_json (null on DELETE either way), and the state's
+    # JSON is kept only where the new state row needs it (as its prev_aspect_json).
+    return paired_df.drop("aspect_json").withColumn(
+        "state_aspect_json", F.when(F.col("is_last"), F.col("state_aspect_json"))
+    )
+
+
+def to_pairs(sequenced_df: DataFrame) -> DataFrame:
+    """Return the accepted aspect versions with their predecessors: the input of the change event generators."""
+    return sequenced_df.filter(F.col("disposition") == ACCEPTED).select(*PAIR_COLUMNS)
+
+
+def to_skipped_snapshots(sequenced_df: DataFrame) -> DataFrame:
+    """Return the late and duplicate snapshots of the batch in silver.skipped_snapshots' columns (no recorded_at).
+
+    state_order_key is the key the snapshot lost against: the state's, or its own for a second copy
+    of a version within the batch.
+    """
+    return sequenced_df.filter(F.col("disposition") != ACCEPTED).select(
+        "entity_urn",
+        "aspect_name",
+        "version",
+        "order_key",
+        "change_type",
+        F.col("disposition").alias("reason"),
+        F.coalesce(F.col("state_order_key"), F.col("order_key")).alias("state_order_key"),
+        "record_hash",
+        "batch_id",
+        "source_file",
+        "line_number",
+    )
+
+
+def to_entity_status(sequenced_df: DataFrame, pre_state_df: DataFrame) -> DataFrame:
+    """Whether each entity of the batch is hard-deleted before and after the batch.
+
+    Returns:
+        entity_urn, was_deleted, entity_deleted: the entity's latest key aspect record is a DELETE
+        (before the batch / after it); false when the entity has no key aspect record.
+    """
+    entities_df = sequenced_df.select("entity_urn").distinct()
+    state_key_df = (
+        pre_state_df.filter(is_key_aspect("aspect_name", "entity_type"))
+        .join(entities_df, on="entity_urn", how="left_semi")
+        .groupBy("entity_urn")
+        .agg(F.max_by(F.upper(F.col("change_type")) == "DELETE", F.col("order_key")).alias("was_deleted"))
+    )
+    batch_key_df = (
+        sequenced_df.filter(F.col("is_last") & is_key_aspect("aspect_name", "entity_type"))
+        .groupBy("entity_urn")
+        .agg(F.max_by(F.col("is_delete"), F.col("order_key")).alias("batch_deleted"))
+    )
+    return (
+        entities_df.join(state_key_df, on="entity_urn", how="left")
+        .join(batch_key_df, on="entity_urn", how="left")
+        .select(
+            "entity_urn",
+            F.coalesce(F.col("was_deleted"), F.lit(False)).alias("was_deleted"),
+            F.coalesce(F.col("batch_deleted"), F.col("was_deleted"), F.lit(False)).alias("entity_deleted"),
+        )
+    )
+
+
+def to_state_rows(sequenced_df: DataFrame, entity_status_df: DataFrame) -> DataFrame:
+    """Return the new silver.aspect_state row of every key the batch changed (no updated_at).
+
+    Each row is the key's newest accepted version, stamped with the batch id, with prev_* holding the
+    state row it replaces (all null for a new key) so the batch can be recomputed after a crash.
+    """
+    return (
+        sequenced_df.filter(F.col("is_last"))
+        .join(entity_status_df.select("entity_urn", "entity_deleted"), on="entity_urn", how="left")
+        .select(
+            "entity_urn",
+            "entity_type",
+            "aspect_name",
+            F.col("new_json").alias("aspect_json"),
+            "version",
+            "order_key",
+            "change_type",
+            "created_time",
+            "created_actor",
+            F.col("is_delete").alias("deleted"),
+            F.coalesce(F.col("entity_deleted"), F.lit(False)).alias("entity_deleted"),
+            "record_hash",
+            "batch_id",
+            "source_file",
+            "line_number",
+            F.col("state_aspect_json").alias("prev_aspect_json"),
+            F.col("state_version").alias("prev_version"),
+            F.col("state_order_key").alias("prev_order_key"),
+            F.col("state_change_type").alias("prev_change_type"),
+            F.col("state_created_time").alias("prev_created_time"),
+            F.col("state_created_actor").alias("prev_created_actor"),
+            F.col("state_record_hash").alias("prev_record_hash"),
+            F.col("state_batch_id").alias("prev_batch_id"),
+        )
+    )
+
+
+def to_entity_flags(entity_status_df: DataFrame) -> DataFrame:
+    """The entities whose hard-deleted status the batch flipped: (entity_urn, entity_deleted) for every state row."""
+    return entity_status_df.filter(F.col("was_deleted") != F.col("entity_deleted")).select(
+        "entity_urn", "entity_deleted"
+    )
+
+
+def to_empty_state(batch_df: DataFrame) -> DataFrame:
+    """A state with no rows, in the columns `to_sequenced_batch` reads: for processing from scratch."""
+    return batch_df.select(
+        "entity_urn",
+        "entity_type",
+        "aspect_name",
+        "aspect_json",
+        "version",
+        F.lit(None).cast("string").alias("order_key"),
+        "change_type",
+        "created_time",
+        "created_actor",
+        "record_hash",
+        "batch_id",
+    ).filter(F.lit(False))
+
+
+def to_latest_versions(snapshots_df: DataFrame) -> DataFrame:
+    """The newest snapshot of every (entity_urn, aspect_name) by ordering key (first landed copy on a tie).
+
+    Returns:
+        The snapshots' columns plus order_key and is_delete, one row per key.
+    """
+    keyed_df = snapshots_df.withColumn(
+        "order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type"))
+    ).withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
+    newest = Window.partitionBy("entity_urn", "aspect_name").orderBy(
+        F.col("order_key").desc(), "landed_at", "batch_id", "source_file", "line_number"
+    )
+    return keyed_df.withColumn("_rank", F.row_number().over(newest)).filter(F.col("_rank") == 1).drop("_rank")
+
+
+def to_next_state(state_df: DataFrame, state_rows_df: DataFrame) -> DataFrame:
+    """The state after a batch without MERGE: the rows of keys the batch did not touch, plus its new rows.
+
+    For engines or outputs without Delta (plain Parquet); `state_rows_df` is `to_state_rows` output
+    with the state's columns.
+    """
+    keys_df = state_rows_df.select("entity_urn", "aspect_name")
+    kept_df = state_df.join(keys_df, on=["entity_urn", "aspect_name"], how="left_anti")
+    return kept_df.unionByName(state_rows_df.select(*state_df.columns))
