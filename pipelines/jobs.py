@@ -146,9 +146,11 @@ def _run_stage(
     if stage == "land":
         from pipelines.landing import land_paths
 
-        report = land_paths(
-            spark, settings, list(paths) if paths else list(settings.landing_paths), progress=land_progress
-        )
+        if not paths:
+            # The configured landing folders are where new files will arrive: an empty one is fine.
+            for folder in settings.landing_paths:
+                folder.mkdir(parents=True, exist_ok=True)
+        report = land_paths(spark, settings, list(paths or settings.landing_paths), progress=land_progress)
         results = [report.as_stage_result()]
     elif stage == "refine":
         from pipelines.refine import refine

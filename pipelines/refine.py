@@ -10,8 +10,7 @@ Crash safety. One batch is written in this order, each write idempotent:
      everything is written to Parquet under `<home>/_scratch/refine/<batch>` (recomputed on a re-run);
   2. MERGE events on event_id (insert only, pruned to the batch's event dates);
   3. MERGE skipped snapshots on (batch_id, source_file, line_number) (insert only);
-  4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key
-     (the state table has deletion vectors on, so an update does not rewrite the files it touches);
+  4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key;
   5. MERGE the hard-deleted flag of entities the batch deleted or re-created;
   6. record progress (last).
 A run killed anywhere and started again recomputes the same staged data and ends with the same tables.
@@ -29,9 +28,9 @@ from pyspark.sql.types import StructType
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import table_location, table_name, table_spec
+from conf.tables import table_name, table_spec
 from pipelines.faults import crash_point
-from pipelines.io import merge, read_table, retry_commit
+from pipelines.io import merge, read_table
 from pipelines.progress import StageResult, finished_batches, pending_batches, record_progress
 from silver.events import to_change_events
 from silver.state import (
@@ -49,7 +48,6 @@ SOURCE_TABLE = "bronze.aspect_snapshots"
 EVENTS_TABLE = "silver.entity_change_events"
 STATE_TABLE = "silver.aspect_state"
 SKIPPED_TABLE = "silver.skipped_snapshots"
-DELETION_VECTORS = "delta.enableDeletionVectors"
 
 
 @dataclass(frozen=True)
@@ -230,27 +228,6 @@ def refine_batch(
     return staged
 
 
-def ensure_deletion_vectors(spark: SparkSession, settings: Settings) -> None:
-    """Turn on deletion vectors for silver.aspect_state, once.
-
-    Every batch updates keys spread over the whole state: without deletion vectors a MERGE rewrites every
-    file of the table, so a batch would cost what the table costs. With them it writes the new rows and
-    marks the replaced ones. The embedded engine's SQL cannot show table properties, so a local table's
-    log is read with delta-rs; elsewhere the (idempotent) ALTER simply runs.
-    """
-    location = table_location(settings, STATE_TABLE)
-    if not settings.catalog.managed_tables and (location / "_delta_log").is_dir():
-        from deltalake import DeltaTable
-
-        if DeltaTable(str(location)).metadata().configuration.get(DELETION_VECTORS) == "true":
-            return
-    retry_commit(
-        lambda: spark.sql(
-            f"ALTER TABLE {table_name(settings, STATE_TABLE)} SET TBLPROPERTIES ('{DELETION_VECTORS}' = 'true')"
-        ).collect()
-    )
-
-
 def refine(
     spark: SparkSession, settings: Settings, run_id: str | None = None, max_batches: int | None = None
 ) -> StageResult:
@@ -273,8 +250,6 @@ def refine(
     pending = pending_batches(spark, settings, STAGE)
     if max_batches is not None:
         pending = pending[:max_batches]
-    if pending:
-        ensure_deletion_vectors(spark, settings)
     staged = [s for s in (refine_batch(spark, settings, b, run_id=run_id) for b in pending) if s is not None]
     return StageResult(
         stage=STAGE,

@@ -24,8 +24,8 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo_command(
         ctx: typer.Context,
-        entities: int = typer.Option(2000, "--entities", min=1, help="Catalog entities in the generated history."),
-        usage_events: int = typer.Option(100_000, "--usage-events", min=0, help="Usage/audit events to generate."),
+        entities: int = typer.Option(8000, "--entities", min=1, help="Catalog entities in the generated history."),
+        usage_events: int = typer.Option(150_000, "--usage-events", min=0, help="Usage/audit events to generate."),
         seed: int = typer.Option(7, "--seed", help="Generator seed (same seed, same history)."),
         days: int = typer.Option(14, "--days", min=1, help="Days of history, ending now."),
     ) -> None:
