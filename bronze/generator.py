@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bronze.formats import USAGE_EVENT_TYPES
 from conf.errors import InputError
 
 MANIFEST_NAME = "manifest.json"
@@ -81,22 +82,6 @@ KEY_ASPECTS = {
     "dataJob": "dataJobKey",
 }
 
-USAGE_EVENT_TYPES = (
-    "EntityEvent",
-    "CreateUserEvent",
-    "UpdateUserEvent",
-    "CreateAccessTokenEvent",
-    "RevokeAccessTokenEvent",
-    "CreatePolicyEvent",
-    "UpdatePolicyEvent",
-    "CreateIngestionSourceEvent",
-    "UpdateIngestionSourceEvent",
-    "DeleteEntityEvent",
-    "UpdateAspectEvent",
-    "LogInEvent",
-    "FailedLogInEvent",
-    "DeletePolicyEvent",
-)
 ACTION_REQUEST_TYPES = (
     "DOMAIN_ASSOCIATION",
     "OWNER_ASSOCIATION",

@@ -5,23 +5,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-# The event types of DataHub's Audit Events Search API (plus DeletePolicyEvent, which DataHub also emits).
-EVENT_TYPES = (
-    "EntityEvent",
-    "CreateUserEvent",
-    "UpdateUserEvent",
-    "CreateAccessTokenEvent",
-    "RevokeAccessTokenEvent",
-    "CreatePolicyEvent",
-    "UpdatePolicyEvent",
-    "DeletePolicyEvent",
-    "CreateIngestionSourceEvent",
-    "UpdateIngestionSourceEvent",
-    "DeleteEntityEvent",
-    "UpdateAspectEvent",
-    "LogInEvent",
-    "FailedLogInEvent",
-)
+from bronze.formats import USAGE_EVENT_TYPES
+
+# The event types of the Audit Events Search API (DeletePolicyEvent included): one list, bronze's.
+EVENT_TYPES = USAGE_EVENT_TYPES
 LOGIN_EVENT_TYPES = ("LogInEvent", "FailedLogInEvent")
 LOGIN_SOURCES = (
     "PASSWORD_RESET",

@@ -60,9 +60,13 @@ def tracked_run(settings: Settings, run_name: str, tags: Mapping[str, str] | Non
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    if settings.mlflow.tracking_uri is None:
-        (settings.home / "mlruns").mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
+    if settings.mlflow.tracking_uri is None:
+        # A local store keeps its artifacts beside it under home, not in the working directory.
+        store = settings.home / "mlruns"
+        store.mkdir(parents=True, exist_ok=True)
+        if mlflow.get_experiment_by_name(settings.mlflow.experiment) is None:
+            mlflow.create_experiment(settings.mlflow.experiment, artifact_location=(store / "artifacts").as_uri())
     mlflow.set_experiment(settings.mlflow.experiment)
     with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as active:
         tracker = RunTracker(active.info.run_id)
