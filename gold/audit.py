@@ -6,6 +6,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from bronze.formats import USAGE_EVENT_TYPES
+from conf.tables import table_spec
 
 # The event types of the Audit Events Search API (DeletePolicyEvent included): one list, bronze's.
 EVENT_TYPES = USAGE_EVENT_TYPES
@@ -22,26 +23,8 @@ LOGIN_SOURCES = (
 ORIGIN_USAGE = "usage"
 ORIGIN_CHANGE = "change"
 
-# The gold.audit_events columns in table order (conf/tables.py declares the same list with types).
-AUDIT_COLUMNS = (
-    "event_id",
-    "event_type",
-    "timestamp",
-    "actor_urn",
-    "source_ip",
-    "event_source",
-    "user_agent",
-    "telemetry_trace_id",
-    "entity_urn",
-    "entity_type",
-    "aspect_name",
-    "login_source",
-    "raw_event",
-    "origin",
-    "source_id",
-    "batch_id",
-    "event_date",
-)
+# The gold.audit_events columns in table order, as the registry declares them.
+AUDIT_COLUMNS = table_spec("gold.audit_events").column_names
 EVENT_KEY_COLUMNS = ("event_type", "actor_urn", "timestamp", "entity_urn", "aspect_name")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlglot import exp
 
 from conf.errors import RequestError
-from gold.audit import EVENT_TYPES, LOGIN_EVENT_TYPES
+from gold.audit import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
 
 DAY_MS = 86_400_000
 DEFAULT_TIME = -1
@@ -31,20 +31,7 @@ BODY_FILTERS = {
     "actorUrns": "actor_urn",
 }
 # The page columns read from the table; raw_event only when the caller wants the raw document.
-RESULT_COLUMNS = (
-    "event_id",
-    "event_type",
-    "timestamp",
-    "actor_urn",
-    "source_ip",
-    "event_source",
-    "user_agent",
-    "telemetry_trace_id",
-    "entity_urn",
-    "entity_type",
-    "aspect_name",
-    "login_source",
-)
+RESULT_COLUMNS = AUDIT_COLUMNS[: AUDIT_COLUMNS.index("raw_event")]
 HISTOGRAM_BUCKETS = 128
 _SCROLL_VERSION = 1
 _SCROLL_CHECK_CHARS = 16

@@ -9,7 +9,11 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+import contextlib
+from collections.abc import Iterator
+
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -60,3 +64,21 @@ def _cell(value: Any) -> str:
 def print_error(exc: BaseException | str) -> None:
     """Print a project error on standard error, without a traceback and without markup parsing."""
     error_console.print(Text("error: ", style="bold red") + Text(str(exc)))
+
+
+@contextlib.contextmanager
+def progress_bars(show: bool) -> Iterator[Progress | None]:
+    """Yield a rich Progress (spinner, description, bar, count, elapsed) for the block, or None when not shown."""
+    if not show:
+        yield None
+        return
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        yield progress

@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Generate a realistic DataHub history, run land -> refine -> publish, and print a summary."""
         from bronze.generator import generate_history
-        from pipelines.commands.jobs import _run_with_progress, print_summary
+        from pipelines.commands.jobs import run_with_progress, print_summary
         from pipelines.jobs import JOB_STAGES
 
         state = state_of(ctx)
@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         )
         console.print(f"wrote {_manifest_total(manifest)} records to {landing}")
         console.rule("2. run the pipeline")
-        summary = _run_with_progress(settings, JOB_STAGES, [landing], 0.0, True)
+        summary = run_with_progress(settings, JOB_STAGES, [landing], 0.0, True)
         print_summary(summary)
         console.rule("3. what the lakehouse holds")
         from pipelines.engine import open_session

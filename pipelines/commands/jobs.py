@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from conf.errors import InputError
-from pipelines.console import console, print_json_lines, print_table
+from pipelines.console import console, print_json_lines, print_table, progress_bars
 from pipelines.jobs import JOB_STAGES, RunSummary, run_job
 
 SQL_DIALECTS = ("databricks", "duckdb", "trino", "snowflake", "spark")
@@ -31,7 +28,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Land new input files and run bronze -> silver -> gold incrementally."""
         state = state_of(ctx)
-        summary = _run_with_progress(state.settings, JOB_STAGES, path, wait, progress)
+        summary = run_with_progress(state.settings, JOB_STAGES, path, wait, progress)
         print_summary(summary)
 
     job_app = typer.Typer(help="Run one pipeline stage (for schedulers).", no_args_is_help=True)
@@ -107,15 +104,16 @@ def _add_job_command(job_app: typer.Typer, stage: str, doc: str) -> None:
         wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
     ) -> None:
-        summary = _run_with_progress(state_of(ctx).settings, (stage,), None, wait, progress)
+        summary = run_with_progress(state_of(ctx).settings, (stage,), None, wait, progress)
         print_summary(summary)
 
     command.__doc__ = doc
     job_app.command(stage)(command)
 
 
-def _run_with_progress(settings, stages, paths, wait: float, show: bool) -> RunSummary:
-    with _progress(show) as progress:
+def run_with_progress(settings, stages, paths, wait: float, show: bool) -> RunSummary:
+    """Run `run_job` with a bar over the stages and one over the files being landed (when `show`)."""
+    with progress_bars(show) as progress:
         stage_task = progress.add_task("stages", total=len(stages)) if progress else None
         state = {"file_task": None}
 
@@ -138,23 +136,6 @@ def _run_with_progress(settings, stages, paths, wait: float, show: bool) -> RunS
         if progress:
             progress.update(stage_task, completed=len(stages), description="done")
     return summary
-
-
-@contextlib.contextmanager
-def _progress(show: bool) -> Iterator[Progress | None]:
-    if not show:
-        yield None
-        return
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        yield progress
 
 
 def print_summary(summary: RunSummary) -> None:

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from bronze.formats import KINDS, check_kind
-from pipelines.console import console, print_json_lines, print_table
+from pipelines.console import console, print_json_lines, print_table, progress_bars
 
 _SUMMARY_COLUMNS = ("file", "kind", "read", "landed", "quarantined", "duplicates", "skipped")
 _QUARANTINE_COLUMNS = ("batch_id", "source_file", "line_number", "kind", "reason", "raw_text")
@@ -88,18 +87,10 @@ def register(app: typer.Typer) -> None:
 @contextlib.contextmanager
 def _file_progress(show: bool) -> Iterator:
     """Yield a `progress(path, done, total)` callback drawing one bar over the files, or None."""
-    if not show:
-        yield None
-        return
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as bar:
+    with progress_bars(show) as bar:
+        if bar is None:
+            yield None
+            return
         task = bar.add_task("landing", total=None)
 
         def on_file(path: str, done: int, total: int) -> None:
