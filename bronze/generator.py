@@ -990,7 +990,7 @@ class _Simulator:
         return t + len(writes)
 
     def _key_value(self) -> str:
-        et, u, urn = self.entity_type, self.u, self.urn
+        et, urn = self.entity_type, self.urn
         if et == "dataset":
             platform, name, env = self.parts
             return _dumps({"platform": f"urn:li:dataPlatform:{platform}", "name": name, "origin": env})
