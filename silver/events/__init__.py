@@ -7,6 +7,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from conf.tables import table_spec
 from silver.aspects import is_key_aspect
 from silver.events.action_request import to_action_request_events
 from silver.events.common import EVENT_COLUMNS
@@ -22,30 +23,7 @@ from silver.events.tag import to_tag_events
 from silver.events.technical_schema import to_technical_schema_events
 
 # The columns of silver.entity_change_events that `to_change_events` returns, in table order.
-CHANGE_EVENT_COLUMNS = (
-    "event_id",
-    "entity_urn",
-    "entity_type",
-    "category",
-    "operation",
-    "modifier",
-    "parameters",
-    "actor",
-    "event_time",
-    "version",
-    "aspect_name",
-    "aspect_entity_urn",
-    "aspect_entity_type",
-    "change_set_id",
-    "old_value",
-    "new_value",
-    "source_version",
-    "source_order_key",
-    "batch_id",
-    "source_file",
-    "line_number",
-    "event_date",
-)
+CHANGE_EVENT_COLUMNS = table_spec("silver.entity_change_events").column_names
 
 
 def to_raw_change_events(pairs_df: DataFrame, owner_category: str = "OWNER") -> DataFrame:
