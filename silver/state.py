@@ -67,6 +67,10 @@ STATE_VALUE_COLUMNS = (
 
 ACCEPTED, LATE, DUPLICATE = "ACCEPTED", "LATE", "DUPLICATE"
 
+# Hash buckets of the sequencing windows: enough for the parallelism of any cluster, few enough that
+# the window operators stay cheap (one window partition per key is what they are slow at).
+KEY_BUCKETS = 1024
+
 
 def order_key(version: Column, created_time: Column, change_type: Column) -> Column:
     """The sortable ordering key of one aspect version (see the module docstring)."""
@@ -96,8 +100,29 @@ def to_pre_batch_state(state_df: DataFrame, batch_id: str) -> DataFrame:
     )
 
 
+def key_bucket(entity_urn: Column, aspect_name: Column) -> Column:
+    """The window bucket of one (entity_urn, aspect_name) key: a stable hash modulo KEY_BUCKETS."""
+    return F.pmod(F.xxhash64(entity_urn, aspect_name), F.lit(KEY_BUCKETS))
+
+
+def _same_key(other: Column) -> Column:
+    """True when the struct `other` (a neighbouring row) holds the current row's key."""
+    return F.coalesce(
+        other["entity_urn"].eqNullSafe(F.col("entity_urn")) & other["aspect_name"].eqNullSafe(F.col("aspect_name")),
+        F.lit(False),
+    )
+
+
 def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFrame:
     """Classify every snapshot of a batch against the state before the batch, and pair the accepted ones.
+
+    Windows run over key buckets ordered by key, not over one partition per key: a batch touches up
+    to millions of keys, and per-key window partitions cost far more than the sort. Neighbours are
+    compared on their key instead. Two orders are used: arrival order (key, order_key, arrival) finds
+    the copies of one version; then, within each key, the non-duplicate rows sorted by order_key are
+    the late and replayed ones followed by the accepted ones, so an accepted row's predecessor is the
+    row before it (when that row is accepted too) and it is the key's last accepted row when the next
+    row is not an accepted one of its key.
 
     Args:
         batch_df: bronze.aspect_snapshots rows of one batch (or of any set of batches processed as one).
@@ -112,10 +137,12 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
         state), is_last (the key's newest version in the batch) and change_set_id.
     """
     key = ["entity_urn", "aspect_name"]
+    arrival_order = ["order_key", "landed_at", "batch_id", "source_file", "line_number"]
     rows_df = (
         batch_df.select(*BRONZE_COLUMNS)
         .withColumn("order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type")))
         .withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
+        .withColumn("_bucket", key_bucket(F.col("entity_urn"), F.col("aspect_name")))
     )
     state_df = pre_state_df.select(
         *key,
@@ -129,37 +156,51 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
         F.col("batch_id").alias("state_batch_id"),
     )
     joined_df = rows_df.join(state_df, on=key, how="left")
-    # Copies of one version in the batch are adjacent in this order; the first landed one counts.
-    arrival = Window.partitionBy(*key).orderBy("order_key", "landed_at", "batch_id", "source_file", "line_number")
+    # Copies of one version are adjacent in arrival order; the first landed one counts.
+    arrival = Window.partitionBy("_bucket").orderBy(*key, *arrival_order)
+    before = F.lag(F.struct(*key, "order_key")).over(arrival)
+    copy_of_previous = _same_key(before) & (before["order_key"] == F.col("order_key"))
     classified_df = joined_df.withColumn(
         "disposition",
-        F.when(F.lag("order_key").over(arrival) == F.col("order_key"), F.lit(DUPLICATE))
+        F.when(copy_of_previous, F.lit(DUPLICATE))
         .when(F.col("order_key") < F.col("state_order_key"), F.lit(LATE))
         .when(F.col("order_key") == F.col("state_order_key"), F.lit(DUPLICATE))
         .otherwise(F.lit(ACCEPTED)),
     )
     accepted = F.col("disposition") == ACCEPTED
-    # Only accepted rows take part in the pairing: rank them apart from the skipped ones.
-    pairing = Window.partitionBy(*key, "disposition").orderBy("order_key")
     effective_json = F.when(~F.col("is_delete"), F.col("aspect_json"))
+    # Duplicates last within their key, so the other rows are ordered by version alone.
+    pairing = Window.partitionBy("_bucket").orderBy(*key, F.col("disposition") == DUPLICATE, *arrival_order)
+    previous = F.lag(
+        F.struct(*key, "disposition", effective_json.alias("json"), F.col("change_type"))
+    ).over(pairing)
+    following = F.lead(F.struct(*key, "disposition")).over(pairing)
     state_json = F.when(F.upper(F.col("state_change_type")) != "DELETE", F.col("state_aspect_json"))
-    first = F.row_number().over(pairing) == 1
     paired_df = (
-        classified_df.withColumn("new_json", effective_json)
+        classified_df.withColumn("_previous", previous)
+        .withColumn("_following", following)
+        .withColumn("_chained", _same_key(F.col("_previous")) & (F.col("_previous.disposition") == ACCEPTED))
+        .withColumn("new_json", effective_json)
         .withColumn(
             "prev_json",
-            F.when(accepted, F.when(first, state_json).otherwise(F.lag(effective_json).over(pairing))),
+            F.when(accepted, F.when(F.col("_chained"), F.col("_previous.json")).otherwise(state_json)),
         )
         .withColumn(
             "prev_change_type",
-            F.when(accepted, F.when(first, F.col("state_change_type")).otherwise(F.lag("change_type").over(pairing))),
+            F.when(
+                accepted,
+                F.when(F.col("_chained"), F.col("_previous.change_type")).otherwise(F.col("state_change_type")),
+            ),
         )
-        .withColumn("is_last", accepted & F.lead("order_key").over(pairing).isNull())
+        .withColumn(
+            "is_last",
+            accepted & ~(_same_key(F.col("_following")) & (F.col("_following.disposition") == ACCEPTED)),
+        )
         .withColumn("change_set_id", change_set_id(F.col("entity_urn"), F.col("aspect_name"), F.col("order_key")))
     )
     # Each JSON text once per row: aspect_json is new_json (null on DELETE either way), and the state's
     # JSON is kept only where the new state row needs it (as its prev_aspect_json).
-    return paired_df.drop("aspect_json").withColumn(
+    return paired_df.drop("aspect_json", "_bucket", "_previous", "_following", "_chained").withColumn(
         "state_aspect_json", F.when(F.col("is_last"), F.col("state_aspect_json"))
     )
 
