@@ -33,6 +33,7 @@ from pipelines.faults import crash_point
 from pipelines.io import merge, read_table
 from pipelines.progress import StageResult, finished_batches, pending_batches, record_progress
 from silver.events import to_change_events
+from silver.events.common import with_schema_fields
 from silver.state import (
     to_entity_flags,
     to_entity_status,
@@ -92,18 +93,23 @@ def _stage(df: DataFrame, path: Path, schemas: dict[str, StructType], partition_
 def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> StagedBatch:
     """Compute one batch against the state before it and write every result to the batch's scratch folder.
 
-    The sequenced rows are written first, so the window work is done once, then the pairs, partitioned
-    by aspect name, so each event generator reads only its own aspects' files.
+    The sequenced rows are written first, partitioned by aspect name, so the window work is done once
+    and each event generator reads only its own aspects' files; then the schema aspects' fields, parsed
+    once for the three generators that read them; then the events and the state rows.
     """
     folder = scratch_folder(settings, batch_id)
     schemas: dict[str, StructType] = {}
     batch_df = read_batch(spark, settings, [batch_id])
     pre_state_df = to_pre_batch_state(read_table(spark, settings, STATE_TABLE), batch_id)
 
-    sequenced_df = _stage(to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas)
-    # Partitioned by aspect: each event generator reads only the files of the aspects it diffs.
-    pairs_df = _stage(to_pairs(sequenced_df), folder / "pairs", schemas, partition_by="aspect_name")
-    events_df = _stage(to_change_events(pairs_df, settings.events.owner_category), folder / "events", schemas)
+    sequenced_df = _stage(
+        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas, partition_by="aspect_name"
+    )
+    pairs_df = to_pairs(sequenced_df)
+    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas)
+    events_df = _stage(
+        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df), folder / "events", schemas
+    )
     skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas)
     status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas)
     state_df = _stage(

@@ -82,13 +82,13 @@ FIELD_ARRAYS: dict[str, str] = {
     "editableSchemaMetadata": "editableSchemaFieldInfo",
 }
 
-# The parts of a schema field each reader needs. Schema aspects are the largest JSON by far and three
-# generators read them: each parses only its parts, which is much cheaper than the whole field.
-FIELD_PARTS: dict[str, str] = {
-    "type": "nullable: BOOLEAN, nativeDataType: STRING, type: STRUCT<type: MAP<STRING, STRING>>",
-    "labels": f"globalTags: {_TAGS}, glossaryTerms: {_TERMS}",
-    "description": "description: STRING",
-}
+# One schema field as the schema-field generators read it. Both schema aspects parse into it: an
+# editableSchemaMetadata field has no nullable, nativeDataType or type (they stay null).
+SCHEMA_FIELD = (
+    "STRUCT<fieldPath: STRING, nullable: BOOLEAN, nativeDataType: STRING, type: STRUCT<type: MAP<STRING, STRING>>, "
+    f"description: STRING, globalTags: {_TAGS}, glossaryTerms: {_TERMS}>"
+)
+
 
 def aspect_schema(aspect_name: str) -> str:
     """Return the DDL schema used to parse one aspect's JSON.
@@ -102,17 +102,16 @@ def aspect_schema(aspect_name: str) -> str:
         raise InputError(f"aspect_name: no schema for aspect {aspect_name!r}") from None
 
 
-def field_array_schema(aspect_name: str, part: str) -> str:
-    """The DDL schema of a schema aspect reduced to its field array with fieldPath and one FIELD_PARTS part.
+def parse_schema_fields(json_col: Column | str) -> Column:
+    """Parse a schemaMetadata or editableSchemaMetadata JSON text into its array of SCHEMA_FIELD (null text gives null).
 
-    Raises:
-        InputError: for an aspect without a field array or an unknown part.
+    Schema aspects are the largest JSON by far and three generators read them, so they are parsed once
+    into this one shape: `fields` of schemaMetadata or `editableSchemaFieldInfo`, whichever the text has.
     """
-    if aspect_name not in FIELD_ARRAYS:
-        raise InputError(f"aspect_name: {aspect_name!r} has no schema fields (known: {', '.join(FIELD_ARRAYS)})")
-    if part not in FIELD_PARTS:
-        raise InputError(f"part: {part!r} is not one of {', '.join(FIELD_PARTS)}")
-    return f"{FIELD_ARRAYS[aspect_name]} ARRAY<STRUCT<fieldPath: STRING, {FIELD_PARTS[part]}>>"
+    column = F.col(json_col) if isinstance(json_col, str) else json_col
+    arrays = ", ".join(f"{name} ARRAY<{SCHEMA_FIELD}>" for name in FIELD_ARRAYS.values())
+    parsed = F.from_json(column, arrays)
+    return F.coalesce(*[parsed[name] for name in FIELD_ARRAYS.values()])
 
 
 def parse_aspect(json_col: Column | str, aspect_name: str, schema: str | None = None) -> Column:
@@ -121,7 +120,7 @@ def parse_aspect(json_col: Column | str, aspect_name: str, schema: str | None = 
     Args:
         json_col: the JSON text column.
         aspect_name: the aspect (its schema from ASPECT_SCHEMAS).
-        schema: a narrower DDL schema to use instead (e.g. `field_array_schema`).
+        schema: a narrower DDL schema to use instead.
     """
     column = F.col(json_col) if isinstance(json_col, str) else json_col
     return F.from_json(column, schema or aspect_schema(aspect_name))

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from conf.tables import table_spec
 from silver.aspects import is_key_aspect
 from silver.events.action_request import to_action_request_events
-from silver.events.common import EVENT_COLUMNS
+from silver.events.common import EVENT_COLUMNS, with_schema_fields
 from silver.events.deprecation import to_deprecation_events
 from silver.events.documentation import to_documentation_events
 from silver.events.domain import to_domain_events
@@ -26,12 +26,17 @@ from silver.events.technical_schema import to_technical_schema_events
 CHANGE_EVENT_COLUMNS = table_spec("silver.entity_change_events").column_names
 
 
-def to_raw_change_events(pairs_df: DataFrame, owner_category: str = "OWNER") -> DataFrame:
+def to_raw_change_events(
+    pairs_df: DataFrame, owner_category: str = "OWNER", schema_pairs_df: DataFrame | None = None
+) -> DataFrame:
     """Run every generator over the pairs and apply the DELETE rule (no ids yet).
 
     A DELETE of a non-key aspect is its old content diffed against an empty aspect, and only its
     REMOVE events count: deleting `status` or `deprecation` is not a reinstatement or an un-deprecation.
+    `schema_pairs_df` is `with_schema_fields(pairs_df)` when the caller has it already (None: computed).
     """
+    if schema_pairs_df is None:
+        schema_pairs_df = with_schema_fields(pairs_df)
     frames = [
         to_tag_events(pairs_df),
         to_glossary_term_events(pairs_df),
@@ -39,9 +44,9 @@ def to_raw_change_events(pairs_df: DataFrame, owner_category: str = "OWNER") -> 
         to_owner_events(pairs_df, owner_category),
         to_structured_property_events(pairs_df),
         to_deprecation_events(pairs_df),
-        to_technical_schema_events(pairs_df),
-        to_field_tag_term_events(pairs_df),
-        to_documentation_events(pairs_df),
+        to_technical_schema_events(schema_pairs_df),
+        to_field_tag_term_events(schema_pairs_df),
+        to_documentation_events(pairs_df, schema_pairs_df),
         to_lifecycle_events(pairs_df),
         to_action_request_events(pairs_df),
     ]
@@ -80,11 +85,14 @@ def with_event_ids(raw_events_df: DataFrame) -> DataFrame:
     )
 
 
-def to_change_events(pairs_df: DataFrame, owner_category: str = "OWNER") -> DataFrame:
+def to_change_events(
+    pairs_df: DataFrame, owner_category: str = "OWNER", schema_pairs_df: DataFrame | None = None
+) -> DataFrame:
     """Return the Entity Change Events of aspect version pairs, with ids, in silver.entity_change_events' columns.
 
     Args:
         pairs_df: one row per accepted aspect version with its predecessor (`silver.state.PAIR_COLUMNS`).
         owner_category: OWNER (ECE V1) or OWNERSHIP: the category name of owner events.
+        schema_pairs_df: `with_schema_fields(pairs_df)`, when already computed (e.g. written once by refine).
     """
-    return with_event_ids(to_raw_change_events(pairs_df, owner_category))
+    return with_event_ids(to_raw_change_events(pairs_df, owner_category, schema_pairs_df))

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from silver.aspects import parse_aspect
+from silver.aspects import FIELD_ARRAYS, parse_aspect, parse_schema_fields
 
 # The columns every generator returns, in this order.
 EVENT_COLUMNS = (
@@ -44,6 +44,23 @@ EVENT_COLUMNS = (
 )
 
 
+# The pair columns `to_events` reads: all that an exploded change item row has to carry.
+LINEAGE_COLUMNS = (
+    "entity_urn",
+    "entity_type",
+    "aspect_name",
+    "created_actor",
+    "created_time",
+    "change_set_id",
+    "version",
+    "order_key",
+    "is_delete",
+    "batch_id",
+    "source_file",
+    "line_number",
+)
+
+
 def nullable(value: Column) -> Column:
     """The value as a nullable expression, so arrays built from literals and from data unify on every engine."""
     return F.when(F.lit(True), value)
@@ -58,6 +75,19 @@ def with_parsed(pairs_df: DataFrame, aspect_name: str, schema: str | None = None
     """Add `prev` and `new`: both sides of the pair parsed with the aspect's explicit (or a narrower) schema."""
     return pairs_df.withColumn("prev", parse_aspect("prev_json", aspect_name, schema)).withColumn(
         "new", parse_aspect("new_json", aspect_name, schema)
+    )
+
+
+def with_schema_fields(pairs_df: DataFrame) -> DataFrame:
+    """Keep the pairs of the schema aspects and add `prev_fields` / `new_fields`: both sides' fields, parsed once.
+
+    The input of the schema-field generators (TECHNICAL_SCHEMA, field TAG / GLOSSARY_TERM, field
+    DOCUMENTATION); refine writes it once per batch so the three read it instead of parsing again.
+    """
+    return (
+        filter_aspects(pairs_df, tuple(FIELD_ARRAYS))
+        .withColumn("prev_fields", parse_schema_fields("prev_json"))
+        .withColumn("new_fields", parse_schema_fields("new_json"))
     )
 
 
@@ -77,9 +107,33 @@ def items(op: str, values: Column) -> Column:
 
 
 def explode_items(df: DataFrame, *item_arrays: Column) -> DataFrame:
-    """One row per change item (column `item`) of the given arrays; null arrays count as empty."""
+    """One row per change item (column `item`) of the given arrays, with the LINEAGE_COLUMNS; null arrays count as empty.
+
+    Only the lineage is carried: the aspects' JSON and parsed sides would be copied once per item.
+    """
     present = F.filter(F.array(*item_arrays), lambda a: a.isNotNull())
-    return df.select("*", F.explode(F.flatten(present)).alias("item"))
+    return df.select(*LINEAGE_COLUMNS, F.explode(F.flatten(present)).alias("item"))
+
+
+def explode_matched_items(df: DataFrame, prev_items: str, new_items: str, key) -> DataFrame:
+    """One row per item key on either side of each pair: the LINEAGE_COLUMNS plus `old` and `new` (null when absent).
+
+    Items are matched by joining rows on (change_set_id, key) rather than by searching one array from
+    a lambda over the other, which the engines run far slower on large aspects. Each side must hold
+    one item per key (`with_set_items`' prev_set / new_set).
+
+    Args:
+        df: pairs, one row per change_set_id.
+        prev_items, new_items: the names of the two item array columns.
+        key: item Column -> its key (a string).
+    """
+
+    def side(items_column: str, name: str) -> DataFrame:
+        exploded_df = df.select("change_set_id", F.explode(items_column).alias(name))
+        return exploded_df.select("change_set_id", key(F.col(name)).alias("_item_key"), name)
+
+    matched_df = side(prev_items, "old").join(side(new_items, "new"), on=["change_set_id", "_item_key"], how="full_outer")
+    return matched_df.join(df.select(*LINEAGE_COLUMNS), on="change_set_id").drop("_item_key")
 
 
 def to_params_map(entries: Mapping[str, Column]) -> Column:

@@ -5,8 +5,6 @@ editableSchemaMetadata). An empty description counts as none.
 
 from __future__ import annotations
 
-from functools import reduce
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -14,11 +12,10 @@ from silver.aspects import (
     DESCRIPTION_FIELDS,
     FIELD_ARRAYS,
     blank_to_null,
-    field_array_schema,
     to_json_string,
     to_schema_field_urn,
 )
-from silver.events.common import filter_aspects, to_events, with_parsed
+from silver.events.common import filter_aspects, to_events
 
 ASPECTS = tuple(DESCRIPTION_FIELDS) + tuple(FIELD_ARRAYS)
 
@@ -79,12 +76,9 @@ def _field_descriptions(fields: Column) -> Column:
     return F.filter(described, lambda d: d["fieldPath"].isNotNull() & d["text"].isNotNull())
 
 
-def _field_events(pairs_df: DataFrame, aspect_name: str) -> DataFrame:
-    array_field = FIELD_ARRAYS[aspect_name]
-    described_df = (
-        with_parsed(filter_aspects(pairs_df, (aspect_name,)), aspect_name, field_array_schema(aspect_name, "description"))
-        .withColumn("old_docs", _field_descriptions(F.col(f"prev.{array_field}")))
-        .withColumn("new_docs", _field_descriptions(F.col(f"new.{array_field}")))
+def _field_events(schema_pairs_df: DataFrame) -> DataFrame:
+    described_df = schema_pairs_df.withColumn("old_docs", _field_descriptions(F.col("prev_fields"))).withColumn(
+        "new_docs", _field_descriptions(F.col("new_fields"))
     )
     # Every described path on either side, each once.
     paths_df = described_df.withColumn(
@@ -110,9 +104,12 @@ def _field_events(pairs_df: DataFrame, aspect_name: str) -> DataFrame:
     )
 
 
-def to_documentation_events(pairs_df: DataFrame) -> DataFrame:
+def to_documentation_events(pairs_df: DataFrame, schema_pairs_df: DataFrame) -> DataFrame:
     """Return the DOCUMENTATION ADD/REMOVE/MODIFY events (no modifier; parameters description, plus fieldPath
     and parentUrn for a field, whose event is on the schemaField urn).
+
+    Args:
+        pairs_df: the aspect version pairs (entity descriptions are read from them).
+        schema_pairs_df: the schema aspects' pairs with their fields parsed (`with_schema_fields`).
     """
-    frames = [_entity_events(pairs_df)] + [_field_events(pairs_df, a) for a in FIELD_ARRAYS]
-    return reduce(DataFrame.unionByName, frames)
+    return _entity_events(pairs_df).unionByName(_field_events(schema_pairs_df))

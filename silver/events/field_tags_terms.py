@@ -7,15 +7,12 @@ tagUrn or termUrn. A field that disappears takes its tags and terms with it (REM
 
 from __future__ import annotations
 
-from functools import reduce
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from silver.aspects import FIELD_ARRAYS, field_array_schema, to_schema_field_urn
-from silver.events.common import explode_items, filter_aspects, items, op_is, to_events, with_parsed, with_set_items
+from silver.aspects import to_schema_field_urn
+from silver.events.common import explode_items, items, op_is, to_events, with_set_items
 
-ASPECTS = tuple(FIELD_ARRAYS)
 _ITEM_TYPE = "array<struct<kind:string,fieldPath:string,urn:string>>"
 
 
@@ -44,12 +41,10 @@ def _field_items(fields: Column) -> Column:
     return F.concat(F.coalesce(tags, F.array().cast(_ITEM_TYPE)), F.coalesce(terms, F.array().cast(_ITEM_TYPE)))
 
 
-def _aspect_events(pairs_df: DataFrame, aspect_name: str) -> DataFrame:
-    array_field = FIELD_ARRAYS[aspect_name]
-    parsed_df = (
-        with_parsed(filter_aspects(pairs_df, (aspect_name,)), aspect_name, field_array_schema(aspect_name, "labels"))
-        .withColumn("prev_items", _field_items(F.col(f"prev.{array_field}")))
-        .withColumn("new_items", _field_items(F.col(f"new.{array_field}")))
+def to_field_tag_term_events(schema_pairs_df: DataFrame) -> DataFrame:
+    """Return the schemaField TAG and GLOSSARY_TERM ADD/REMOVE events of the schema aspects (`with_schema_fields` output)."""
+    parsed_df = schema_pairs_df.withColumn("prev_items", _field_items(F.col("prev_fields"))).withColumn(
+        "new_items", _field_items(F.col("new_fields"))
     )
 
     def key(i: Column) -> Column:
@@ -75,7 +70,3 @@ def _aspect_events(pairs_df: DataFrame, aspect_name: str) -> DataFrame:
         new_value=F.when(op_is("ADD"), F.to_json("item.new")),
     )
 
-
-def to_field_tag_term_events(pairs_df: DataFrame) -> DataFrame:
-    """Return the schemaField TAG and GLOSSARY_TERM ADD/REMOVE events of schemaMetadata and editableSchemaMetadata."""
-    return reduce(DataFrame.unionByName, [_aspect_events(pairs_df, aspect) for aspect in ASPECTS])

@@ -8,17 +8,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from silver.aspects import field_array_schema, to_schema_field_urn
-from silver.events.common import (
-    explode_items,
-    filter_aspects,
-    item,
-    items,
-    op_is,
-    to_events,
-    with_parsed,
-    with_set_items,
-)
+from silver.aspects import to_schema_field_urn
+from silver.events.common import explode_matched_items, filter_aspects, op_is, to_events, with_set_items
 
 ASPECTS = ("schemaMetadata",)
 
@@ -34,35 +25,28 @@ def _field_json(f: Column) -> Column:
     )
 
 
-def to_technical_schema_events(pairs_df: DataFrame) -> DataFrame:
-    """Return the TECHNICAL_SCHEMA events of the `schemaMetadata` pairs.
+def to_technical_schema_events(schema_pairs_df: DataFrame) -> DataFrame:
+    """Return the TECHNICAL_SCHEMA events of the `schemaMetadata` pairs (`with_schema_fields` output).
 
     entityUrn is the dataset, modifier the schemaField urn; parameters fieldUrn, fieldPath, nullable
     (`"true"`/`"false"`, exported as a JSON boolean) and, on MODIFY, modificationCategory TYPE_CHANGE.
     MODIFY carries the previous field's path and nullable, as DataHub does.
     """
-    parsed_df = with_parsed(
-        filter_aspects(pairs_df, ASPECTS), "schemaMetadata", field_array_schema("schemaMetadata", "type")
+    sets_df = with_set_items(
+        filter_aspects(schema_pairs_df, ASPECTS), F.col("prev_fields"), F.col("new_fields"), lambda f: f["fieldPath"]
     )
-    sets_df = with_set_items(parsed_df, F.col("prev.fields"), F.col("new.fields"), lambda f: f["fieldPath"])
-    retyped_df = sets_df.withColumn(
-        "retyped",
-        F.filter(
-            F.transform(
-                F.col("new_set"),
-                lambda f: item(
-                    "MODIFY",
-                    F.try_element_at(F.filter(F.col("prev_set"), lambda p: p["fieldPath"] == f["fieldPath"]), F.lit(1)),
-                    f,
-                ),
-            ),
-            lambda i: i["old"].isNotNull()
-            & ~F.coalesce(i["old"]["nativeDataType"].eqNullSafe(i["new"]["nativeDataType"]), F.lit(False)),
-        ),
+    matched_df = explode_matched_items(sets_df, "prev_set", "new_set", lambda f: f["fieldPath"])
+    old, new = F.col("old"), F.col("new")
+    operation = (
+        F.when(old.isNull(), F.lit("ADD"))
+        .when(new.isNull(), F.lit("REMOVE"))
+        .when(~F.coalesce(old["nativeDataType"].eqNullSafe(new["nativeDataType"]), F.lit(False)), F.lit("MODIFY"))
     )
-    items_df = explode_items(
-        retyped_df, items("REMOVE", F.col("removed")), items("ADD", F.col("added")), F.col("retyped")
-    ).withColumn("field", F.when(op_is("ADD"), F.col("item.new")).otherwise(F.col("item.old")))
+    items_df = (
+        matched_df.withColumn("item", F.struct(operation.alias("op"), old.alias("old"), new.alias("new")))
+        .filter(F.col("item.op").isNotNull())
+        .withColumn("field", F.when(op_is("ADD"), new).otherwise(old))
+    )
     field_urn = to_schema_field_urn(F.col("entity_urn"), F.col("field.fieldPath"))
     return to_events(
         items_df,
