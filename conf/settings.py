@@ -31,6 +31,7 @@ class EngineSettings:
     master: str | None = None
     stop_on_exit: bool = True
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    memory_limit_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -322,6 +323,8 @@ def _check_values(settings: Settings) -> list[str]:
     for key in settings.table_locations:
         if key not in TABLES:
             problems.append(f"table_locations.{key}: unknown table (known: {', '.join(TABLES)})")
+    if engine.memory_limit_mb is not None and engine.memory_limit_mb < 256:
+        problems.append(f"engine.memory_limit_mb: {engine.memory_limit_mb!r} is below 256 (or null for no limit)")
     positive = {
         "retention.vacuum_hours": settings.retention.vacuum_hours,
         "retention.quarantine_days": settings.retention.quarantine_days,

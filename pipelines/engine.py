@@ -48,6 +48,10 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
 def _local_session(settings: Settings) -> Iterator[SparkSession]:
     # The embedded engine logs sessions and shutdown to stderr; keep CLI output readable unless asked.
     os.environ.setdefault("RUST_LOG", "error")
+    # The embedded engine reads its configuration from the environment when the server starts.
+    if settings.engine.memory_limit_mb is not None:
+        os.environ["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "fair"
+        os.environ["SAIL_RUNTIME__MEMORY_POOL__FAIR__MAX_SIZE"] = str(settings.engine.memory_limit_mb * 2**20)
     from pysail.spark import SparkConnectServer
 
     server = SparkConnectServer(ip="127.0.0.1", port=0)

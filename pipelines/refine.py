@@ -81,8 +81,11 @@ def read_batch(spark: SparkSession, settings: Settings, batch_ids: list[str]) ->
 
 
 def _stage(df: DataFrame, path: Path, schemas: dict[str, StructType], partition_by: str | None = None) -> DataFrame:
-    """Write `df` to Parquet and return it read back (with its schema: an empty result writes no file)."""
-    writer = df.write.mode("overwrite")
+    """Write `df` to Parquet and return it read back (with its schema: an empty result writes no file).
+
+    Staged files live for one batch: they are compressed for speed (snappy), not for size.
+    """
+    writer = df.write.mode("overwrite").option("compression", "snappy")
     if partition_by:
         writer = writer.partitionBy(partition_by)
     writer.parquet(str(path))

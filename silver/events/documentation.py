@@ -15,7 +15,7 @@ from silver.aspects import (
     to_json_string,
     to_schema_field_urn,
 )
-from silver.events.common import filter_aspects, to_events
+from silver.events.common import explode_matched_items, filter_aspects, to_events, with_set_items
 
 ASPECTS = tuple(DESCRIPTION_FIELDS) + tuple(FIELD_ARRAYS)
 
@@ -80,22 +80,11 @@ def _field_events(schema_pairs_df: DataFrame) -> DataFrame:
     described_df = schema_pairs_df.withColumn("old_docs", _field_descriptions(F.col("prev_fields"))).withColumn(
         "new_docs", _field_descriptions(F.col("new_fields"))
     )
-    # Every described path on either side, each once.
-    paths_df = described_df.withColumn(
-        "doc_path",
-        F.explode(
-            F.array_distinct(
-                F.concat(
-                    F.coalesce(F.transform("old_docs", lambda d: d["fieldPath"]), F.array().cast("array<string>")),
-                    F.coalesce(F.transform("new_docs", lambda d: d["fieldPath"]), F.array().cast("array<string>")),
-                )
-            )
-        ),
-    )
-    path = F.col("doc_path")
-    texts_df = paths_df.withColumn(
-        "old_text", F.try_element_at(F.filter("old_docs", lambda d: d["fieldPath"] == path), F.lit(1))["text"]
-    ).withColumn("new_text", F.try_element_at(F.filter("new_docs", lambda d: d["fieldPath"] == path), F.lit(1))["text"])
+    # The first description of each path on each side, matched by path.
+    sets_df = with_set_items(described_df, F.col("old_docs"), F.col("new_docs"), lambda d: d["fieldPath"])
+    matched_df = explode_matched_items(sets_df, "prev_set", "new_set", lambda d: d["fieldPath"])
+    path = F.coalesce(F.col("new.fieldPath"), F.col("old.fieldPath"))
+    texts_df = matched_df.withColumn("old_text", F.col("old.text")).withColumn("new_text", F.col("new.text"))
     return _description_events(
         texts_df,
         to_schema_field_urn(F.col("entity_urn"), path),

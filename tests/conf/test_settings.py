@@ -163,3 +163,16 @@ def test_databricks_profile_keeps_the_cluster_session(tmp_path: Path):
     assert settings.engine.stop_on_exit is False
     assert settings.catalog.managed_tables is True
     assert settings.mlflow_tracking_uri == "databricks"
+
+
+def test_engine_memory_limit_defaults_to_the_local_profile_and_is_validated(tmp_path: Path):
+    assert load_settings(home=tmp_path, env={}).engine.memory_limit_mb == 3072
+    assert load_settings("connect", home=tmp_path, env={"SPARK_REMOTE": "sc://h:1"}).engine.memory_limit_mb is None
+    unlimited = load_settings(home=tmp_path, env={}, overrides=["engine.memory_limit_mb=null"])
+    assert unlimited.engine.memory_limit_mb is None
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["engine.memory_limit_mb=100"])
+    assert "engine.memory_limit_mb: 100 is below 256" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["engine.memory_limit_mb=lots"])
+    assert "engine.memory_limit_mb: expected a whole number, got 'lots'" in str(caught.value)

@@ -63,3 +63,32 @@ def test_a_table_written_in_one_session_is_read_in_a_fresh_one(tmp_path: Path):
 def test_classic_spark_is_jvm_spark(classic_spark):
     assert classic_spark.conf.get("spark.master") == "local[2]"
     assert classic_spark.range(5).agg(F.sum("id")).collect()[0][0] == 10
+
+
+def test_the_embedded_engine_runs_a_query_larger_than_its_memory_limit(tmp_path: Path):
+    """With a 256 MiB limit, a sort of about 600 MB of strings completes (it spills) in a fresh process."""
+    script = (
+        "import os, sys\n"
+        "from conf.settings import load_settings\n"
+        "from pipelines.engine import open_session\n"
+        "from pyspark.sql import functions as F\n"
+        f"settings = load_settings('local', home={str(tmp_path)!r}, env={{}}, overrides=['engine.memory_limit_mb=256'])\n"
+        "with open_session(settings, register_tables=False) as spark:\n"
+        "    assert os.environ['SAIL_RUNTIME__MEMORY_POOL__FAIR__MAX_SIZE'] == str(256 * 2**20)\n"
+        "    df = spark.range(3_000_000).select(F.sha2(F.col('id').cast('string'), 512).alias('s'), 'id')\n"
+        "    row = df.orderBy('s').select(F.sum(F.length('s')).alias('n')).collect()[0]\n"
+        "    first = df.orderBy('s').limit(1).collect()[0]\n"
+        "print(row.n, first.s[:8])\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2]
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    import hashlib
+
+    total, first = done.stdout.split()
+    assert int(total) == 3_000_000 * 128
+    assert first == min(hashlib.sha512(str(i).encode()).hexdigest() for i in range(3_000_000))[:8]
