@@ -19,7 +19,8 @@ _OWNER = "STRUCT<owner: STRING, type: STRING, typeUrn: STRING>"
 _PROPERTY_VALUES = "ARRAY<STRUCT<string: STRING, double: DOUBLE>>"
 _PROPERTY_ASSIGNMENT = f"STRUCT<propertyUrn: STRING, `values`: {_PROPERTY_VALUES}>"
 
-# The parts of each aspect the change event generators read, as Spark DDL.
+# The parts of each aspect the change event generators read, as Spark DDL (the schema aspects are
+# read by `parse_schema_fields`).
 ASPECT_SCHEMAS: dict[str, str] = {
     "globalTags": "tags ARRAY<STRUCT<tag: STRING>>",
     "glossaryTerms": "terms ARRAY<STRUCT<urn: STRING>>",
@@ -28,15 +29,6 @@ ASPECT_SCHEMAS: dict[str, str] = {
     "structuredProperties": f"properties ARRAY<{_PROPERTY_ASSIGNMENT}>",
     "deprecation": "deprecated BOOLEAN, note STRING, decommissionTime BIGINT, actor STRING",
     "status": "removed BOOLEAN",
-    "schemaMetadata": (
-        "fields ARRAY<STRUCT<fieldPath: STRING, nullable: BOOLEAN, nativeDataType: STRING, "
-        f"type: STRUCT<type: MAP<STRING, STRING>>, description: STRING, globalTags: {_TAGS}, "
-        f"glossaryTerms: {_TERMS}>>"
-    ),
-    "editableSchemaMetadata": (
-        "editableSchemaFieldInfo ARRAY<STRUCT<fieldPath: STRING, description: STRING, "
-        f"globalTags: {_TAGS}, glossaryTerms: {_TERMS}>>"
-    ),
     "actionRequestInfo": (
         "type STRING, resource STRING, resourceType STRING, subResource STRING, subResourceType STRING, "
         "params STRUCT<"
@@ -90,6 +82,11 @@ SCHEMA_FIELD = (
 )
 
 
+def _as_column(value: Column | str) -> Column:
+    """A column given by name or as a Column."""
+    return F.col(value) if isinstance(value, str) else value
+
+
 def aspect_schema(aspect_name: str) -> str:
     """Return the DDL schema used to parse one aspect's JSON.
 
@@ -108,41 +105,40 @@ def parse_schema_fields(json_col: Column | str) -> Column:
     Schema aspects are the largest JSON by far and three generators read them, so they are parsed once
     into this one shape: `fields` of schemaMetadata or `editableSchemaFieldInfo`, whichever the text has.
     """
-    column = F.col(json_col) if isinstance(json_col, str) else json_col
+    column = _as_column(json_col)
     arrays = ", ".join(f"{name} ARRAY<{SCHEMA_FIELD}>" for name in FIELD_ARRAYS.values())
     parsed = F.from_json(column, arrays)
     return F.coalesce(*[parsed[name] for name in FIELD_ARRAYS.values()])
 
 
-def parse_aspect(json_col: Column | str, aspect_name: str, schema: str | None = None) -> Column:
+def parse_aspect(json_col: Column | str, aspect_name: str) -> Column:
     """Parse aspect JSON text into a struct with the aspect's explicit schema (null text gives null).
 
     Args:
         json_col: the JSON text column.
         aspect_name: the aspect (its schema from ASPECT_SCHEMAS).
-        schema: a narrower DDL schema to use instead.
     """
-    column = F.col(json_col) if isinstance(json_col, str) else json_col
-    return F.from_json(column, schema or aspect_schema(aspect_name))
+    column = _as_column(json_col)
+    return F.from_json(column, aspect_schema(aspect_name))
 
 
 def is_key_aspect(aspect_name: Column | str, entity_type: Column | str) -> Column:
     """True when the aspect is the entity's key aspect (`datasetKey` for a dataset, `corpUserKey` for a corpuser)."""
-    aspect = F.col(aspect_name) if isinstance(aspect_name, str) else aspect_name
-    entity = F.col(entity_type) if isinstance(entity_type, str) else entity_type
+    aspect = _as_column(aspect_name)
+    entity = _as_column(entity_type)
     return aspect.endswith("Key") & (F.lower(aspect) == F.concat(F.lower(entity), F.lit("key")))
 
 
 def entity_type_of_urn(urn: Column | str) -> Column:
     """The entity type named by an urn: `urn:li:<type>:...` gives `<type>` (null when not an urn)."""
-    column = F.col(urn) if isinstance(urn, str) else urn
+    column = _as_column(urn)
     return F.nullif(F.regexp_extract(column, r"^urn:li:([^:]+):", 1), F.lit(""))
 
 
 def to_schema_field_urn(dataset_urn: Column | str, field_path: Column | str) -> Column:
     """The schemaField urn of a dataset's field: `urn:li:schemaField:(<datasetUrn>,<fieldPath>)`."""
-    dataset = F.col(dataset_urn) if isinstance(dataset_urn, str) else dataset_urn
-    path = F.col(field_path) if isinstance(field_path, str) else field_path
+    dataset = _as_column(dataset_urn)
+    path = _as_column(field_path)
     return F.concat(F.lit("urn:li:schemaField:("), dataset, F.lit(","), path, F.lit(")"))
 
 

@@ -71,10 +71,10 @@ def filter_aspects(pairs_df: DataFrame, aspect_names: tuple[str, ...] | list[str
     return pairs_df.filter(F.col("aspect_name").isin(list(aspect_names)))
 
 
-def with_parsed(pairs_df: DataFrame, aspect_name: str, schema: str | None = None) -> DataFrame:
-    """Add `prev` and `new`: both sides of the pair parsed with the aspect's explicit (or a narrower) schema."""
-    return pairs_df.withColumn("prev", parse_aspect("prev_json", aspect_name, schema)).withColumn(
-        "new", parse_aspect("new_json", aspect_name, schema)
+def with_parsed(pairs_df: DataFrame, aspect_name: str) -> DataFrame:
+    """Add `prev` and `new`: both sides of the pair parsed with the aspect's explicit schema."""
+    return pairs_df.withColumn("prev", parse_aspect("prev_json", aspect_name)).withColumn(
+        "new", parse_aspect("new_json", aspect_name)
     )
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -80,15 +83,10 @@ def test_the_embedded_engine_runs_a_query_larger_than_its_memory_limit(tmp_path:
         "    first = df.orderBy('s').limit(1).collect()[0]\n"
         "print(row.n, first.s[:8])\n"
     )
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2]
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    import hashlib
-
     total, first = done.stdout.split()
     assert int(total) == 3_000_000 * 128
     assert first == min(hashlib.sha512(str(i).encode()).hexdigest() for i in range(3_000_000))[:8]
