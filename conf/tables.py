@@ -22,6 +22,8 @@ class TableSpec:
         columns: the column list in Spark DDL (`name TYPE, ...`), in the table's column order.
         partitioned_by: partition columns (a subset of the columns).
         description: what one row is.
+        properties: Delta table properties set when the table is created (and on an existing table
+            that lacks them).
     """
 
     layer: str
@@ -29,6 +31,7 @@ class TableSpec:
     columns: str
     partitioned_by: tuple[str, ...] = ()
     description: str = ""
+    properties: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -119,6 +122,9 @@ _SPECS = (
         (),
         "The latest version of every (entity_urn, aspect_name); deleted: that version is a DELETE; "
         "entity_deleted: the entity's key aspect is hard-deleted; prev_*: the row before batch_id wrote it.",
+        # Each batch updates keys scattered over the whole table: with deletion vectors its MERGE marks
+        # the replaced rows instead of rewriting every file that holds one.
+        (("delta.enableDeletionVectors", "true"),),
     ),
     TableSpec(
         "silver",

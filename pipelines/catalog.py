@@ -17,18 +17,40 @@ def create_table_sql(settings: Settings, spec: TableSpec) -> str:
     """
     name = table_name(settings, spec.key)
     if settings.catalog.managed_tables:
-        return f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}"
+        return f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}{_properties(spec)}"
     location = table_location(settings, spec.key)
     quoted = str(location).replace("'", "\\'")
     if (location / "_delta_log").is_dir():
         # An existing table keeps the schema in its log; the embedded engine mis-compares declared MAP
         # columns with the stored ones, so existing tables are registered by location alone.
         return f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{quoted}'"
-    return f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)} LOCATION '{quoted}'"
+    return (
+        f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}{_properties(spec)} "
+        f"LOCATION '{quoted}'"
+    )
 
 
 def _partitioning(spec: TableSpec) -> str:
     return f" PARTITIONED BY ({', '.join(spec.partitioned_by)})" if spec.partitioned_by else ""
+
+
+def _properties(spec: TableSpec) -> str:
+    return f" TBLPROPERTIES ({_property_list(spec.properties)})" if spec.properties else ""
+
+
+def _property_list(properties: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties)
+
+
+def missing_properties(spark: SparkSession, settings: Settings, spec: TableSpec) -> tuple[tuple[str, str], ...]:
+    """The declared properties an existing table does not have (with another value or not at all)."""
+    if not spec.properties:
+        return ()
+    rows = spark.sql(f"DESCRIBE EXTENDED {table_name(settings, spec.key)}").collect()
+    # Spark, Databricks and the embedded engine all print them as `[key=value, key=value]`.
+    shown = next((str(r["data_type"]) for r in rows if str(r["col_name"]).strip() == "Table Properties"), "[]")
+    present = {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in shown.strip("[]").split(",")) if k}
+    return tuple((k, v) for k, v in spec.properties if present.get(k) != v)
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -45,6 +67,10 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema_name(settings, layer)}")
     for spec in TABLES.values():
         spark.sql(create_table_sql(settings, spec))
+        missing = missing_properties(spark, settings, spec)
+        if missing:
+            # A table created before the declaration gained these properties is brought up to it.
+            spark.sql(f"ALTER TABLE {table_name(settings, spec.key)} SET TBLPROPERTIES ({_property_list(missing)})")
     from pipelines.views import ensure_views
 
     ensure_views(spark, settings)

@@ -10,9 +10,10 @@ Crash safety. One batch is written in this order, each write idempotent:
      everything is written to Parquet under `<home>/_scratch/refine/<batch>` (recomputed on a re-run);
   2. MERGE events on event_id (insert only, pruned to the batch's event dates);
   3. MERGE skipped snapshots on (batch_id, source_file, line_number) (insert only);
-  4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key;
-  5. MERGE the hard-deleted flag of entities the batch deleted or re-created;
-  6. record progress (last).
+  4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key,
+     and in the same statement set the hard-deleted flag on the other keys of entities the batch
+     deleted or re-created;
+  5. record progress (last).
 A run killed anywhere and started again recomputes the same staged data and ends with the same tables.
 """
 
@@ -31,17 +32,22 @@ from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from pipelines.faults import crash_point
 from pipelines.io import merge, read_table
-from pipelines.progress import StageResult, finished_batches, pending_batches, record_progress
+from pipelines.progress import (
+    StageResult,
+    finished_batches,
+    pending_batches,
+    record_progress,
+)
 from silver.events import to_change_events
 from silver.events.common import with_schema_fields
 from silver.state import (
-    to_entity_flags,
     to_entity_status,
     to_pairs,
     to_pre_batch_state,
     to_sequenced_batch,
     to_skipped_snapshots,
     to_state_rows,
+    with_entity_flag_rows,
 )
 
 STAGE = "refine"
@@ -61,12 +67,11 @@ class StagedBatch:
     events: int
     skipped: int
     state_rows: int
-    entity_flags: int
     event_dates: tuple[str, str] | None
     schemas: dict[str, StructType] = field(default_factory=dict, compare=False, repr=False)
 
     def read(self, spark: SparkSession, part: str) -> DataFrame:
-        """Read one staged part (events, skipped, state or flags), empty ones included."""
+        """Read one staged part (events, skipped or state), empty ones included."""
         return spark.read.schema(self.schemas[part]).parquet(str(self.folder / part))
 
 
@@ -115,10 +120,8 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     )
     skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas)
     status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas)
-    state_df = _stage(
-        to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp()), folder / "state", schemas
-    )
-    flags_df = _stage(to_entity_flags(status_df), folder / "flags", schemas)
+    state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
+    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", schemas)
 
     summary = events_df.agg(
         F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi")
@@ -130,7 +133,6 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
         events=int(summary["n"]),
         skipped=skipped_df.count(),
         state_rows=state_df.count(),
-        entity_flags=flags_df.count(),
         event_dates=(str(summary["lo"]), str(summary["hi"])) if summary["n"] else None,
         schemas=schemas,
     )
@@ -175,7 +177,11 @@ def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) 
 
 
 def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
-    """Write the batch's new state rows: insert new keys, replace rows only from another, older batch."""
+    """Write the batch's state: insert new keys, replace rows only from another, older batch, set entity flags.
+
+    Flag rows (`with_entity_flag_rows`) only set entity_deleted on the existing rows of the entities
+    the batch hard-deleted or re-created; they never insert.
+    """
     if not staged.state_rows:
         return
     target = table_name(settings, STATE_TABLE)
@@ -184,22 +190,13 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
     statement = (
         f"MERGE INTO {target} AS t USING {{source}} AS s "
         f"ON t.entity_urn = s.entity_urn AND t.aspect_name = s.aspect_name "
-        f"WHEN MATCHED AND t.batch_id <> s.batch_id AND s.order_key > t.order_key THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})"
+        f"WHEN MATCHED AND s.flag_only AND t.entity_deleted <> s.entity_deleted "
+        f"THEN UPDATE SET t.entity_deleted = s.entity_deleted "
+        f"WHEN MATCHED AND NOT s.flag_only AND t.batch_id <> s.batch_id AND s.order_key > t.order_key "
+        f"THEN UPDATE SET {updates} "
+        f"WHEN NOT MATCHED AND NOT s.flag_only THEN INSERT ({columns}) VALUES ({values})"
     )
     merge(spark, staged.read(spark, "state"), lambda source: statement.format(source=source), view_name="refine_state")
-
-
-def merge_entity_flags(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
-    """Set entity_deleted on every state row of the entities the batch hard-deleted or re-created."""
-    if not staged.entity_flags:
-        return
-    target = table_name(settings, STATE_TABLE)
-    statement = (
-        f"MERGE INTO {target} AS t USING {{source}} AS s ON t.entity_urn = s.entity_urn "
-        f"WHEN MATCHED AND t.entity_deleted <> s.entity_deleted THEN UPDATE SET t.entity_deleted = s.entity_deleted"
-    )
-    merge(spark, staged.read(spark, "flags"), lambda source: statement.format(source=source), view_name="refine_flags")
 
 
 def _quote(text: str) -> str:
@@ -211,7 +208,6 @@ BATCH_STEPS = (
     ("events_merged", merge_events),
     ("skipped_merged", merge_skipped),
     ("state_merged", merge_state),
-    ("flags_merged", merge_entity_flags),
 )
 
 

@@ -90,14 +90,15 @@ def to_pre_batch_state(state_df: DataFrame, batch_id: str) -> DataFrame:
 
     Rows that `batch_id` already wrote (a run killed after the state MERGE) are turned back into their
     prev_* values; rows it inserted (no prev_order_key) disappear. Other rows are returned as they are.
+    The prev_* columns are read from the batch's own rows only: with a batch id filter the engine can
+    skip every file the batch did not write, instead of reading a second JSON column for the whole table.
     """
-    reverted = F.col("batch_id") == F.lit(batch_id)
-    values = [
-        F.when(reverted, F.col(f"prev_{c}")).otherwise(F.col(c)).alias(c) for c in STATE_VALUE_COLUMNS
-    ]
-    return state_df.select("entity_urn", "entity_type", "aspect_name", *values).filter(
-        F.col("order_key").isNotNull()
+    key = ("entity_urn", "entity_type", "aspect_name")
+    others_df = state_df.filter(F.col("batch_id") != F.lit(batch_id)).select(*key, *STATE_VALUE_COLUMNS)
+    reverted_df = state_df.filter(F.col("batch_id") == F.lit(batch_id)).select(
+        *key, *[F.col(f"prev_{c}").alias(c) for c in STATE_VALUE_COLUMNS]
     )
+    return others_df.unionByName(reverted_df.filter(F.col("order_key").isNotNull()))
 
 
 def key_bucket(entity_urn: Column, aspect_name: Column) -> Column:
@@ -298,10 +299,39 @@ def to_state_rows(sequenced_df: DataFrame, entity_status_df: DataFrame) -> DataF
     )
 
 
-def to_entity_flags(entity_status_df: DataFrame) -> DataFrame:
-    """The entities whose hard-deleted status the batch flipped: (entity_urn, entity_deleted) for every state row."""
-    return entity_status_df.filter(F.col("was_deleted") != F.col("entity_deleted")).select(
+def with_entity_flag_rows(state_rows_df: DataFrame, pre_state_df: DataFrame, entity_status_df: DataFrame) -> DataFrame:
+    """Add a flag row for every other state row of the entities whose hard-deleted status the batch flipped.
+
+    The batch's own state rows carry entity_deleted already; the entity's other keys need it set too.
+    Both go to the state in one MERGE (one scan of the table): a flag row (`flag_only` true) holds the
+    key, entity_type and entity_deleted, and its other columns are null.
+
+    Args:
+        state_rows_df: `to_state_rows` output (any extra columns are kept, null on flag rows).
+        pre_state_df: silver.aspect_state before the batch.
+        entity_status_df: `to_entity_status` output.
+
+    Returns:
+        state_rows_df's columns plus `flag_only`.
+    """
+    flipped_df = entity_status_df.filter(F.col("was_deleted") != F.col("entity_deleted")).select(
         "entity_urn", "entity_deleted"
+    )
+    key = ["entity_urn", "aspect_name"]
+    flags_df = (
+        pre_state_df.select(*key, "entity_type")
+        .join(flipped_df, on="entity_urn", how="inner")
+        .join(state_rows_df.select(*key), on=key, how="left_anti")
+    )
+    flag_columns = set(flags_df.columns)
+    return state_rows_df.withColumn("flag_only", F.lit(False)).unionByName(
+        flags_df.select(
+            *[
+                F.col(c) if c in flag_columns else F.lit(None).cast(state_rows_df.schema[c].dataType).alias(c)
+                for c in state_rows_df.columns
+            ],
+            F.lit(True).alias("flag_only"),
+        )
     )
 
 

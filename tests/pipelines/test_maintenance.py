@@ -91,3 +91,30 @@ def test_bad_arguments_are_named(maintained):
 
 def _data_files(location: Path) -> set[str]:
     return {str(p.relative_to(location)) for p in location.rglob("*.parquet")}
+
+
+def test_optimize_applies_the_deletion_vectors_of_the_state_table(spark, tmp_path):
+    from conf.tables import table_name, table_spec
+    from pipelines.io import merge
+
+    settings = make_settings(tmp_path / "dv")
+    register_fresh_tables(spark, settings)
+    state = "silver.aspect_state"
+    spec = table_spec(state)
+
+    def rows(values):
+        return spark.createDataFrame(
+            [{**{c: None for c in spec.column_names}, "entity_urn": f"urn:{k}", "aspect_name": "a", "aspect_json": v}
+             for k, v in values], spec.columns)
+
+    append(rows([(k, "old") for k in range(10)]), settings, state)
+    merge(spark, rows([(3, "new")]), lambda s: (
+        f"MERGE INTO {table_name(settings, state)} AS t USING {s} AS s ON t.entity_urn = s.entity_urn "
+        f"WHEN MATCHED THEN UPDATE SET t.aspect_json = s.aspect_json"), view_name="dv_update")
+    location = table_location(settings, state)
+    assert any('"deletionVector":{' in f.read_text() for f in (location / "_delta_log").glob("*.json"))
+
+    metrics = maintenance_for(settings).optimize(state)
+    assert metrics["numFilesRemoved"] == 2 and metrics["numFilesAdded"] == 1
+    kept = sorted((r.entity_urn, r.aspect_json) for r in read_table(spark, settings, state).collect())
+    assert kept == sorted((f"urn:{k}", "new" if k == 3 else "old") for k in range(10))

@@ -16,13 +16,20 @@ from pathlib import Path
 import pytest
 from datahub_actions.event.event_registry import EntityChangeEvent
 
-from conf.tables import table_name
+from conf.tables import table_location, table_name
 from pipelines.export_ece import write_ece_jsonl
 from pipelines.io import read_table
 from pipelines.refine import BATCH_STEPS, refine, refine_batch, stage_batch
 from pipelines.timeline import aspects_as_of, entity_history, replay_window
 from tests.conftest import REPO, make_settings, register_fresh_tables
-from tests.silver.bronze_rows import FIXTURES, land, mcl, read_mcl_fixture, split_batches, to_bronze_rows
+from tests.silver.bronze_rows import (
+    FIXTURES,
+    land,
+    mcl,
+    read_mcl_fixture,
+    split_batches,
+    to_bronze_rows,
+)
 from tests.silver.events_helpers import change_event_rows
 
 CUSTOMERS_6 = "urn:li:dataset:(urn:li:dataPlatform:postgres,appdb.public.customers_6,PROD)"
@@ -200,6 +207,46 @@ def test_late_and_replayed_versions_are_skipped_and_change_nothing(spark, tmp_pa
     assert not result.equal and not result.unexpected
     assert sorted((m["source_version"], m["operation"], m["modifier"]) for m in result.missing) == [
         (2, "ADD", "urn:li:tag:B"), (3, "REMOVE", "urn:li:tag:B")]
+
+
+def test_a_hard_delete_and_a_re_creation_flag_every_state_row_of_the_entity(spark, tmp_path):
+    settings = use(spark, make_settings(tmp_path / "flags"))
+    gone, kept = (f"urn:li:dataset:(urn:li:dataPlatform:hive,{n},PROD)" for n in ("gone", "kept"))
+
+    def key(urn, version, time, change_type="UPSERT"):
+        return mcl(urn, "datasetKey", {"platform": "urn:li:dataPlatform:hive", "name": urn}, version=version,
+                   time=time, change_type=change_type)
+
+    def tags(urn, time):
+        return mcl(urn, "globalTags", {"tags": [{"tag": "urn:li:tag:A"}]}, version=1, time=time)
+
+    def flags():
+        rows = read_table(spark, settings, "silver.aspect_state").collect()
+        return sorted((r.entity_urn, r.aspect_name, r.entity_deleted, r.batch_id) for r in rows)
+
+    land(spark, settings, to_bronze_rows([key(gone, 1, 1), tags(gone, 2), key(kept, 1, 3), tags(kept, 4)], "b000"))
+    land(spark, settings, to_bronze_rows([key(gone, 1, 5, "DELETE")], "b001", batch_index=1))
+    refine(spark, settings)
+    # The globalTags row of the deleted entity keeps the batch that wrote it and gains the flag.
+    assert flags() == [
+        (gone, "datasetKey", True, "b001"), (gone, "globalTags", True, "b000"),
+        (kept, "datasetKey", False, "b000"), (kept, "globalTags", False, "b000"),
+    ]
+    land(spark, settings, to_bronze_rows([key(gone, 2, 6)], "b002", batch_index=2))
+    refine(spark, settings)
+    assert flags() == [
+        (gone, "datasetKey", False, "b002"), (gone, "globalTags", False, "b000"),
+        (kept, "datasetKey", False, "b000"), (kept, "globalTags", False, "b000"),
+    ]
+
+
+def test_the_state_table_uses_deletion_vectors(spark, fixture_home):
+    settings = use(spark, fixture_home[0])
+    log = table_location(settings, "silver.aspect_state") / "_delta_log"
+    actions = [json.loads(line) for f in sorted(log.glob("*.json")) for line in f.read_text().splitlines()]
+    assert any(a.get("metaData", {}).get("configuration", {}).get("delta.enableDeletionVectors") == "true" for a in actions)
+    # Later batches replaced rows written by earlier ones: those are marked, not rewritten with their files.
+    assert any(a.get("add", {}).get("deletionVector") for a in actions)
 
 
 def test_a_batch_of_replays_only_changes_nothing_but_the_skipped_table(spark, tmp_path):
