@@ -59,7 +59,10 @@ SKIPPED_TABLE = "silver.skipped_snapshots"
 
 @dataclass(frozen=True)
 class StagedBatch:
-    """One batch computed and written to Parquet, ready to be merged into the silver tables."""
+    """One batch computed and written to Parquet, ready to be merged into the silver tables.
+
+    `state_rows` counts the rows the state MERGE applies: the batch's new state rows and its flag rows.
+    """
 
     batch_id: str
     folder: Path
