@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,3 +65,9 @@ def register_fresh_tables(spark: SparkSession, settings: Settings) -> None:
     for key in TABLES:
         spark.sql(f"DROP TABLE IF EXISTS {table_name(settings, key)}")
     ensure_tables(spark, settings)
+
+
+def delta_log_actions(location: Path) -> list[dict]:
+    """Every action of the Delta table at `location`, in commit order (one dict per line of its JSON commits)."""
+    commits = sorted((location / "_delta_log").glob("*.json"))
+    return [json.loads(line) for commit in commits for line in commit.read_text().splitlines()]

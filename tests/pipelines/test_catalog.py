@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from conf.tables import table_location, table_spec
 from pipelines.catalog import create_table_sql, missing_properties
-from tests.conftest import make_settings, register_fresh_tables
+from tests.conftest import delta_log_actions, make_settings, register_fresh_tables
 
 STATE = "silver.aspect_state"
 DELETION_VECTORS = ("delta.enableDeletionVectors", "true")
@@ -16,9 +15,8 @@ DELETION_VECTORS = ("delta.enableDeletionVectors", "true")
 def _log_configuration(settings) -> dict[str, str]:
     """The table configuration of the newest metaData action in the state table's Delta log."""
     configuration: dict[str, str] = {}
-    for commit in sorted((table_location(settings, STATE) / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            configuration = json.loads(line).get("metaData", {}).get("configuration", configuration)
+    for action in delta_log_actions(table_location(settings, STATE)):
+        configuration = action.get("metaData", {}).get("configuration", configuration)
     return configuration
 
 

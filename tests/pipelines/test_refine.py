@@ -21,7 +21,7 @@ from pipelines.export_ece import write_ece_jsonl
 from pipelines.io import read_table
 from pipelines.refine import BATCH_STEPS, refine, refine_batch, stage_batch
 from pipelines.timeline import aspects_as_of, entity_history, replay_window
-from tests.conftest import REPO, make_settings, register_fresh_tables
+from tests.conftest import REPO, delta_log_actions, make_settings, register_fresh_tables
 from tests.silver.bronze_rows import (
     FIXTURES,
     land,
@@ -242,8 +242,7 @@ def test_a_hard_delete_and_a_re_creation_flag_every_state_row_of_the_entity(spar
 
 def test_the_state_table_uses_deletion_vectors(spark, fixture_home):
     settings = use(spark, fixture_home[0])
-    log = table_location(settings, "silver.aspect_state") / "_delta_log"
-    actions = [json.loads(line) for f in sorted(log.glob("*.json")) for line in f.read_text().splitlines()]
+    actions = delta_log_actions(table_location(settings, "silver.aspect_state"))
     assert any(a.get("metaData", {}).get("configuration", {}).get("delta.enableDeletionVectors") == "true" for a in actions)
     # Later batches replaced rows written by earlier ones: those are marked, not rewritten with their files.
     assert any(a.get("add", {}).get("deletionVector") for a in actions)
