@@ -116,12 +116,13 @@ _SPECS = (
         "entity_urn STRING, entity_type STRING, aspect_name STRING, aspect_json STRING, version BIGINT, "
         "order_key STRING, change_type STRING, created_time BIGINT, created_actor STRING, deleted BOOLEAN, "
         "entity_deleted BOOLEAN, record_hash STRING, batch_id STRING, updated_at TIMESTAMP, "
-        "source_file STRING, line_number BIGINT, prev_aspect_json STRING, prev_version BIGINT, "
+        "source_file STRING, line_number BIGINT, prev_version BIGINT, "
         "prev_order_key STRING, prev_change_type STRING, prev_created_time BIGINT, prev_created_actor STRING, "
         "prev_record_hash STRING, prev_batch_id STRING",
         (),
         "The latest version of every (entity_urn, aspect_name); deleted: that version is a DELETE; "
-        "entity_deleted: the entity's key aspect is hard-deleted; prev_*: the row before batch_id wrote it.",
+        "entity_deleted: the entity's key aspect is hard-deleted; prev_*: the row before batch_id wrote it "
+        "(its JSON: the bronze snapshot prev_batch_id, prev_record_hash).",
         # Each batch updates keys scattered over the whole table: with deletion vectors its MERGE marks
         # the replaced rows instead of rewriting every file that holds one.
         (("delta.enableDeletionVectors", "true"),),

@@ -250,7 +250,8 @@ def _run_classic(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
                         stage = out / "work" / batch_id
                         batch_df = spark.read.parquet(str(out / "bronze" / batch_id))
                         state_df = spark.read.parquet(str(out / f"state-{index}"))
-                        pre_state_df = to_pre_batch_state(state_df, batch_id)
+                        # Each batch runs once here, so no state row needs reverting (no snapshots).
+                        pre_state_df = to_pre_batch_state(state_df, batch_id, batch_df.filter(F.lit(False)))
                         to_sequenced_batch(batch_df, pre_state_df).write.mode("overwrite").parquet(str(stage / "sequenced"))
                         sequenced_df = spark.read.parquet(str(stage / "sequenced"))
                         to_pairs(sequenced_df).write.mode("overwrite").partitionBy("aspect_name").parquet(str(stage / "pairs"))

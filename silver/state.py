@@ -53,9 +53,10 @@ PAIR_COLUMNS = (
     "prev_change_type",
 )
 
-# The silver.aspect_state columns of one state row; prev_* hold the row as it was before `batch_id`.
+# The silver.aspect_state columns of one state row besides its JSON; prev_* hold them as they were
+# before `batch_id`. The JSON before `batch_id` is not kept: it is the bronze snapshot that
+# (prev_batch_id, prev_record_hash) names.
 STATE_VALUE_COLUMNS = (
-    "aspect_json",
     "version",
     "order_key",
     "change_type",
@@ -85,20 +86,40 @@ def change_set_id(entity_urn: Column, aspect_name: Column, key: Column) -> Colum
     return F.sha2(F.concat_ws("\u001f", entity_urn, aspect_name, key), 256)
 
 
-def to_pre_batch_state(state_df: DataFrame, batch_id: str) -> DataFrame:
+def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFrame) -> DataFrame:
     """Return silver.aspect_state as it was before `batch_id` was applied.
 
     Rows that `batch_id` already wrote (a run killed after the state MERGE) are turned back into their
-    prev_* values; rows it inserted (no prev_order_key) disappear. Other rows are returned as they are.
-    The prev_* columns are read from the batch's own rows only: with a batch id filter the engine can
-    skip every file the batch did not write, instead of reading a second JSON column for the whole table.
+    prev_* values, with the JSON of the bronze snapshot those name; rows it inserted (no
+    prev_order_key) disappear. Other rows are returned as they are.
+
+    Args:
+        state_df: silver.aspect_state.
+        batch_id: the batch about to be (re)applied.
+        snapshots_df: bronze.aspect_snapshots rows holding at least the snapshots named by the
+            (prev_batch_id, prev_record_hash) of the state rows `batch_id` wrote; any superset works.
+
+    Returns:
+        entity_urn, entity_type, aspect_name, aspect_json and STATE_VALUE_COLUMNS, one row per key.
     """
     key = ("entity_urn", "entity_type", "aspect_name")
-    others_df = state_df.filter(F.col("batch_id") != F.lit(batch_id)).select(*key, *STATE_VALUE_COLUMNS)
-    reverted_df = state_df.filter(F.col("batch_id") == F.lit(batch_id)).select(
-        *key, *[F.col(f"prev_{c}").alias(c) for c in STATE_VALUE_COLUMNS]
+    others_df = state_df.filter(F.col("batch_id") != F.lit(batch_id)).select(*key, "aspect_json", *STATE_VALUE_COLUMNS)
+    named = ["entity_urn", "aspect_name", "prev_batch_id", "prev_record_hash"]
+    # Copies of one snapshot share its record hash, and with it the JSON: any one of them will do.
+    json_df = snapshots_df.select(
+        "entity_urn",
+        "aspect_name",
+        F.col("batch_id").alias("prev_batch_id"),
+        F.col("record_hash").alias("prev_record_hash"),
+        "aspect_json",
+    ).dropDuplicates(named)
+    reverted_df = (
+        state_df.filter((F.col("batch_id") == F.lit(batch_id)) & F.col("prev_order_key").isNotNull())
+        .select(*key, *[F.col(f"prev_{c}") for c in STATE_VALUE_COLUMNS])
+        .join(json_df, on=named, how="left")
+        .select(*key, "aspect_json", *[F.col(f"prev_{c}").alias(c) for c in STATE_VALUE_COLUMNS])
     )
-    return others_df.unionByName(reverted_df.filter(F.col("order_key").isNotNull()))
+    return others_df.unionByName(reverted_df)
 
 
 def key_bucket(entity_urn: Column, aspect_name: Column) -> Column:
@@ -119,11 +140,12 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
 
     Windows run over key buckets ordered by key, not over one partition per key: a batch touches up
     to millions of keys, and per-key window partitions cost far more than the sort. Neighbours are
-    compared on their key instead. Two orders are used: arrival order (key, order_key, arrival) finds
-    the copies of one version; then, within each key, the non-duplicate rows sorted by order_key are
-    the late and replayed ones followed by the accepted ones, so an accepted row's predecessor is the
-    row before it (when that row is accepted too) and it is the key's last accepted row when the next
-    row is not an accepted one of its key.
+    compared on their key instead. One order serves every window, so the batch is sorted once: by
+    key, then order_key, then arrival *descending*, which puts the first landed copy of a version
+    last among its copies. So, looking at the next row only: a row is a later copy when the next row
+    holds the same version, and a key's newest version is the one whose next row is another key. The
+    predecessor of a version is the last row before it that is not a later copy; when that row is
+    an accepted version of the same key it is the previous version in the batch, else the state is.
 
     Args:
         batch_df: bronze.aspect_snapshots rows of one batch (or of any set of batches processed as one).
@@ -132,13 +154,12 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
 
     Returns:
         The batch rows with order_key, is_delete, disposition (ACCEPTED, LATE or DUPLICATE), the state
-        they were compared with (state_*; state_aspect_json only on is_last rows), new_json (the
+        they were compared with (state_*, without its JSON), new_json (the
         aspect JSON, null on DELETE, in place of aspect_json), and for accepted rows prev_json /
         prev_change_type (the predecessor: the previous accepted version in the batch, else the
         state), is_last (the key's newest version in the batch) and change_set_id.
     """
     key = ["entity_urn", "aspect_name"]
-    arrival_order = ["order_key", "landed_at", "batch_id", "source_file", "line_number"]
     rows_df = (
         batch_df.select(*BRONZE_COLUMNS)
         .withColumn("order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type")))
@@ -157,29 +178,30 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
         F.col("batch_id").alias("state_batch_id"),
     )
     joined_df = rows_df.join(state_df, on=key, how="left")
-    # Copies of one version are adjacent in arrival order; the first landed one counts.
-    arrival = Window.partitionBy("_bucket").orderBy(*key, *arrival_order)
-    before = F.lag(F.struct(*key, "order_key")).over(arrival)
-    copy_of_previous = _same_key(before) & (before["order_key"] == F.col("order_key"))
-    classified_df = joined_df.withColumn(
-        "disposition",
-        F.when(copy_of_previous, F.lit(DUPLICATE))
-        .when(F.col("order_key") < F.col("state_order_key"), F.lit(LATE))
-        .when(F.col("order_key") == F.col("state_order_key"), F.lit(DUPLICATE))
-        .otherwise(F.lit(ACCEPTED)),
+    newest_arrival_first = [F.col(c).desc() for c in ("landed_at", "batch_id", "source_file", "line_number")]
+    ordered = Window.partitionBy("_bucket").orderBy(*key, "order_key", *newest_arrival_first)
+    following = F.lead(F.struct(*key, "order_key")).over(ordered)
+    later_copy = _same_key(following) & (following["order_key"] == F.col("order_key"))
+    classified_df = (
+        joined_df.withColumn("_later_copy", later_copy)
+        .withColumn("_key_ends", ~_same_key(following))
+        .withColumn(
+            "disposition",
+            F.when(F.col("_later_copy"), F.lit(DUPLICATE))
+            .when(F.col("order_key") < F.col("state_order_key"), F.lit(LATE))
+            .when(F.col("order_key") == F.col("state_order_key"), F.lit(DUPLICATE))
+            .otherwise(F.lit(ACCEPTED)),
+        )
     )
     accepted = F.col("disposition") == ACCEPTED
     effective_json = F.when(~F.col("is_delete"), F.col("aspect_json"))
-    # Duplicates last within their key, so the other rows are ordered by version alone.
-    pairing = Window.partitionBy("_bucket").orderBy(*key, F.col("disposition") == DUPLICATE, *arrival_order)
-    previous = F.lag(
-        F.struct(*key, "disposition", effective_json.alias("json"), F.col("change_type"))
-    ).over(pairing)
-    following = F.lead(F.struct(*key, "disposition")).over(pairing)
+    version_row = F.struct(*key, "disposition", effective_json.alias("json"), F.col("change_type"))
+    previous = F.last(F.when(~F.col("_later_copy"), version_row), ignorenulls=True).over(
+        ordered.rowsBetween(Window.unboundedPreceding, -1)
+    )
     state_json = F.when(F.upper(F.col("state_change_type")) != "DELETE", F.col("state_aspect_json"))
     paired_df = (
         classified_df.withColumn("_previous", previous)
-        .withColumn("_following", following)
         .withColumn("_chained", _same_key(F.col("_previous")) & (F.col("_previous.disposition") == ACCEPTED))
         .withColumn("new_json", effective_json)
         .withColumn(
@@ -193,16 +215,14 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
                 F.when(F.col("_chained"), F.col("_previous.change_type")).otherwise(F.col("state_change_type")),
             ),
         )
-        .withColumn(
-            "is_last",
-            accepted & ~(_same_key(F.col("_following")) & (F.col("_following.disposition") == ACCEPTED)),
-        )
+        # Accepted versions of a key are its newest ones, so an accepted row that ends its key is the last.
+        .withColumn("is_last", accepted & F.col("_key_ends"))
         .withColumn("change_set_id", change_set_id(F.col("entity_urn"), F.col("aspect_name"), F.col("order_key")))
     )
     # Each JSON text once per row: aspect_json is new_json (null on DELETE either way), and the state's
-    # JSON is kept only where the new state row needs it (as its prev_aspect_json).
-    return paired_df.drop("aspect_json", "_bucket", "_previous", "_following", "_chained").withColumn(
-        "state_aspect_json", F.when(F.col("is_last"), F.col("state_aspect_json"))
+    # JSON lives on as prev_json where a pair needs it.
+    return paired_df.drop(
+        "aspect_json", "state_aspect_json", "_bucket", "_previous", "_later_copy", "_key_ends", "_chained"
     )
 
 
@@ -266,7 +286,8 @@ def to_state_rows(sequenced_df: DataFrame, entity_status_df: DataFrame) -> DataF
     """Return the new silver.aspect_state row of every key the batch changed (no updated_at).
 
     Each row is the key's newest accepted version, stamped with the batch id, with prev_* holding the
-    state row it replaces (all null for a new key) so the batch can be recomputed after a crash.
+    state row it replaces (all null for a new key) so the batch can be recomputed after a crash; the
+    replaced row's JSON is the bronze snapshot (prev_batch_id, prev_record_hash).
     """
     return (
         sequenced_df.filter(F.col("is_last"))
@@ -287,7 +308,6 @@ def to_state_rows(sequenced_df: DataFrame, entity_status_df: DataFrame) -> DataF
             "batch_id",
             "source_file",
             "line_number",
-            F.col("state_aspect_json").alias("prev_aspect_json"),
             F.col("state_version").alias("prev_version"),
             F.col("state_order_key").alias("prev_order_key"),
             F.col("state_change_type").alias("prev_change_type"),

@@ -13,13 +13,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from datahub_actions.event.event_registry import EntityChangeEvent
 
 from conf.tables import table_location, table_name
 from pipelines.export_ece import write_ece_jsonl
 from pipelines.io import read_table
-from pipelines.refine import BATCH_STEPS, refine, refine_batch, stage_batch
+from pipelines.refine import (
+    BATCH_STEPS,
+    STAGED_ROW_GROUP_ROWS,
+    _stage,
+    refine,
+    refine_batch,
+    stage_batch,
+)
 from pipelines.timeline import aspects_as_of, entity_history, replay_window
 from tests.conftest import REPO, delta_log_actions, make_settings, register_fresh_tables
 from tests.silver.bronze_rows import (
@@ -319,3 +327,14 @@ def test_a_killed_refine_process_resumes_to_the_same_tables(spark, crash_base, u
     assert refine(spark, settings).batch_ids == ("b001",)
     assert tables_snapshot(spark, settings) == uninterrupted
     assert spark.sql(f"SELECT count(*) AS n FROM {table_name(settings, 'ops.stage_progress')}").collect()[0].n == 2
+
+
+def test_staged_files_are_cut_into_row_groups_that_cores_read_in_parallel(spark, tmp_path):
+    rows = 2 * STAGED_ROW_GROUP_ROWS + 1000
+    # Partitioned like the sequenced rows: each partition value is one file.
+    one_value_df = spark.range(rows).selectExpr("id", "concat('row-', id) AS text", "'all' AS part")
+    read_back_df = _stage(one_value_df, tmp_path / "staged", {}, partition_by="part")
+    metadata = [pq.ParquetFile(path).metadata for path in sorted((tmp_path / "staged").rglob("*.parquet"))]
+    groups = [m.row_group(i).num_rows for m in metadata for i in range(m.num_row_groups)]
+    assert len(metadata) == 1 and len(groups) == 3
+    assert max(groups) <= STAGED_ROW_GROUP_ROWS and read_back_df.count() == rows

@@ -85,9 +85,12 @@ def _comparable(rows) -> list[str]:
     return sorted(json.dumps({c: r[c] for c in COMPARED}, sort_keys=True) for r in rows)
 
 
-def _refine(batch_df, state_df, batch_id):
-    """Events and new state rows of one batch against `state_df` (after reverting rows this batch wrote)."""
-    pre_state_df = to_pre_batch_state(state_df, batch_id)
+def _refine(batch_df, state_df, batch_id, landed_df):
+    """Events and new state rows of one batch against `state_df` (after reverting rows this batch wrote).
+
+    `landed_df` holds the bronze rows of every batch so far: a reverted row's JSON is looked up there.
+    """
+    pre_state_df = to_pre_batch_state(state_df, batch_id, landed_df)
     sequenced_df = _local(to_sequenced_batch(batch_df, pre_state_df))
     events = [r.asDict(recursive=True) for r in to_change_events(_local(to_pairs(sequenced_df))).collect()]
     state_rows_df = to_state_rows(sequenced_df, to_entity_status(sequenced_df, pre_state_df)).withColumn(
@@ -106,14 +109,17 @@ def test_batches_refine_to_the_events_of_one_batch_and_a_rerun_adds_nothing(spar
     state_df = spark.createDataFrame([], table_spec("silver.aspect_state").columns)
     batches = split_batches(records, cuts)
     incremental = []
+    landed_rows = []
     for index, rows in enumerate(batches):
         batch_id = rows[0]["batch_id"]
         batch_df = bronze_df(spark, rows)
-        events, state_rows_df = _refine(batch_df, state_df, batch_id)
+        landed_rows += rows
+        landed_df = bronze_df(spark, landed_rows)
+        events, state_rows_df = _refine(batch_df, state_df, batch_id, landed_df)
         incremental += events
         state_df = _local(to_next_state(state_df, state_rows_df))
         if index == rerun_pick % len(batches):
-            again_events, again_rows_df = _refine(batch_df, state_df, batch_id)
+            again_events, again_rows_df = _refine(batch_df, state_df, batch_id, landed_df)
             assert _comparable(again_events) == _comparable(events)
             assert sorted(map(str, again_rows_df.collect())) == sorted(map(str, state_rows_df.collect()))
     assert _comparable(incremental) == _comparable([r.asDict(recursive=True) for r in one_batch])

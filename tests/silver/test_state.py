@@ -1,0 +1,88 @@
+"""Sequencing and the state before a batch (silver.state): copies of a version, and reverting a batch's own rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql import functions as F
+
+from conf.tables import table_spec
+from silver.state import (
+    ACCEPTED,
+    DUPLICATE,
+    to_empty_state,
+    to_pre_batch_state,
+    to_sequenced_batch,
+    to_state_rows,
+)
+from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows
+
+URN = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"
+
+
+def tags(*names: str) -> dict:
+    return {"tags": [{"tag": f"urn:li:tag:{name}"} for name in names]}
+
+
+def sequenced(spark, records):
+    batch_df = bronze_df(spark, to_bronze_rows(records, "b1"))
+    rows = to_sequenced_batch(batch_df, to_empty_state(batch_df)).orderBy("line_number").collect()
+    return [r.asDict() for r in rows]
+
+
+@pytest.mark.pure
+def test_a_later_copy_of_a_version_is_a_duplicate_and_the_first_landed_copy_is_the_predecessor(pure_spark):
+    rows = sequenced(
+        pure_spark,
+        [
+            mcl(URN, "globalTags", tags("a"), version=1),
+            mcl(URN, "globalTags", tags("b"), version=1),  # a second copy of version 1, other content
+            mcl(URN, "globalTags", tags("c"), version=1),
+            mcl(URN, "globalTags", tags("d"), version=2),
+        ],
+    )
+    assert [r["disposition"] for r in rows] == [ACCEPTED, DUPLICATE, DUPLICATE, ACCEPTED]
+    assert json.loads(rows[3]["prev_json"]) == tags("a")
+    assert [r["is_last"] for r in rows] == [False, False, False, True]
+
+
+@pytest.mark.pure
+def test_the_newest_version_landed_twice_gives_the_state_its_first_copy(pure_spark):
+    rows = sequenced(
+        pure_spark,
+        [
+            mcl(URN, "globalTags", tags("a"), version=1),
+            mcl(URN, "globalTags", tags("b"), version=2),
+            mcl(URN, "globalTags", tags("x"), version=2),
+        ],
+    )
+    assert [r["disposition"] for r in rows] == [ACCEPTED, ACCEPTED, DUPLICATE]
+    assert [r["is_last"] for r in rows] == [False, True, False]
+    assert json.loads(rows[1]["new_json"]) == tags("b")
+
+
+def test_reverting_a_batch_takes_the_replaced_json_from_the_bronze_snapshot_it_names(spark):
+    first = to_bronze_rows([mcl(URN, "globalTags", tags("a"), version=1)], "b1")
+    second = to_bronze_rows([mcl(URN, "globalTags", tags("b"), version=2)], "b2", batch_index=1)
+    first_df = bronze_df(spark, first)
+    state_columns = table_spec("silver.aspect_state").column_names
+
+    def state_after(batch_df, pre_state_df):
+        seq_df = to_sequenced_batch(batch_df, pre_state_df)
+        status_df = seq_df.select("entity_urn").distinct().select(
+            "entity_urn", F.lit(False).alias("was_deleted"), F.lit(False).alias("entity_deleted")
+        )
+        return to_state_rows(seq_df, status_df).withColumn("updated_at", F.current_timestamp()).select(*state_columns)
+
+    state_b1_df = state_after(first_df, to_empty_state(first_df))
+    # The state after b2 holds only b2's row: b1's row and its JSON live on through prev_* and bronze.
+    state_b2_df = state_after(bronze_df(spark, second), to_pre_batch_state(state_b1_df, "b2", first_df.limit(0)))
+    assert state_b2_df.select("prev_batch_id", "prev_record_hash").collect()[0] == (
+        "b1",
+        first[0]["record_hash"],
+    )
+
+    reverted = to_pre_batch_state(state_b2_df, "b2", bronze_df(spark, first + second)).collect()
+    assert [(r.batch_id, r.version, json.loads(r.aspect_json)) for r in reverted] == [("b1", 1, tags("a"))]
+    assert to_pre_batch_state(state_b1_df, "b1", first_df).count() == 0  # b1 inserted its row: nothing before
