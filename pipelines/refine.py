@@ -42,6 +42,7 @@ from pipelines.progress import (
 from silver.events import to_change_events
 from silver.events.common import with_schema_fields
 from silver.state import (
+    filter_replaced_by,
     to_entity_status,
     to_pairs,
     to_pre_batch_state,
@@ -99,8 +100,8 @@ def replaced_snapshots(spark: SparkSession, settings: Settings, state_df: DataFr
 
     Their batches are looked up first, so a first run reads no bronze rows for them.
     """
-    replaced = state_df.filter((F.col("batch_id") == F.lit(batch_id)) & F.col("prev_batch_id").isNotNull())
-    batch_ids = sorted(row["prev_batch_id"] for row in replaced.select("prev_batch_id").distinct().collect())
+    replaced_df = filter_replaced_by(state_df, batch_id).select("prev_batch_id").distinct()
+    batch_ids = sorted(row["prev_batch_id"] for row in replaced_df.collect())
     return read_batch(spark, settings, batch_ids)
 
 

@@ -86,6 +86,11 @@ def change_set_id(entity_urn: Column, aspect_name: Column, key: Column) -> Colum
     return F.sha2(F.concat_ws("\u001f", entity_urn, aspect_name, key), 256)
 
 
+def filter_replaced_by(state_df: DataFrame, batch_id: str) -> DataFrame:
+    """The state rows `batch_id` wrote over an earlier row (their prev_* name it): those a re-run reverts."""
+    return state_df.filter((F.col("batch_id") == F.lit(batch_id)) & F.col("prev_order_key").isNotNull())
+
+
 def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFrame) -> DataFrame:
     """Return silver.aspect_state as it was before `batch_id` was applied.
 
@@ -114,7 +119,7 @@ def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFra
         "aspect_json",
     ).dropDuplicates(named)
     reverted_df = (
-        state_df.filter((F.col("batch_id") == F.lit(batch_id)) & F.col("prev_order_key").isNotNull())
+        filter_replaced_by(state_df, batch_id)
         .select(*key, *[F.col(f"prev_{c}") for c in STATE_VALUE_COLUMNS])
         .join(json_df, on=named, how="left")
         .select(*key, "aspect_json", *[F.col(f"prev_{c}").alias(c) for c in STATE_VALUE_COLUMNS])

@@ -12,6 +12,7 @@ from silver.state import (
     ACCEPTED,
     DUPLICATE,
     to_empty_state,
+    to_entity_status,
     to_pre_batch_state,
     to_sequenced_batch,
     to_state_rows,
@@ -70,10 +71,7 @@ def test_reverting_a_batch_takes_the_replaced_json_from_the_bronze_snapshot_it_n
 
     def state_after(batch_df, pre_state_df):
         seq_df = to_sequenced_batch(batch_df, pre_state_df)
-        status_df = seq_df.select("entity_urn").distinct().select(
-            "entity_urn", F.lit(False).alias("was_deleted"), F.lit(False).alias("entity_deleted")
-        )
-        return to_state_rows(seq_df, status_df).withColumn("updated_at", F.current_timestamp()).select(*state_columns)
+        return to_state_rows(seq_df, to_entity_status(seq_df, pre_state_df)).withColumn("updated_at", F.current_timestamp()).select(*state_columns)
 
     state_b1_df = state_after(first_df, to_empty_state(first_df))
     # The state after b2 holds only b2's row: b1's row and its JSON live on through prev_* and bronze.
