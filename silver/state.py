@@ -68,6 +68,18 @@ STATE_VALUE_COLUMNS = (
 
 ACCEPTED, LATE, DUPLICATE = "ACCEPTED", "LATE", "DUPLICATE"
 
+# The one order of every sequencing window, as (column, descending): key, order key, then arrival
+# newest first.
+SEQUENCE_ORDER = (
+    ("entity_urn", False),
+    ("aspect_name", False),
+    ("order_key", False),
+    ("landed_at", True),
+    ("batch_id", True),
+    ("source_file", True),
+    ("line_number", True),
+)
+
 # Hash buckets of the sequencing windows: enough for the parallelism of any cluster, few enough that
 # the window operators stay cheap (one window partition per key is what they are slow at).
 KEY_BUCKETS = 1024
@@ -132,6 +144,16 @@ def key_bucket(entity_urn: Column, aspect_name: Column) -> Column:
     return F.pmod(F.xxhash64(entity_urn, aspect_name), F.lit(KEY_BUCKETS))
 
 
+def _lag_ignoring_nulls(column_name: str, bucket_name: str) -> Column:
+    """The last non-null value of a column before the row, in SEQUENCE_ORDER within the row's bucket.
+
+    This is `lag(...) IGNORE NULLS`, which the DataFrame API does not offer; `last(..., ignorenulls)`
+    over the preceding rows computes the same value, but the engine evaluates that frame row by row.
+    """
+    order = ", ".join(f"`{name}` DESC" if descending else f"`{name}`" for name, descending in SEQUENCE_ORDER)
+    return F.expr(f"lag(`{column_name}`) IGNORE NULLS OVER (PARTITION BY `{bucket_name}` ORDER BY {order})")
+
+
 def _same_key(other: Column) -> Column:
     """True when the struct `other` (a neighbouring row) holds the current row's key."""
     return F.coalesce(
@@ -149,7 +171,8 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
     key, then order_key, then arrival *descending*, which puts the first landed copy of a version
     last among its copies. So, looking at the next row only: a row is a later copy when the next row
     holds the same version, and a key's newest version is the one whose next row is another key. The
-    predecessor of a version is the last row before it that is not a later copy; when that row is
+    predecessor of a version is the last row before it that is not a later copy (a lag that skips
+    the later copies, nulled out: `_lag_ignoring_nulls`); when that row is
     an accepted version of the same key it is the previous version in the batch, else the state is.
 
     Args:
@@ -183,8 +206,9 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
         F.col("batch_id").alias("state_batch_id"),
     )
     joined_df = rows_df.join(state_df, on=key, how="left")
-    newest_arrival_first = [F.col(c).desc() for c in ("landed_at", "batch_id", "source_file", "line_number")]
-    ordered = Window.partitionBy("_bucket").orderBy(*key, "order_key", *newest_arrival_first)
+    ordered = Window.partitionBy("_bucket").orderBy(
+        *[F.col(name).desc() if descending else F.col(name) for name, descending in SEQUENCE_ORDER]
+    )
     following = F.lead(F.struct(*key, "order_key")).over(ordered)
     later_copy = _same_key(following) & (following["order_key"] == F.col("order_key"))
     classified_df = (
@@ -201,12 +225,10 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
     accepted = F.col("disposition") == ACCEPTED
     effective_json = F.when(~F.col("is_delete"), F.col("aspect_json"))
     version_row = F.struct(*key, "disposition", effective_json.alias("json"), F.col("change_type"))
-    previous = F.last(F.when(~F.col("_later_copy"), version_row), ignorenulls=True).over(
-        ordered.rowsBetween(Window.unboundedPreceding, -1)
-    )
     state_json = F.when(F.upper(F.col("state_change_type")) != "DELETE", F.col("state_aspect_json"))
     paired_df = (
-        classified_df.withColumn("_previous", previous)
+        classified_df.withColumn("_version_row", F.when(~F.col("_later_copy"), version_row))
+        .withColumn("_previous", _lag_ignoring_nulls("_version_row", "_bucket"))
         .withColumn("_chained", _same_key(F.col("_previous")) & (F.col("_previous.disposition") == ACCEPTED))
         .withColumn("new_json", effective_json)
         .withColumn(
@@ -227,7 +249,14 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
     # Each JSON text once per row: aspect_json is new_json (null on DELETE either way), and the state's
     # JSON lives on as prev_json where a pair needs it.
     return paired_df.drop(
-        "aspect_json", "state_aspect_json", "_bucket", "_previous", "_later_copy", "_key_ends", "_chained"
+        "aspect_json",
+        "state_aspect_json",
+        "_bucket",
+        "_version_row",
+        "_previous",
+        "_later_copy",
+        "_key_ends",
+        "_chained",
     )
 
 

@@ -49,18 +49,21 @@ def test_a_later_copy_of_a_version_is_a_duplicate_and_the_first_landed_copy_is_t
 
 
 @pytest.mark.pure
-def test_the_newest_version_landed_twice_gives_the_state_its_first_copy(pure_spark):
+def test_the_newest_version_landed_again_gives_the_state_its_first_copy_paired_past_the_copies(pure_spark):
     rows = sequenced(
         pure_spark,
         [
             mcl(URN, "globalTags", tags("a"), version=1),
             mcl(URN, "globalTags", tags("b"), version=2),
             mcl(URN, "globalTags", tags("x"), version=2),
+            mcl(URN, "globalTags", tags("y"), version=2),
         ],
     )
-    assert [r["disposition"] for r in rows] == [ACCEPTED, ACCEPTED, DUPLICATE]
-    assert [r["is_last"] for r in rows] == [False, True, False]
+    assert [r["disposition"] for r in rows] == [ACCEPTED, ACCEPTED, DUPLICATE, DUPLICATE]
+    assert [r["is_last"] for r in rows] == [False, True, False, False]
     assert json.loads(rows[1]["new_json"]) == tags("b")
+    # Sorted by arrival newest first, the later copies lie between version 2 and version 1.
+    assert json.loads(rows[1]["prev_json"]) == tags("a")
 
 
 def test_reverting_a_batch_takes_the_replaced_json_from_the_bronze_snapshot_it_names(spark):
