@@ -166,7 +166,7 @@ def test_databricks_profile_keeps_the_cluster_session(tmp_path: Path):
 
 
 def test_engine_memory_limit_defaults_to_the_local_profile_and_is_validated(tmp_path: Path):
-    assert load_settings(home=tmp_path, env={}).engine.memory_limit_mb == 3072
+    assert load_settings(home=tmp_path, env={}).engine.memory_limit_mb == 5120
     assert load_settings("connect", home=tmp_path, env={"SPARK_REMOTE": "sc://h:1"}).engine.memory_limit_mb is None
     unlimited = load_settings(home=tmp_path, env={}, overrides=["engine.memory_limit_mb=null"])
     assert unlimited.engine.memory_limit_mb is None
