@@ -47,10 +47,20 @@ def missing_properties(spark: SparkSession, settings: Settings, spec: TableSpec)
     if not spec.properties:
         return ()
     rows = spark.sql(f"DESCRIBE EXTENDED {table_name(settings, spec.key)}").collect()
-    # Spark, Databricks and the embedded engine all print them as `[key=value, key=value]`.
     shown = next((str(r["data_type"]) for r in rows if str(r["col_name"]).strip() == "Table Properties"), "[]")
-    present = {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in shown.strip("[]").split(",")) if k}
-    return tuple((k, v) for k, v in spec.properties if present.get(k) != v)
+    return tuple((k, v) for k, v in spec.properties if not shows_property(shown, k, v))
+
+
+def shows_property(shown: str, key: str, value: str) -> bool:
+    """Whether a `Table Properties` text of DESCRIBE EXTENDED holds key=value.
+
+    Spark, Databricks and the embedded engine all print the properties as `[k1=v1, k2=v2]`. Splitting
+    that on commas would cut a value that holds one, so the entry is looked up whole instead.
+    """
+    body = shown.strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    return f", {key}={value}," in f", {body},"
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from conf.tables import table_location, table_spec
-from pipelines.catalog import create_table_sql, missing_properties
+from pipelines.catalog import create_table_sql, missing_properties, shows_property
 from tests.conftest import delta_log_actions, make_settings, register_fresh_tables
 
 STATE = "silver.aspect_state"
@@ -49,3 +51,22 @@ def test_an_existing_table_without_the_properties_is_brought_up_to_them(spark, t
     assert len(sorted((location / "_delta_log").glob("*.json"))) == len(commits) + 1
     assert _log_configuration(settings).get(DELETION_VECTORS[0]) == "true"
     assert missing_properties(spark, settings, table_spec(STATE)) == ()
+
+
+@pytest.mark.parametrize(
+    ("shown", "key", "value", "expected"),
+    [
+        ("[delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", True),
+        ("[comment=a, b, delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", True),
+        ("[delta.enableDeletionVectors=false]", "delta.enableDeletionVectors", "true", False),
+        ("[my.delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", False),
+        ("[comment=delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", False),
+        ("[]", "delta.enableDeletionVectors", "true", False),
+        # A declared value that holds a comma is found whole, not cut at the comma.
+        ("[delta.dataSkippingStatsColumns=a,b, k=v]", "delta.dataSkippingStatsColumns", "a,b", True),
+        ("[k=v, delta.dataSkippingStatsColumns=a,b]", "delta.dataSkippingStatsColumns", "a,b", True),
+        ("[delta.dataSkippingStatsColumns=a]", "delta.dataSkippingStatsColumns", "a,b", False),
+    ],
+)
+def test_a_property_is_found_whole_in_the_describe_text(shown, key, value, expected):
+    assert shows_property(shown, key, value) is expected
