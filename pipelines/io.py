@@ -112,6 +112,40 @@ def merge(
         spark.catalog.dropTempView(view_name)
 
 
+def insert_missing(
+    spark: SparkSession, settings: Settings, table_key: str, source_df: DataFrame, on: str, *, view_name: str
+) -> list[Row]:
+    """Insert the source rows that no row of a declared table matches: an insert-only `MERGE INTO`.
+
+    Running it again with the same rows inserts nothing, which makes the writes it serves idempotent.
+
+    Args:
+        spark: the session.
+        settings: the lakehouse settings.
+        table_key: the target table, `<layer>.<name>`.
+        source_df: rows with (at least) the table's columns.
+        on: the match condition over `t` (the table) and `s` (the source). Literal filters on t's
+            partition columns let the engine leave the other partitions alone.
+        view_name: the source's temporary view name (letters, digits and underscores).
+
+    Returns:
+        The MERGE's result rows (its metrics on engines that return them).
+    """
+    columns = table_spec(table_key).column_names
+    target = table_name(settings, table_key)
+    column_list = ", ".join(columns)
+    values = ", ".join(f"s.{c}" for c in columns)
+    return merge(
+        spark,
+        source_df.select(*columns),
+        lambda source: (
+            f"MERGE INTO {target} AS t USING {source} AS s ON {on} "
+            f"WHEN NOT MATCHED THEN INSERT ({column_list}) VALUES ({values})"
+        ),
+        view_name=view_name,
+    )
+
+
 def retry_commit(action: Callable[[], T], *, attempts: int = 5, base_delay: float = 0.2) -> T:
     """Run a table write, retrying (bounded, with jittered backoff) only when it lost a commit race.
 

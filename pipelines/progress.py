@@ -10,8 +10,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import table_name
-from pipelines.io import merge, read_table
+from pipelines.io import insert_missing, read_table
 
 # A stage consumes the batches its upstream stage has finished; landing (no upstream) commits them.
 STAGE_UPSTREAM: Mapping[str, str | None] = {
@@ -111,17 +110,12 @@ def record_progress(
         "stage string, source_table string, batch_id string, source_version bigint, rows_in bigint, "
         "rows_out bigint, run_id string",
     ).withColumn("processed_at", F.current_timestamp())
-    target = table_name(settings, "ops.stage_progress")
-    merge(
+    insert_missing(
         spark,
+        settings,
+        "ops.stage_progress",
         row_df,
-        lambda source: (
-            f"MERGE INTO {target} AS t USING {source} AS s "
-            "ON t.stage = s.stage AND t.batch_id = s.batch_id "
-            "WHEN NOT MATCHED THEN INSERT (stage, source_table, batch_id, source_version, rows_in, rows_out, "
-            "run_id, processed_at) VALUES (s.stage, s.source_table, s.batch_id, s.source_version, s.rows_in, "
-            "s.rows_out, s.run_id, s.processed_at)"
-        ),
+        "t.stage = s.stage AND t.batch_id = s.batch_id",
         view_name=f"progress_{stage}",
     )
 

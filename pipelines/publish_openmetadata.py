@@ -19,10 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
-from conf.tables import table_name, table_spec
 from gold.openmetadata import to_openmetadata_events
 from pipelines.faults import crash_point
-from pipelines.io import merge, read_table
+from pipelines.io import insert_missing, read_table
 from pipelines.progress import StageResult, pending_batches, record_progress
 
 STAGE = "publish_openmetadata"
@@ -99,18 +98,12 @@ def merge_change_events(
         change_events_df: rows with the table's columns whose event_date is one of `days`.
         days: the event dates of `change_events_df` (the MERGE's partition filter).
     """
-    columns = table_spec(TARGET_TABLE).column_names
-    target = table_name(settings, TARGET_TABLE)
     day_list = ", ".join(f"DATE'{day.isoformat()}'" for day in days)
-    insert_columns = ", ".join(columns)
-    insert_values = ", ".join(f"s.{c}" for c in columns)
-    merge(
+    insert_missing(
         spark,
-        change_events_df.select(*columns),
-        lambda source: (
-            f"MERGE INTO {target} AS t USING {source} AS s "
-            f"ON t.event_date IN ({day_list}) AND t.event_date = s.event_date AND t.id = s.id "
-            f"WHEN NOT MATCHED THEN INSERT ({insert_columns}) VALUES ({insert_values})"
-        ),
+        settings,
+        TARGET_TABLE,
+        change_events_df,
+        f"t.event_date IN ({day_list}) AND t.event_date = s.event_date AND t.id = s.id",
         view_name="publish_openmetadata_source",
     )

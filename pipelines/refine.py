@@ -32,7 +32,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from pipelines.faults import crash_point
-from pipelines.io import merge, read_table
+from pipelines.io import insert_missing, merge, read_table
 from pipelines.progress import (
     StageResult,
     finished_batches,
@@ -173,33 +173,32 @@ def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -
     """Insert the batch's events that the table does not hold yet (keyed on event_id)."""
     if not staged.events:
         return
-    target = table_name(settings, EVENTS_TABLE)
-    columns, values = _insert_columns(EVENTS_TABLE)
     low, high = staged.event_dates
-    # The literal date range lets the engine skip partitions the batch cannot touch.
-    statement = (
-        f"MERGE INTO {target} AS t USING {{source}} AS s "
-        f"ON t.event_id = s.event_id AND t.event_date = s.event_date "
-        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}' "
-        f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})"
+    insert_missing(
+        spark,
+        settings,
+        EVENTS_TABLE,
+        staged.read(spark, "events"),
+        # The literal date range lets the engine skip partitions the batch cannot touch.
+        f"t.event_id = s.event_id AND t.event_date = s.event_date "
+        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}'",
+        view_name="refine_events",
     )
-    merge(spark, staged.read(spark, "events"), lambda source: statement.format(source=source), view_name="refine_events")
 
 
 def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
     """Insert the batch's late and duplicate snapshots not recorded yet."""
     if not staged.skipped:
         return
-    target = table_name(settings, SKIPPED_TABLE)
-    columns, values = _insert_columns(SKIPPED_TABLE)
-    source_df = staged.read(spark, "skipped").withColumn("recorded_at", F.current_timestamp())
-    statement = (
-        f"MERGE INTO {target} AS t USING {{source}} AS s "
-        f"ON t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
-        f"AND t.batch_id = '{_quote(staged.batch_id)}' "
-        f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})"
+    insert_missing(
+        spark,
+        settings,
+        SKIPPED_TABLE,
+        staged.read(spark, "skipped").withColumn("recorded_at", F.current_timestamp()),
+        f"t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
+        f"AND t.batch_id = '{_quote(staged.batch_id)}'",
+        view_name="refine_skipped",
     )
-    merge(spark, source_df, lambda source: statement.format(source=source), view_name="refine_skipped")
 
 
 def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
