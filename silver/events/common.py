@@ -221,6 +221,35 @@ def with_set_items(df: DataFrame, prev_items: Column, new_items: Column, key) ->
     )
 
 
+def to_urn_set_events(
+    pairs_df: DataFrame, *, aspect_name: str, items_field: str, urn_of, category: str, parameter: str
+) -> DataFrame:
+    """ADD and REMOVE events of an aspect that holds a set of urns (tags, glossary terms): one per urn
+    added or removed; the modifier and parameter `parameter` are the urn.
+
+    Args:
+        pairs_df: the aspect version pairs (other aspects are left out).
+        aspect_name: the aspect, parsed with its explicit schema.
+        items_field: the aspect's array of items.
+        urn_of: item Column -> its urn; items compare by it, and an item without one is ignored.
+        category: the events' category.
+        parameter: the parameter holding the urn (e.g. tagUrn).
+    """
+    parsed_df = with_parsed(filter_aspects(pairs_df, (aspect_name,)), aspect_name)
+    sets_df = with_set_items(parsed_df, F.col(f"prev.{items_field}"), F.col(f"new.{items_field}"), urn_of)
+    items_df = explode_items(sets_df, items("REMOVE", F.col("removed")), items("ADD", F.col("added")))
+    urn = urn_of(F.col("item.new"))
+    return to_events(
+        items_df,
+        category=category,
+        operation=F.col("item.op"),
+        modifier=urn,
+        parameters={parameter: urn},
+        old_value=F.when(op_is("REMOVE"), F.to_json("item.old")),
+        new_value=F.when(op_is("ADD"), F.to_json("item.new")),
+    )
+
+
 def op_is(name: str) -> Column:
     """True on rows whose change item is `name` (ADD, REMOVE or MODIFY)."""
     return F.col("item.op") == F.lit(name)
