@@ -131,19 +131,19 @@ def insert_missing(
     Returns:
         The MERGE's result rows (its metrics on engines that return them).
     """
-    columns = table_spec(table_key).column_names
     target = table_name(settings, table_key)
-    column_list = ", ".join(columns)
-    values = ", ".join(f"s.{c}" for c in columns)
     return merge(
         spark,
-        source_df.select(*columns),
-        lambda source: (
-            f"MERGE INTO {target} AS t USING {source} AS s ON {on} "
-            f"WHEN NOT MATCHED THEN INSERT ({column_list}) VALUES ({values})"
-        ),
+        source_df.select(*table_spec(table_key).column_names),
+        lambda source: f"MERGE INTO {target} AS t USING {source} AS s ON {on} WHEN NOT MATCHED THEN {insert_row(table_key)}",
         view_name=view_name,
     )
+
+
+def insert_row(table_key: str) -> str:
+    """The `INSERT (...) VALUES (...)` action of a MERGE that inserts the source row `s` into a declared table."""
+    columns = table_spec(table_key).column_names
+    return f"INSERT ({', '.join(columns)}) VALUES ({', '.join(f's.{c}' for c in columns)})"
 
 
 def retry_commit(action: Callable[[], T], *, attempts: int = 5, base_delay: float = 0.2) -> T:

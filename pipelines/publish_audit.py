@@ -12,7 +12,7 @@ from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
 from pipelines.faults import crash_point
-from pipelines.io import merge, read_table, replace_where
+from pipelines.io import insert_row, merge, read_table, replace_where
 from pipelines.maintenance import maintenance_for
 from pipelines.progress import StageResult, pending_batches, record_progress
 
@@ -112,8 +112,6 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
     columns = table_spec(AUDIT_TABLE).column_names
     target = table_name(settings, AUDIT_TABLE)
     source_df = audit_df.select(*columns).repartition("event_date").sortWithinPartitions("event_date", "timestamp")
-    insert_columns = ", ".join(columns)
-    insert_values = ", ".join(f"s.{c}" for c in columns)
     updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in ("event_id", "event_date"))
     # The row kept for an event must not depend on which batch came first: a row that sorts before the
     # stored one (a usage document before a derived row, then the smaller source id) replaces it.
@@ -127,7 +125,7 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
             f"MERGE INTO {target} AS t USING {source} AS s "
             f"ON t.event_date IN ({_date_list(days)}) AND t.event_date = s.event_date AND t.event_id = s.event_id "
             f"WHEN MATCHED AND {preferred} THEN UPDATE SET {updates} "
-            f"WHEN NOT MATCHED THEN INSERT ({insert_columns}) VALUES ({insert_values})"
+            f"WHEN NOT MATCHED THEN {insert_row(AUDIT_TABLE)}"
         ),
         view_name="publish_audit_source",
     )

@@ -32,7 +32,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from pipelines.faults import crash_point
-from pipelines.io import insert_missing, merge, read_table
+from pipelines.io import insert_missing, insert_row, merge, read_table
 from pipelines.progress import (
     StageResult,
     finished_batches,
@@ -164,11 +164,6 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     )
 
 
-def _insert_columns(table_key: str) -> tuple[str, str]:
-    columns = table_spec(table_key).column_names
-    return ", ".join(columns), ", ".join(f"s.{c}" for c in columns)
-
-
 def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
     """Insert the batch's events that the table does not hold yet (keyed on event_id)."""
     if not staged.events:
@@ -210,7 +205,6 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
     if not staged.state_rows:
         return
     target = table_name(settings, STATE_TABLE)
-    columns, values = _insert_columns(STATE_TABLE)
     updates = ", ".join(f"t.{c} = s.{c}" for c in table_spec(STATE_TABLE).column_names)
     statement = (
         f"MERGE INTO {target} AS t USING {{source}} AS s "
@@ -219,7 +213,7 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
         f"THEN UPDATE SET t.entity_deleted = s.entity_deleted "
         f"WHEN MATCHED AND NOT s.flag_only AND t.batch_id <> s.batch_id AND s.order_key > t.order_key "
         f"THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED AND NOT s.flag_only THEN INSERT ({columns}) VALUES ({values})"
+        f"WHEN NOT MATCHED AND NOT s.flag_only THEN {insert_row(STATE_TABLE)}"
     )
     merge(spark, staged.read(spark, "state"), lambda source: statement.format(source=source), view_name="refine_state")
 
