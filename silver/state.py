@@ -68,16 +68,16 @@ STATE_VALUE_COLUMNS = (
 
 ACCEPTED, LATE, DUPLICATE = "ACCEPTED", "LATE", "DUPLICATE"
 
+# Arrival order of bronze rows: of two copies of one version, the first one here is the one that counts.
+ARRIVAL_ORDER = ("landed_at", "batch_id", "source_file", "line_number")
+
 # The one order of every sequencing window, as (column, descending): key, order key, then arrival
 # newest first.
 SEQUENCE_ORDER = (
     ("entity_urn", False),
     ("aspect_name", False),
     ("order_key", False),
-    ("landed_at", True),
-    ("batch_id", True),
-    ("source_file", True),
-    ("line_number", True),
+    *((column, True) for column in ARRIVAL_ORDER),
 )
 
 # Hash buckets of the sequencing windows: enough for the parallelism of any cluster, few enough that
@@ -415,9 +415,7 @@ def to_latest_versions(snapshots_df: DataFrame) -> DataFrame:
     keyed_df = snapshots_df.withColumn(
         "order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type"))
     ).withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
-    newest = Window.partitionBy("entity_urn", "aspect_name").orderBy(
-        F.col("order_key").desc(), "landed_at", "batch_id", "source_file", "line_number"
-    )
+    newest = Window.partitionBy("entity_urn", "aspect_name").orderBy(F.col("order_key").desc(), *ARRIVAL_ORDER)
     return keyed_df.withColumn("_rank", F.row_number().over(newest)).filter(F.col("_rank") == 1).drop("_rank")
 
 
