@@ -174,9 +174,12 @@ def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -
         settings,
         EVENTS_TABLE,
         staged.read(spark, "events"),
-        # The literal date range lets the engine skip partitions the batch cannot touch.
-        f"t.event_id = s.event_id AND t.event_date = s.event_date "
-        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}'",
+        # An event id names the version that produced the event, and only one batch accepts a version
+        # (its copies in later batches are duplicates), so the only rows that can match are this
+        # batch's own, from a run that died after this step. The literals let the engine read those
+        # alone: the batch's date partitions, and in them the files this batch wrote.
+        f"t.event_id = s.event_id AND t.event_date = s.event_date AND t.batch_id = s.batch_id "
+        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}' AND t.batch_id = '{_quote(staged.batch_id)}'",
         view_name="refine_events",
     )
 
