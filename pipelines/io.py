@@ -125,7 +125,8 @@ def insert_missing(
         table_key: the target table, `<layer>.<name>`.
         source_df: rows with (at least) the table's columns.
         on: the match condition over `t` (the table) and `s` (the source). Literal filters on t's
-            partition columns let the engine leave the other partitions alone.
+            columns let the engine skip what cannot match: other partitions, and files whose column
+            statistics rule the literal out.
         view_name: the source's temporary view name (letters, digits and underscores).
 
     Returns:

@@ -9,7 +9,7 @@ Crash safety. One batch is written in this order, each write idempotent:
      turns rows this batch already wrote back into their prev_* values, and their JSON into that of
      the bronze snapshots those name), pair, derive the events;
      everything is written to Parquet under `<home>/_scratch/refine/<batch>` (recomputed on a re-run);
-  2. MERGE events on event_id (insert only, pruned to the batch's event dates);
+  2. MERGE events on event_id (insert only, pruned to the batch's event dates and its own files);
   3. MERGE skipped snapshots on (batch_id, source_file, line_number) (insert only);
   4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key,
      and in the same statement set the hard-deleted flag on the other keys of entities the batch
