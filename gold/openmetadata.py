@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf.errors import RequestError
-from silver.aspects import to_property_values_json
+from silver.aspects import to_json_string, to_property_values_json
 
 CREATED, UPDATED, SOFT_DELETED, DELETED, RESTORED = (
     "entityCreated",
@@ -153,11 +153,6 @@ def _entity_name(urn: Column) -> Column:
     )
 
 
-def _json_string(value: Column) -> Column:
-    """The JSON string literal of a text value (quoted and escaped), null for null."""
-    return F.when(value.isNotNull(), F.regexp_extract(F.to_json(F.array(value)), r"^\[(.*)\]$", 1))
-
-
 def _json_boolean(value: Column) -> Column:
     return F.when(value, F.lit("true")).when(~value, F.lit("false"))
 
@@ -182,7 +177,7 @@ def _field_change(name: Column, old_fragment: Column, new_fragment: Column) -> C
     """One FieldChange `{name, oldValue, newValue}` as JSON text; the values are JSON fragments (null: left out)."""
     return F.concat(
         F.lit('{"name":'),
-        _json_string(name),
+        to_json_string(name),
         F.coalesce(F.concat(F.lit(',"oldValue":'), old_fragment), F.lit("")),
         F.coalesce(F.concat(F.lit(',"newValue":'), new_fragment), F.lit("")),
         F.lit("}"),
@@ -354,9 +349,9 @@ def with_field_changes(entity_events_df: DataFrame) -> DataFrame:
         is_remove, F.lit("fieldsDeleted")
     )
     old_fragment = F.when(is_flag, _json_boolean(~flag)).when(
-        is_remove, _json_string(F.coalesce(new_text, old_text))
-    ).when(is_modify, _json_string(old_text))
-    new_fragment = F.when(is_flag, _json_boolean(flag)).when(is_add | is_modify, _json_string(new_text))
+        is_remove, to_json_string(F.coalesce(new_text, old_text))
+    ).when(is_modify, to_json_string(old_text))
+    new_fragment = F.when(is_flag, _json_boolean(flag)).when(is_add | is_modify, to_json_string(new_text))
     value_mode = F.col("fc_mode") == "value"
     return (
         entity_events_df.withColumn("fc_kind", kind)
@@ -440,7 +435,7 @@ def to_field_entries(field_changes_df: DataFrame) -> DataFrame:
     def fragment(items: str) -> Column:
         single = F.when(F.size(items) == 1, F.element_at(F.col(items), 1))
         whole = _json_array(F.col(items))
-        return _json_string(F.when(is_list, whole).otherwise(F.coalesce(single, whole)))
+        return to_json_string(F.when(is_list, whole).otherwise(F.coalesce(single, whole)))
 
     name = F.col("fc_field")
     list_entries = {

@@ -7,6 +7,7 @@ import binascii
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,6 +24,8 @@ DEFAULT_SIZE = 10
 MAX_SIZE = 10_000
 MAX_FILTER_VALUES = 1_000
 MAX_FILTER_VALUE_CHARS = 4_096
+# 9999-12-31T23:59:59.999Z: the last instant a date partition can name.
+MAX_TIME_MS = 253_402_300_799_999
 # JSON body key -> gold.audit_events column it filters.
 BODY_FILTERS = {
     "eventTypes": "event_type",
@@ -127,12 +130,16 @@ class SearchRequest:
         return dataclasses.replace(self, start_time=start_time, end_time=end_time)
 
 
+# ASCII digits only: str.isdigit() also accepts characters such as "²" that int() rejects.
+_WHOLE_NUMBER = re.compile(r"-?[0-9]{1,20}")
+
+
 def _parse_int(value: Any, name: str) -> int:
     if isinstance(value, bool):
         raise RequestError(f"{name}: {value!r} is not a whole number")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
+    if isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
         return int(value.strip())
     raise RequestError(f"{name}: {value!r} is not a whole number")
 
@@ -143,7 +150,7 @@ def _parse_time(value: Any, name: str) -> int:
     millis = _parse_int(value, name)
     if millis < DEFAULT_TIME:
         raise RequestError(f"{name}: {millis} must be epoch milliseconds >= 0 (or -1 for the default)")
-    if millis > 253_402_300_799_999:
+    if millis > MAX_TIME_MS:
         raise RequestError(f"{name}: {millis} is after the year 9999")
     return millis
 
@@ -233,12 +240,18 @@ def decode_scroll_id(scroll_id: str) -> ScrollKey:
     if hashlib.sha256(payload.encode()).hexdigest()[:_SCROLL_CHECK_CHARS] != check:
         raise problem
     try:
-        version, timestamp, event_type, actor_urn, event_id, start_time, end_time = json.loads(payload)
+        fields = json.loads(payload)
     except ValueError:
         raise problem from None
+    # The checksum only catches damage, not forgery: check the shape and ranges as for any input.
+    if not isinstance(fields, list) or len(fields) != 7:
+        raise problem
+    version, timestamp, event_type, actor_urn, event_id, start_time, end_time = fields
     ints = (timestamp, start_time, end_time)
     strings = (event_type, actor_urn, event_id)
     if version != _SCROLL_VERSION or not all(type(v) is int for v in ints) or not all(isinstance(v, str) for v in strings):
+        raise problem
+    if not all(0 <= v <= MAX_TIME_MS for v in ints):
         raise problem
     return ScrollKey(timestamp, event_type, actor_urn, event_id, start_time, end_time)
 

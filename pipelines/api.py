@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pyspark.sql import SparkSession
 from starlette.concurrency import run_in_threadpool
@@ -73,6 +73,21 @@ _RESPONSE_SCHEMA = {
 }
 _ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
+# The query parameters as the API documents them. Requests are parsed by `SearchRequest.parse`, not by
+# the framework, so that a bad value is a 400 naming the parameter rather than a framework 422.
+_QUERY_PARAMETERS = [
+    {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+    for name, description, schema in (
+        ("startTime", "Window start, epoch ms (inclusive); -1: one day before the end.",
+         {"type": "integer", "format": "int64", "default": -1}),
+        ("endTime", "Window end, epoch ms (exclusive); -1: now.", {"type": "integer", "format": "int64", "default": -1}),
+        ("size", f"Page size 1..{MAX_SIZE}.",
+         {"type": "integer", "format": "int32", "default": DEFAULT_SIZE, "minimum": 1, "maximum": MAX_SIZE}),
+        ("scrollId", "The nextScrollId of the previous page.", {"type": "string"}),
+        ("includeRaw", "Include rawUsageEvent.", {"type": "boolean", "default": True}),
+    )
+]  # fmt: skip
+
 
 def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DEFAULT_MAX_QUERIES) -> FastAPI:
     """Build the API application around an open session.
@@ -120,6 +135,8 @@ def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DE
         SEARCH_PATH,
         summary="Search audit events",
         openapi_extra={
+            "parameters": _QUERY_PARAMETERS,
+            # An empty body is accepted as no filters; the body DataHub documents is the same object.
             "requestBody": {"required": False, "content": {"application/json": {"schema": _BODY_SCHEMA}}},
         },
         responses={
@@ -129,18 +146,11 @@ def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DE
             403: {"description": "Token without audit-read", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
         },
     )
-    async def audit_search(
-        request: Request,
-        startTime: str | None = Query(None, description="Window start, epoch ms (inclusive); -1: one day before the end."),  # noqa: N803
-        endTime: str | None = Query(None, description="Window end, epoch ms (exclusive); -1: now."),  # noqa: N803
-        size: str | None = Query(None, description=f"Page size 1..{MAX_SIZE} (default {DEFAULT_SIZE})."),
-        scrollId: str | None = Query(None, description="The nextScrollId of the previous page."),  # noqa: N803
-        includeRaw: str | None = Query(None, description="Include rawUsageEvent (default true)."),  # noqa: N803
-    ) -> JSONResponse:
+    async def audit_search(request: Request) -> JSONResponse:
         authorization = request.headers.get("authorization")
         await run_in_threadpool(verifier.authenticate, authorization, AUDIT_READ)
         body = _decode_body(await request.body())
-        params = {"startTime": startTime, "endTime": endTime, "size": size, "scrollId": scrollId, "includeRaw": includeRaw}
+        params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
         search_request = SearchRequest.parse(params, body)
 
         def run() -> dict[str, Any]:

@@ -26,9 +26,10 @@ AUDIT_ZORDER = ("timestamp", "actor_urn")
 def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = None) -> StageResult:
     """Publish every batch refine finished and this stage has not: audit rows, then the touched activity days.
 
-    Crash-safe: the audit MERGE inserts only event ids not already there (in the batch's day partitions),
-    the activity days are recomputed whole, and progress is recorded last, so a re-run after a crash at any
-    point writes the same tables and a re-run after success adds nothing.
+    Crash-safe: the audit MERGE inserts event ids not already there (in the batch's day partitions) and
+    replaces a stored row only with one the dedup prefers, so a re-run leaves it as it is; the activity
+    days are recomputed whole, and progress is recorded last. So a re-run after a crash at any point
+    writes the same tables and a re-run after success adds nothing.
 
     Args:
         spark: the session (tables registered).

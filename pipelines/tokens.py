@@ -92,21 +92,46 @@ def revoke_token(settings: Settings, token_id: str) -> TokenRecord:
     return next(r for r in records if r.token_id == token_id)
 
 
+class TokenSnapshot:
+    """The token records of one version of the token file, with the tokens verified against them."""
+
+    def __init__(self, records: list[TokenRecord]):
+        self.records = records
+        self._verified: dict[str, TokenRecord] = {}
+        self._lock = threading.Lock()
+
+    def verify(self, token: str) -> TokenRecord:
+        """Return the record of `token` among these records (remembered once verified).
+
+        Raises:
+            AuthError: 401 for an unknown token.
+        """
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        record = self._verified.get(digest)
+        if record is None:
+            record = verify_token(token, self.records)
+            with self._lock:
+                self._verified[digest] = record
+        return record
+
+
 class TokenVerifier:
     """Authenticate bearer tokens against the token file, caching verified tokens until the file changes.
 
     PBKDF2 makes one verification cost tens of milliseconds on purpose; a verified token is remembered
     (by the SHA-256 of its text, in memory only) so a client's later requests do not pay it again.
+    The memory belongs to one version of the file (`TokenSnapshot`): a request that verified a token
+    against records read before a revoke can only fill the old version's memory, never the new one's.
     """
 
     def __init__(self, path: Path):
         self._path = path
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
-        self._records: list[TokenRecord] = []
-        self._verified: dict[str, TokenRecord] = {}
+        self._snapshot = TokenSnapshot([])
 
-    def _refresh(self) -> list[TokenRecord]:
+    def snapshot(self) -> TokenSnapshot:
+        """The token records as the file holds them now (re-read only when the file changed)."""
         try:
             stat = self._path.stat()
             stamp = (stat.st_mtime_ns, stat.st_ino)
@@ -114,10 +139,9 @@ class TokenVerifier:
             stamp = (0, 0)
         with self._lock:
             if stamp != self._stamp:
-                self._records = load_tokens(self._path)
-                self._verified = {}
+                self._snapshot = TokenSnapshot(load_tokens(self._path))
                 self._stamp = stamp
-            return self._records
+            return self._snapshot
 
     def authenticate(self, authorization: str | None, role: str) -> TokenRecord:
         """Return the record of the header's token after checking it has `role`.
@@ -126,13 +150,6 @@ class TokenVerifier:
             AuthError: 401 for a missing, malformed or unknown token; 403 when it lacks `role`.
         """
         token = bearer_token(authorization)
-        records = self._refresh()
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        record = self._verified.get(digest)
-        if record is None:
-            record = verify_token(token, records)
-            with self._lock:
-                self._verified[digest] = record
+        record = self.snapshot().verify(token)
         require_role(record, role)
         return record
-

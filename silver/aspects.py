@@ -142,23 +142,39 @@ def to_schema_field_urn(dataset_urn: Column | str, field_path: Column | str) -> 
     return F.concat(F.lit("urn:li:schemaField:("), dataset, F.lit(","), path, F.lit(")"))
 
 
+def _json_literal(value: Column) -> Column:
+    """One value as a JSON literal: the text between the brackets of the one-element JSON array."""
+    # (?s): the text may hold line separators (U+2028, U+0085) that JSON writers leave unescaped and
+    # that `.` does not match on every engine.
+    return F.regexp_extract(F.to_json(F.array(value)), r"(?s)^\[(.*)\]$", 1)
+
+
 def to_json_string(value: Column) -> Column:
     """A string as a JSON string literal (quoted and escaped), null stays null."""
-    return F.when(value.isNotNull(), F.regexp_extract(F.to_json(F.array(value)), r"^\[(.*)\]$", 1))
+    return F.when(value.isNotNull(), _json_literal(value))
+
+
+def _property_value_tokens(values: Column) -> Column:
+    """Structured property values (`[{"string": ..} | {"double": ..}]`) as JSON literals, in order."""
+    return F.transform(
+        F.coalesce(values, F.array().cast("array<struct<string: string, double: double>>")),
+        lambda v: F.when(v["string"].isNotNull(), to_json_string(v["string"]))
+        .when(v["double"].isNotNull(), _json_literal(v["double"]))
+        .otherwise(F.lit("null")),
+    )
 
 
 def to_property_values_json(values: Column) -> Column:
-    """Structured property values (`[{"string": ..} | {"double": ..}]`) as compact JSON text, e.g. `["a",1.0]`.
+    """Structured property values as compact JSON text, e.g. `["a",1.0]`.
 
     Strings become JSON strings and doubles JSON numbers, in the aspect's order, as DataHub writes them.
     """
-    tokens = F.transform(
-        F.coalesce(values, F.array().cast("array<struct<string: string, double: double>>")),
-        lambda v: F.when(v["string"].isNotNull(), to_json_string(v["string"]))
-        .when(v["double"].isNotNull(), F.regexp_extract(F.to_json(F.array(v["double"])), r"^\[(.*)\]$", 1))
-        .otherwise(F.lit("null")),
-    )
-    return F.concat(F.lit("["), F.array_join(tokens, ","), F.lit("]"))
+    return F.concat(F.lit("["), F.array_join(_property_value_tokens(values), ","), F.lit("]"))
+
+
+def to_property_value_set(values: Column) -> Column:
+    """Structured property values as a set (sorted, distinct JSON literals): what a change is judged on."""
+    return F.array_sort(F.array_distinct(_property_value_tokens(values)))
 
 
 def blank_to_null(text: Column) -> Column:

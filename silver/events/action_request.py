@@ -13,6 +13,7 @@ from silver.aspects import entity_type_of_urn, to_json_string, to_property_value
 from silver.events.common import filter_aspects, to_events, with_parsed
 
 ASPECTS = ("actionRequestInfo",)
+ENTITY_TYPE = "actionRequest"
 REQUEST_TYPES = (
     "DOMAIN_ASSOCIATION",
     "OWNER_ASSOCIATION",
@@ -104,7 +105,7 @@ def to_action_request_events(pairs_df: DataFrame) -> DataFrame:
         parsed_df.filter(first_version),
         category="LIFECYCLE",
         operation="CREATE",
-        entity_type=F.lit("actionRequest"),
+        entity_type=F.lit(ENTITY_TYPE),
         parameters=entries,
         new_value=F.col("new_json"),
     )

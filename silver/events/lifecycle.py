@@ -1,5 +1,8 @@
 """LIFECYCLE events: CREATE from the first version of a key aspect, HARD_DELETE from a DELETE of it, and
 SOFT_DELETE / REINSTATE when `status.removed` turns true / false again.
+
+An action request's CREATE comes from its actionRequestInfo (`silver.events.action_request`), with the
+request's parameters; DataHub writes its `actionRequestKey` too, and that must not make a second one.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from silver.aspects import is_key_aspect, parse_aspect
+from silver.events import action_request
 from silver.events.common import to_events
 
 
@@ -23,9 +27,10 @@ def to_lifecycle_events(pairs_df: DataFrame) -> DataFrame:
         pairs_df.filter(is_key_aspect("aspect_name", "entity_type"))
         .withColumn(
             "lifecycle_op",
-            F.when(~is_delete & F.col("prev_json").isNull(), F.lit("CREATE")).when(
-                is_delete & ~already_deleted, F.lit("HARD_DELETE")
-            ),
+            F.when(
+                ~is_delete & F.col("prev_json").isNull() & (F.col("entity_type") != action_request.ENTITY_TYPE),
+                F.lit("CREATE"),
+            ).when(is_delete & ~already_deleted, F.lit("HARD_DELETE")),
         )
         .filter(F.col("lifecycle_op").isNotNull())
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from silver.aspects import to_property_values_json
+from silver.aspects import to_property_value_set, to_property_values_json
 from silver.events.common import (
     explode_items,
     filter_aspects,
@@ -28,12 +28,13 @@ def to_structured_property_events(pairs_df: DataFrame) -> DataFrame:
     """Return the STRUCTURED_PROPERTY events of the `structuredProperties` pairs.
 
     ADD and MODIFY carry propertyUrn and propertyValues (the new values as compact JSON text, e.g.
-    `["value1","value2"]`); REMOVE carries no parameters, as in the ECE V1 catalog. Values compare in
-    order, as DataHub compares them.
+    `["value1","value2"]`, in the aspect's order); REMOVE carries no parameters, as in the ECE V1
+    catalog. Values compare as a set, as DataHub compares them: reordering them or listing one twice
+    is no change.
     """
     parsed_df = with_parsed(filter_aspects(pairs_df, ASPECTS), "structuredProperties")
     sets_df = with_set_items(parsed_df, F.col("prev.properties"), F.col("new.properties"), lambda p: p["propertyUrn"])
-    # A property on both sides whose values (as JSON text) differ.
+    # A property on both sides whose sets of values differ.
     modified_df = sets_df.withColumn(
         "modified",
         F.filter(
@@ -46,7 +47,7 @@ def to_structured_property_events(pairs_df: DataFrame) -> DataFrame:
                 ),
             ),
             lambda i: i["old"].isNotNull()
-            & (to_property_values_json(i["old"]["values"]) != to_property_values_json(i["new"]["values"])),
+            & (to_property_value_set(i["old"]["values"]) != to_property_value_set(i["new"]["values"])),
         ),
     )
     items_df = explode_items(

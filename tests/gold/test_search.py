@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 
 import pytest
@@ -74,6 +75,9 @@ def test_only_end_time_gives_the_day_before_it():
         ({"startTime": "20", "endTime": "10"}, None, "startTime: 20 is after endTime 10"),
         ({"startTime": "-5"}, None, "startTime: -5"),
         ({"endTime": "soon"}, None, "endTime: 'soon'"),
+        ({"size": "--5"}, None, "size: '--5' is not a whole number"),
+        ({"startTime": "--1"}, None, "startTime: '--1' is not a whole number"),
+        ({"endTime": "\u00b2"}, None, "endTime: '\u00b2' is not a whole number"),
         ({"includeRaw": "maybe"}, None, "includeRaw: 'maybe'"),
         ({}, {"eventTypes": ["LoginEvent"]}, "unknown event type(s) ['LoginEvent']"),
         ({}, ["LogInEvent"], "body: expected a JSON object"),
@@ -107,6 +111,33 @@ def test_scroll_id_round_trips_and_is_opaque():
     assert "corpuser" not in scroll_id and set(scroll_id) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     )
+
+
+def _forged_scroll_id(fields) -> str:
+    """A scroll id whose checksum is right but whose JSON is `fields`: what anyone can build."""
+    payload = json.dumps(fields, separators=(",", ":"))
+    check = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    return base64.urlsafe_b64encode(f"{payload}|{check}".encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        5,
+        None,
+        {"timestamp": 5},
+        [1, 5, "LogInEvent", "a", "id", 0],
+        [1, 5, "LogInEvent", "a", "id", 0, 10, "extra"],
+        [1, 10**26, "LogInEvent", "a", "id", 0, 10],
+        [1, 5, "LogInEvent", "a", "id", -7, 10],
+        [1, 5, "LogInEvent", "a", "id", 0, 10**26],
+    ],
+)
+def test_a_forged_scroll_id_with_a_valid_checksum_is_rejected(fields):
+    good = encode_scroll_id(ScrollKey(5, "LogInEvent", "a", "id", 0, 10))
+    assert decode_scroll_id(_forged_scroll_id([1, 5, "LogInEvent", "a", "id", 0, 10])) == decode_scroll_id(good)
+    with pytest.raises(RequestError, match="scrollId"):
+        decode_scroll_id(_forged_scroll_id(fields))
 
 
 @pytest.mark.parametrize("mangle", ["flip", "truncate", "not-base64", "no-checksum", "bad-json"])

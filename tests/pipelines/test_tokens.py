@@ -38,6 +38,22 @@ def test_the_verifier_follows_creates_and_revokes(tmp_path):
         revoke_token(settings, record.token_id)
 
 
+def test_a_request_in_flight_across_a_revoke_does_not_keep_the_token_valid(tmp_path):
+    settings = make_settings(tmp_path)
+    verifier = TokenVerifier(settings.tokens_path)
+    token, record = create_token(settings, "urn:li:corpuser:a", [AUDIT_READ])
+    other_token, _ = create_token(settings, "urn:li:corpuser:b", [AUDIT_READ])
+    # A request reads the records, then the token is revoked and another request re-reads the file
+    # before the first one has finished verifying.
+    in_flight = verifier.snapshot()
+    revoke_token(settings, record.token_id)
+    verifier.authenticate(f"Bearer {other_token}", AUDIT_READ)
+    assert in_flight.verify(token) == record
+    with pytest.raises(AuthError) as caught:
+        verifier.authenticate(f"Bearer {token}", AUDIT_READ)
+    assert caught.value.status == 401
+
+
 def test_a_corrupt_token_file_is_named(tmp_path):
     settings = make_settings(tmp_path)
     settings.tokens_path.parent.mkdir(parents=True)

@@ -7,6 +7,8 @@ modifier, parameters).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conf.errors import InputError
@@ -78,6 +80,12 @@ READD = ds("readd")
 TERM = "urn:li:glossaryTerm:Finance.Revenue"
 REQUEST = "urn:li:actionRequest:later"
 REPEAT = ds("repeated_items")
+SP_SET = ds("structured_set")
+TWO_PROPERTIES = "urn:li:actionRequest:two-properties"
+SEPARATORS = ds("line_separators")
+NOTE = "urn:li:structuredProperty:note"
+# Characters JSON writers leave unescaped and a regex `.` does not match on every engine.
+ODD_TEXT = "a\u2028b\u2029c\u0085d"
 
 DUP_RECORD = rec(DUPS, "globalTags", tags("urn:li:tag:A"), 1)
 
@@ -149,9 +157,27 @@ HISTORY = [
     rec(REQUEST, "actionRequestInfo", {"type": "TAG_ASSOCIATION", "resource": DOMAIN, "resourceType": "dataset",
                                         "params": {"tagProposal": {"tag": "urn:li:tag:B"}}}, 2),
     rec(REQUEST, "actionRequestStatus", {"status": "COMPLETE", "result": "ACCEPTED"}, 1),
+    # DataHub writes the key aspect of every new entity, action requests included.
+    rec(REQUEST, "actionRequestKey", {"id": "later"}, 1),
     rec(REPEAT, "globalTags", tags("urn:li:tag:A", "urn:li:tag:A"), 1),
     rec(REPEAT, "ownership", owners(("urn:li:corpuser:x", "TECHNICAL_OWNER", None), ("urn:li:corpuser:x", "TECHNICAL_OWNER", None)), 1),
     rec(REPEAT, "schemaMetadata", schema(field("a"), field("a")), 1),
+    rec(TWO_PROPERTIES, "actionRequestInfo", {
+        "type": "STRUCTURED_PROPERTY_ASSOCIATION", "resource": DOMAIN, "resourceType": "dataset",
+        "params": {"structuredPropertyProposal": {"structuredPropertyValues": [
+            {"propertyUrn": NOTE, "values": [{"string": "x"}]},
+            {"propertyUrn": "urn:li:structuredProperty:sla", "values": [{"double": 2.0}]}]}}}, 1),
+    rec(SP_SET, "structuredProperties", {"properties": [
+        {"propertyUrn": NOTE, "values": [{"string": "a"}, {"string": "b"}]}]}, 1),
+    rec(SP_SET, "structuredProperties", {"properties": [
+        {"propertyUrn": NOTE, "values": [{"string": "b"}, {"string": "a"}]}]}, 2),
+    rec(SP_SET, "structuredProperties", {"properties": [
+        {"propertyUrn": NOTE, "values": [{"string": "b"}, {"string": "a"}, {"string": "a"}]}]}, 3),
+    rec(SP_SET, "structuredProperties", {"properties": [{"propertyUrn": NOTE, "values": [{"string": "b"}]}]}, 4),
+    rec(SEPARATORS, "structuredProperties", {"properties": [
+        {"propertyUrn": NOTE, "values": [{"string": "ok"}, {"string": ODD_TEXT}]}]}, 1),
+    rec(SEPARATORS, "structuredProperties", {"properties": [
+        {"propertyUrn": NOTE, "values": [{"string": "ok"}, {"string": ODD_TEXT + "e"}]}]}, 2),
 ]
 
 _ROWS: dict[str, list[dict]] = {}
@@ -329,6 +355,22 @@ def test_structured_property_doubles_are_json_numbers_and_a_value_change_is_modi
 
 
 @pytest.mark.pure
+def test_structured_property_values_compare_as_a_set(rows):
+    assert events_of(rows, SP_SET) == sort([
+        (1, "STRUCTURED_PROPERTY", "ADD", SP_SET, NOTE, {"propertyUrn": NOTE, "propertyValues": '["a","b"]'}),
+        (4, "STRUCTURED_PROPERTY", "MODIFY", SP_SET, NOTE, {"propertyUrn": NOTE, "propertyValues": '["b"]'}),
+    ])
+
+
+@pytest.mark.pure
+def test_values_with_line_separators_stay_whole_json(rows):
+    events = sorted((r for r in rows if r["aspect_entity_urn"] == SEPARATORS), key=lambda r: r["source_version"])
+    assert [(r["source_version"], r["operation"]) for r in events] == [(1, "ADD"), (2, "MODIFY")]
+    assert [json.loads(r["parameters"]["propertyValues"]) for r in events] == [["ok", ODD_TEXT], ["ok", ODD_TEXT + "e"]]
+    assert json.loads(events[1]["old_value"]) == {"propertyUrn": NOTE, "values": [{"string": "ok"}, {"string": ODD_TEXT}]}
+
+
+@pytest.mark.pure
 def test_snapshots_without_version_are_ordered_by_created_time(rows):
     assert [(r["event_time"], r["modifier"]) for r in sorted(
         (r for r in rows if r["aspect_entity_urn"] == MCP), key=lambda r: r["event_time"])] == [
@@ -346,10 +388,17 @@ def test_an_aspect_written_again_after_its_delete_is_diffed_against_empty(rows):
 
 @pytest.mark.pure
 def test_only_the_first_version_of_an_action_request_emits(rows):
+    # One CREATE, from actionRequestInfo: the request's key aspect does not add a second one.
     request_events = [r for r in rows if r["aspect_entity_urn"] == REQUEST]
-    assert [(r["source_version"], r["operation"], r["parameters"]["tagUrn"]) for r in request_events] == [
-        (1, "CREATE", "urn:li:tag:A")
-    ]
+    assert [(r["aspect_name"], r["source_version"], r["operation"], (r["parameters"] or {}).get("tagUrn"))
+            for r in request_events] == [("actionRequestInfo", 1, "CREATE", "urn:li:tag:A")]  # fmt: skip
+
+
+@pytest.mark.pure
+def test_a_structured_property_request_lists_every_assignment(rows):
+    [event] = [r for r in rows if r["aspect_entity_urn"] == TWO_PROPERTIES]
+    assert json.loads(event["parameters"]["structuredProperties"]) == [
+        {"propertyUrn": NOTE, "values": ["x"]}, {"propertyUrn": "urn:li:structuredProperty:sla", "values": [2.0]}]
 
 
 @pytest.mark.pure
