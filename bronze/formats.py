@@ -7,8 +7,9 @@ file (detection) or its text in chunks (file-sink), and decides what to do with 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from conf.errors import InputError
@@ -99,7 +100,7 @@ def kind_of_record(record: Any) -> str | None:
     return None
 
 
-def detect_kind(head_lines: Sequence[str]) -> str | None:
+def detect_kind(head_lines: Iterable[str]) -> str | None:
     """Return the kind of a file from its first lines, EMPTY for a file without content, or None.
 
     A file whose first non-blank character is `[` is a file-sink JSON array. Otherwise the first line
@@ -107,15 +108,14 @@ def detect_kind(head_lines: Sequence[str]) -> str | None:
     parse (a malformed first record) are passed over.
 
     Args:
-        head_lines: the file's first lines (at most DETECTION_LINES are looked at), decompressed.
+        head_lines: the file's first lines (at most DETECTION_LINES are looked at), decompressed; an
+            iterator is read no further than the line that decides.
 
     Returns:
         A kind of KINDS, EMPTY when every given line is blank, None when no line reveals the kind.
     """
     seen_content = False
-    for index, line in enumerate(head_lines):
-        if index >= DETECTION_LINES:
-            break
+    for index, line in enumerate(islice(head_lines, DETECTION_LINES)):
         text = line.lstrip(_BOM + _WHITESPACE) if index == 0 else line.strip(_WHITESPACE)
         if not text:
             continue

@@ -20,6 +20,7 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from bronze.aspects import JSON_OPTIONS, aspect_problem
 from bronze.formats import (
     CHANGE_TYPES,
     DELETE,
@@ -34,9 +35,6 @@ from bronze.formats import (
 from conf.errors import InputError
 
 LINE_COLUMNS = ("file_index", "source_file", "mid", "line_crc", "line_number", "value")
-
-# Strict JSON: the JVM parser would otherwise accept single-quoted text the embedded engine rejects.
-JSON_OPTIONS = {"allowSingleQuotes": "false"}
 
 # The MCL / MCP envelope. systemMetadata is kept as JSON text (the column of the same name) and parsed
 # again for the few fields bronze types; times are BIGINT so that only JSON integers parse.
@@ -135,7 +133,7 @@ def to_lines(text_df: DataFrame, file_index: int, source_file: str) -> DataFrame
         F.monotonically_increasing_id().alias("mid"),
         F.crc32(F.col("value").cast("binary")).alias("line_crc"),
         F.lit(None).cast("bigint").alias("line_number"),
-        F.col("value"),
+        _without_byte_order_mark(F.col("value")).alias("value"),
     )
 
 
@@ -153,8 +151,13 @@ def to_numbered_lines(text_df: DataFrame, file_index: int, source_file: str) -> 
         F.lit(None).cast("bigint").alias("mid"),
         F.lit(None).cast("bigint").alias("line_crc"),
         F.substring_index(F.col("value"), "\t", 1).cast("bigint").alias("line_number"),
-        F.expr("substr(value, instr(value, '\t') + 1)").alias("value"),
+        _without_byte_order_mark(F.expr("substr(value, instr(value, '\t') + 1)")).alias("value"),
     )
+
+
+def _without_byte_order_mark(line: Column) -> Column:
+    """The line without a leading U+FEFF: editors on Windows start UTF-8 files with it, outside the record."""
+    return F.when(line.startswith("\ufeff"), F.substring(line, 2, 1 << 30)).otherwise(line)
 
 
 def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, max_record_bytes: int) -> DataFrame:
@@ -205,6 +208,7 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
                 F.lit("changeType: missing"),
             ),
         ),
+        (F.trim(aspect_name) == "", _message("aspectName", _quoted(aspect_name), " is empty")),
         _urn_check(urn, "entityUrn"),
         (
             ~change_type.isin(*CHANGE_TYPES),
@@ -223,6 +227,11 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
         (
             (change_type != DELETE) & ~aspect_value.rlike(r"^\s*\{"),
             _message("aspect.value", _quoted(aspect_value), " is not a JSON object"),
+        ),
+        (
+            # The JSON reader stops after the first value; text after it means a damaged record.
+            (change_type != DELETE) & ~aspect_value.rlike(r"\}\s*$"),
+            _message("aspect.value", _quoted(aspect_value), " has text after the JSON object"),
         ),
         *time_checks,
         (
@@ -243,7 +252,9 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
         "run_id": F.col("sm.runId"),
         "source_kind": F.lit(kind),
     }
-    return _staged(parsed_df, typed, checks, SNAPSHOT_HASH_FIELDS, max_record_bytes)
+    # Last, and as the one reference to it: the check looks up the aspect's fields in its JSON text.
+    aspect_check = F.when(change_type != DELETE, aspect_problem(aspect_name, aspect_value))
+    return _staged(parsed_df, typed, checks, SNAPSHOT_HASH_FIELDS, max_record_bytes, aspect_check)
 
 
 def parse_usage_lines(lines_df: DataFrame, *, max_record_bytes: int) -> DataFrame:
@@ -310,9 +321,12 @@ def _staged(
     checks: Sequence[tuple[Column, Column]],
     hash_fields: Sequence[str],
     max_record_bytes: int,
+    last_problem: Column | None = None,
 ) -> DataFrame:
+    """The staged rows: `checks` in order, then `last_problem` (a reason, or null) for records that pass them."""
     blank = F.col("value").rlike(r"^\s*$")
-    reason = F.when(blank, F.lit(None).cast("string")).otherwise(_first_problem(checks, F.lit(None).cast("string")))
+    otherwise = F.lit(None).cast("string") if last_problem is None else last_problem
+    reason = F.when(blank, F.lit(None).cast("string")).otherwise(_first_problem(checks, otherwise))
     shaped_df = parsed_df.select(
         "file_index",
         "source_file",

@@ -510,15 +510,17 @@ def to_last_versions(published_df: DataFrame) -> DataFrame:
             from the same version as the first run did).
 
     Returns:
-        entity_id, last_sequence, last_version (DECIMAL(10,1)).
+        entity_id, last_sequence, last_version (DECIMAL(10,1)), last_event_type (whether the entity was
+        hard-deleted last decides whether its next creation restarts at 0.1).
     """
     return (
         published_df.groupBy("entity_id")
-        .agg(F.max(F.struct("entity_sequence", "current_version")).alias("last"))
+        .agg(F.max(F.struct("entity_sequence", "current_version", "event_type")).alias("last"))
         .select(
             "entity_id",
             F.col("last.entity_sequence").alias("last_sequence"),
             F.col("last.current_version").alias("last_version"),
+            F.col("last.event_type").alias("last_event_type"),
         )
     )
 
@@ -535,13 +537,15 @@ def with_versions(
     Change sets of an entity are ordered by batch (in `batch_order`), then (timestamp,
     source_order_key), a creation first among equals, then change_set_id: projecting several batches
     at once numbers versions exactly as projecting them one after the other does. An entity starts at
-    0.1; its creation is 0.1 -> 0.1 (a creation after a hard delete starts again at 0.1); a hard delete
-    keeps the version (the entity is gone); a change set that removes a column or changes a column's
-    type adds 1.0 (1.1 -> 2.1); any other adds 0.1.
+    0.1; a creation with no history before it (none in this run, none published) or right after a hard
+    delete is 0.1 -> 0.1; a hard delete keeps the version (the entity is gone); a change set that
+    removes a column or changes a column's type adds 1.0 (1.1 -> 2.1); any other, including a creation
+    that arrives after other change sets of its entity, adds 0.1.
 
     Args:
         change_sets_df: the output of `to_change_sets`.
-        last_versions_df: the output of `to_last_versions` (entity_id, last_sequence, last_version).
+        last_versions_df: the output of `to_last_versions` (entity_id, last_sequence, last_version,
+            last_event_type).
         batch_order: the batch ids in processing order; empty: one batch (or order by time alone).
     """
     is_created = F.col("event_type") == CREATED
@@ -557,28 +561,37 @@ def with_versions(
     ]
     by_entity = Window.partitionBy("entity_id").orderBy(*order)
     running = by_entity.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    # The change set before this one: earlier in this run, else the last published one (null: none).
+    previous_type = F.coalesce(F.lag("event_type").over(by_entity), F.col("last_event_type"))
+    # Only a creation with nothing before it, or after a hard delete, starts a history at 0.1: a
+    # creation that arrives after other change sets (a flow's key after its jobs' changes) continues.
+    is_restart = is_created & (previous_type.isNull() | (previous_type == DELETED))
+    restart = F.col("restart")
     step = (
-        F.when(is_created | (F.col("event_type") == DELETED), F.lit(0))
+        F.when(restart | (F.col("event_type") == DELETED), F.lit(0))
         .when(F.col("major_change"), F.lit(_MAJOR_STEP_TENTHS))
         .otherwise(F.lit(_MINOR_STEP_TENTHS))
     )
     last_tenths = (F.col("last_version") * F.lit(10)).cast("bigint")
-    # Steps are never negative, so the running sum at the latest creation is a running max: one window
-    # numbers the whole history, a creation restarting it at 0.1.
-    created_at = F.max(F.when(is_created, F.col("steps"))).over(running)
+    # Steps are never negative, so the running sum at the latest restart is a running max: one window
+    # numbers the whole history, a restart starting it again at 0.1.
+    restarted_at = F.max(F.when(restart, F.col("steps"))).over(running)
     current = F.when(
         F.col("segment") == 0, F.coalesce(last_tenths, F.lit(_FIRST_VERSION_TENTHS)) + F.col("steps")
-    ).otherwise(F.lit(_FIRST_VERSION_TENTHS) + F.col("steps") - created_at)
+    ).otherwise(F.lit(_FIRST_VERSION_TENTHS) + F.col("steps") - restarted_at)
     return (
         change_sets_df.join(last_versions_df, "entity_id", "left")
+        .withColumn("restart", is_restart)
         .withColumn("step", step)
         .withColumn("steps", F.sum("step").over(running))
-        .withColumn("segment", F.sum(is_created.cast("int")).over(running))
+        .withColumn("segment", F.sum(restart.cast("int")).over(running))
         .withColumn("current_tenths", current)
         .withColumn("entity_sequence", F.coalesce(F.col("last_sequence"), F.lit(0)) + F.row_number().over(by_entity))
         .withColumn("current_version", _to_version(F.col("current_tenths")))
         .withColumn("previous_version", _to_version(F.col("current_tenths") - F.col("step")))
-        .drop("step", "steps", "segment", "current_tenths", "last_sequence", "last_version")
+        .drop(
+            "restart", "step", "steps", "segment", "current_tenths", "last_sequence", "last_version", "last_event_type"
+        )
     )
 
 

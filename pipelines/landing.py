@@ -7,8 +7,10 @@ One call of `land_paths` is one batch:
      (gzip is read directly; file-sink arrays are first streamed into numbered JSON lines). Line numbers
      of a text read come from the row id within each read partition, with the partitions put in file
      order by checking their first and last lines against the file (the embedded engine may number
-     them out of order); a file that does not check out, or that the engine cannot decode, is numbered
-     here instead;
+     them out of order); a file that does not check out, that the engine cannot read (not UTF-8, a
+     damaged gzip: the lines before the damage land), or whose path the engine would take as a glob
+     pattern, is numbered here instead. The lines staged must be as many as the file has, or the
+     landing stops;
   4. the batch's landable rows lose their duplicates (within the batch, then against the table, on the
      record hash) and are appended to bronze.aspect_snapshots / bronze.usage_events, quarantined records
      to bronze.quarantine;
@@ -19,6 +21,7 @@ One call of `land_paths` is one batch:
 from __future__ import annotations
 
 import bisect
+import codecs
 import gzip
 import hashlib
 import os
@@ -88,8 +91,13 @@ DATA_TABLES = (SNAPSHOTS_TABLE, USAGE_TABLE, QUARANTINE_TABLE)
 _TIME_COLUMN = {SNAPSHOTS_TABLE: "created_time", USAGE_TABLE: "timestamp"}
 _FAMILIES = ((SNAPSHOTS_TABLE, "snapshots"), (USAGE_TABLE, "usage"))
 _BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# Detection looks at no more than this many characters of one line; the rest of a longer line is skipped.
 _HEAD_CHARS = 8 << 20
 _READ_CHUNK = 1 << 20
+# The engine reads a path as a glob pattern: with one of these in it, it may read another file, or none.
+_GLOB_CHARACTERS = re.compile(r"[*?\[\]{}\\]")
+# What reading a damaged file raises: truncated gzip (EOFError), bad header or CRC (OSError), bad deflate data.
+_READ_ERRORS = (OSError, EOFError, zlib.error)
 
 # progress(path, files_done, files_total): called before and after each file, and for the commit step.
 ProgressCallback = Callable[[str, int, int], None]
@@ -194,9 +202,11 @@ class _Plan:
     index: int
     path: Path
     kind: str | None
+    explicit: bool = False  # named on its own, not found in a folder
     status: str = LANDED
     note: str | None = None
     digest_future: Future | None = None  # of a FileDigest
+    lines_future: Future | None = None  # of the line count of a gzip file (plain files: in the digest)
     content_hash: str | None = None
     family: str | None = None  # the table the file's records land in
     staged: Path | None = None
@@ -229,8 +239,9 @@ def land_paths(
         The per-file results and totals; `batch_id` is committed when any file landed.
 
     Raises:
-        InputError: a path that does not exist, a file named explicitly whose kind cannot be detected,
-            a bad kind or batch id, or a batch id that is already committed.
+        InputError: a path that does not exist, a file named explicitly whose kind cannot be detected or
+            of which nothing can be read, a bad kind or batch id, or a batch id that is already committed.
+        LakehouseError: a file whose staged lines are not as many as it has (nothing is committed).
     """
     started = time.monotonic()
     check_kind(kind, "kind")
@@ -398,7 +409,9 @@ def _plan_files(
     plans = []
     for index, (path, explicit) in enumerate(files):
         # Reading a large file takes seconds; it runs beside the Spark work unless the skip decision needs it.
-        plan = _Plan(index=index, path=path, kind=kind, digest_future=hasher.submit(file_digest, path))
+        plan = _Plan(
+            index=index, path=path, kind=kind, explicit=explicit, digest_future=hasher.submit(file_digest, path)
+        )
         previous = landed_kinds.get(str(path))
         if previous and plan.digest_future.result().sha256 in previous:
             plan.kind = previous[plan.digest_future.result().sha256]
@@ -419,36 +432,77 @@ def _plan_files(
                     raise InputError(f"{path}: {message}")
                 # Inside a folder, a file that is no input (a manifest, a README) is reported, not fatal.
                 plan.status, plan.note = UNDETECTED, message
+        if plan.status == LANDED and plan.kind not in (EMPTY, FILE_SINK) and _is_gzip(path):
+            # Counting a gzip file's lines means decompressing it: only for files that land, beside the Spark work.
+            plan.lines_future = hasher.submit(count_lines, path)
         plans.append(plan)
     return plans
 
 
 def _detect(path: Path) -> str | None:
+    """The kind of a file from its first lines (see `detect_kind`), or None when they do not tell it.
+
+    Raises:
+        InputError: naming the file, when reading fails before any line tells the kind (a corrupt gzip).
+    """
     try:
-        lines, complete = _head_lines(path)
-    except (OSError, EOFError) as exc:
+        with _open_text(path) as handle:
+            head = _HeadLines(handle)
+            detected = detect_kind(head)
+            # A file that only looked empty because its first lines are blank is not empty.
+            if detected == EMPTY and not head.at_end():
+                detected = None
+    except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc})") from None
-    detected = detect_kind(lines)
-    # A file that only looked empty because its first lines are blank is not empty.
-    return None if detected == EMPTY and not complete else detected
+    if detected is None and head.error is not None:
+        after = f" after line {head.lines_given}" if head.lines_given else ""
+        raise InputError(f"{path}: cannot be read{after} ({head.error})")
+    return detected
 
 
-def _head_lines(path: Path) -> tuple[list[str], bool]:
-    """The first lines of a file (decompressed) and whether they are all of it."""
-    lines: list[str] = []
-    chars = 0
-    with _open_text(path) as handle:
-        while len(lines) < DETECTION_LINES and chars < _HEAD_CHARS:
-            line = handle.readline(_HEAD_CHARS - chars)
-            if not line:
-                return lines, True
-            lines.append(line)
-            chars += len(line)
-        return lines, handle.read(1) == ""
+class _HeadLines:
+    """The first lines of a file (decompressed) for detection, read one by one as detection asks for them.
+
+    A line longer than `max_chars` (an oversized record, quarantined when landed) is given cut there and
+    the rest of it is skipped, so detection goes on with the next lines. Reading stops after
+    DETECTION_LINES lines, at the end of the file, or where the file cannot be read further (a truncated
+    gzip: detection uses the lines before; `error` says why).
+    """
+
+    def __init__(self, handle: TextIO, max_chars: int = _HEAD_CHARS):
+        self._handle = handle
+        self._max_chars = max_chars
+        self._ended = False
+        self.lines_given = 0
+        self.error: str | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            while self.lines_given < DETECTION_LINES:
+                line = self._handle.readline(self._max_chars)
+                if not line:
+                    self._ended = True
+                    return
+                if len(line) == self._max_chars and not line.endswith("\n"):
+                    while (rest := self._handle.readline(_READ_CHUNK)) and not rest.endswith("\n"):
+                        pass
+                self.lines_given += 1
+                yield line
+        except _READ_ERRORS as exc:
+            self.error = _error_text(exc)
+
+    def at_end(self) -> bool:
+        """Whether the lines given are all of the file (False when reading it failed)."""
+        if not self._ended and self.error is None:
+            try:
+                self._ended = self._handle.read(1) == ""
+            except _READ_ERRORS as exc:
+                self.error = _error_text(exc)
+        return self._ended and self.error is None
 
 
 def _open_text(path: Path) -> TextIO:
-    if path.name.endswith(".gz"):
+    if _is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
     return open(path, encoding="utf-8", errors="replace")
 
@@ -461,11 +515,13 @@ class FileDigest:
         sha256: hex SHA-256 of the bytes.
         block_size: the size of the blocks `newlines` counts in.
         newlines: line breaks in each block of `block_size` bytes (empty for gzip: its blocks are compressed).
+        lines: the file's lines as `count_lines` counts them (None for gzip: see `count_lines`).
     """
 
     sha256: str
     block_size: int
     newlines: tuple[int, ...]
+    lines: int | None = None
 
 
 def file_digest(path: Path, block_size: int = 16 << 20) -> FileDigest:
@@ -477,13 +533,35 @@ def file_digest(path: Path, block_size: int = 16 << 20) -> FileDigest:
     """
     digest = hashlib.sha256()
     counts = []
-    plain = not path.name.endswith(".gz")
+    plain = not _is_gzip(path)
+    last = b""
     with open(path, "rb") as handle:
         while chunk := handle.read(block_size):
             digest.update(chunk)
             if plain:
                 counts.append(chunk.count(b"\n"))
-    return FileDigest(digest.hexdigest(), block_size, tuple(counts) if plain else ())
+                last = chunk[-1:]
+    if not plain:
+        return FileDigest(digest.hexdigest(), block_size, ())
+    return FileDigest(digest.hexdigest(), block_size, tuple(counts), sum(counts) + (last not in (b"", b"\n")))
+
+
+def count_lines(path: Path) -> int | None:
+    """Count a file's lines (decompressed): its line breaks, plus a last line without one.
+
+    Returns:
+        The count, or None when the file cannot be read to its end (a truncated or corrupt gzip).
+    """
+    breaks = 0
+    last = b""
+    try:
+        with _open_binary(path) as handle:
+            while block := handle.read1(4 * _READ_CHUNK):
+                breaks += block.count(b"\n")
+                last = block[-1:]
+    except _READ_ERRORS:
+        return None
+    return breaks + (last not in (b"", b"\n"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,30 +570,99 @@ def file_digest(path: Path, block_size: int = 16 << 20) -> FileDigest:
 
 
 def _stage_file(spark: SparkSession, settings: Settings, plan: _Plan, scratch: Path) -> None:
-    """Parse, validate and stage one file; fill in its counts and the file order of its read partitions."""
+    """Parse, validate and stage one file; fill in its counts and the file order of its read partitions.
+
+    Raises:
+        InputError: for a file named explicitly of which not one line can be read.
+        LakehouseError: when the lines staged are not the file's lines (see `_check_line_count`).
+    """
     if plan.kind == EMPTY:
         return
     plan.family = USAGE_TABLE if plan.kind == USAGE else SNAPSHOTS_TABLE
-    source = str(plan.path)
     numbered = scratch / "input" / f"{plan.index:05d}.txt"
     if plan.kind == FILE_SINK:
-        plan.rejected = _convert_file_sink(plan.path, numbered, settings.ingest.max_record_bytes)
-        _stage_lines(settings, plan, scratch, to_numbered_lines(spark.read.text(str(numbered)), plan.index, source))
+        copy, plan.rejected = _convert_file_sink(plan.path, numbered, settings.ingest.max_record_bytes)
+        _stage_copy(spark, settings, plan, scratch, numbered, copy)
         return
-    try:
-        summary = _stage_lines(settings, plan, scratch, to_lines(spark.read.text(source), plan.index, source))
-        ordered = _file_order(plan.path, summary, plan.digest_future.result())
-    except Exception as exc:  # noqa: BLE001 - re-raised unless the engine could not decode the file
-        if "utf-8" not in str(exc).lower():
-            raise
-        ordered = None
+    ordered = _stage_engine_read(spark, settings, plan, scratch)
     if ordered is None:
-        # The engine could not decode the file, or its read partitions did not tile the file's lines:
-        # number the lines here (undecodable bytes become U+FFFD) and stage the numbered copy instead.
-        _number_lines(plan.path, numbered)
-        _stage_lines(settings, plan, scratch, to_numbered_lines(spark.read.text(str(numbered)), plan.index, source))
+        # Number the lines here (undecodable bytes become U+FFFD; a damaged gzip gives the lines before
+        # the damage) and stage the numbered copy, which has a safe name, instead.
+        copy = _number_lines(plan.path, numbered)
+        _check_line_count(plan.path, copy.lines, "lines read", None if copy.error else _file_lines(plan))
+        _stage_copy(spark, settings, plan, scratch, numbered, copy)
         ordered = []
     plan.partitions = ordered
+
+
+def _stage_engine_read(
+    spark: SparkSession, settings: Settings, plan: _Plan, scratch: Path
+) -> list[tuple[int, int]] | None:
+    """Stage a JSON-lines file as the engine reads it; return its read partitions in file order.
+
+    Returns:
+        (partition, rows) in file order, or None when the engine's read cannot be used and the caller
+        must number the lines itself: a path the engine would take as a glob pattern, a file it cannot
+        read (bytes that are not UTF-8, a gzip it cannot decompress), or a read that is not exactly the
+        file's lines (another count, e.g. a lone carriage return splits a line; partitions, or a first
+        and last line, that do not match the file).
+    """
+    source = str(plan.path)
+    if _GLOB_CHARACTERS.search(source):
+        return None
+    try:
+        summary = _stage_lines(settings, plan, scratch, to_lines(spark.read.text(source), plan.index, source))
+    except Exception:  # noqa: BLE001 - the Python pass reads what can be read and says why the rest cannot
+        return None
+    if sum(int(r.rows) for r in summary) != _file_lines(plan):
+        return None
+    return _file_order(plan.path, summary, plan.digest_future.result())
+
+
+def _stage_copy(
+    spark: SparkSession, settings: Settings, plan: _Plan, scratch: Path, numbered: Path, copy: _Copy
+) -> None:
+    """Stage the numbered copy of a file, quarantining where reading the file stopped early.
+
+    Raises:
+        InputError: for a file named explicitly of which nothing can be read.
+        LakehouseError: when the rows staged are not the lines of the copy.
+    """
+    if copy.error is not None:
+        if not (copy.lines or copy.lines_read or copy.cut_text or plan.rejected):
+            # Nothing of the file can be read: reported as detection reports a corrupt gzip.
+            message = f"{plan.path}: cannot be read ({copy.error})"
+            if plan.explicit:
+                raise InputError(message)
+            plan.status, plan.note = UNDETECTED, message
+            return
+        limit = settings.ingest.max_record_bytes
+        reason = f"record: file truncated or corrupt after line {copy.lines_read} ({copy.error})"
+        plan.rejected.append((copy.cut_line or copy.lines_read + 1, copy.cut_text[:limit], reason))
+    # Only a line feed ends a line of the copy: the engine would also end one at a lone carriage return.
+    text_df = spark.read.option("lineSep", "\n").text(str(numbered))
+    summary = _stage_lines(settings, plan, scratch, to_numbered_lines(text_df, plan.index, str(plan.path)))
+    _check_line_count(plan.path, sum(int(r.rows) for r in summary), "lines staged", copy.lines)
+
+
+def _file_lines(plan: _Plan) -> int | None:
+    """How many lines the plan's file has (decompressed); None when that is unknown (a damaged gzip)."""
+    if plan.lines_future is not None:
+        return plan.lines_future.result()
+    return plan.digest_future.result().lines
+
+
+def _check_line_count(path: Path, got: int, what: str, expected: int | None) -> None:
+    """Fail unless `got` lines of a file are `expected` (when known): no line may be lost or made up.
+
+    Raises:
+        LakehouseError: naming the file and both counts (the batch is not committed).
+    """
+    if expected is not None and got != expected:
+        raise LakehouseError(
+            f"{path}: {got} {what} but the file has {expected} lines; the batch is not committed, so that "
+            "no record is lost silently"
+        )
 
 
 def _stage_lines(settings: Settings, plan: _Plan, scratch: Path, lines_df: DataFrame) -> list:
@@ -543,8 +690,9 @@ def _stage_lines(settings: Settings, plan: _Plan, scratch: Path, lines_df: DataF
 def _file_order(path: Path, summary: list, digest: FileDigest) -> list[tuple[int, int]] | None:
     """The read partitions of a text-read file as (partition, rows) in file order; None if unverifiable."""
     parts = [(int(r.partition), int(r.rows), r.first_crc, r.last_crc) for r in summary if r.partition is not None]
-    if len(parts) <= 1:
-        return [(p[0], p[1]) for p in parts]  # one partition is read front to back
+    if len(parts) <= 1 and not digest.newlines:
+        # A gzip file is read as one partition, front to back; checking its last line means decompressing it.
+        return [(p[0], p[1]) for p in parts]
     with LineScanner(path, digest) as scanner:
         order = order_partitions(parts, scanner.crc_at)
     if order is None:
@@ -639,52 +787,138 @@ class LineScanner:
             self._eof = True
 
 
-def _number_lines(path: Path, out: Path) -> None:
-    """Write a JSON-lines file as `<line>\t<line text>` lines (the engine-independent way to number lines)."""
+@dataclass(frozen=True)
+class _Copy:
+    """A numbered copy of an input file (`<line>\t<record>` lines) and how reading the input ended.
+
+    Attributes:
+        lines: lines written to the copy.
+        lines_read: input lines read to their end (file-sink: the input's lines, not its elements).
+        error: why the input could not be read to its end (a truncated or corrupt gzip); None when it was.
+        cut_text: with an error, the text read of the record reading stopped in.
+        cut_line: the line that record starts on, when not the line after `lines_read` (a file-sink element).
+    """
+
+    lines: int
+    lines_read: int
+    error: str | None = None
+    cut_text: str = ""
+    cut_line: int | None = None
+
+
+def _number_lines(path: Path, out: Path) -> _Copy:
+    """Write a JSON-lines file as `<line>\t<line text>` lines (the engine-independent way to number lines).
+
+    A file that cannot be read to its end (a truncated or corrupt gzip) gives the lines before the damage.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     number = 0
-    tail = b""
+    pending: list[bytes] = []  # the start of a line no block has ended yet
+    error = None
     with _open_binary(path) as source, open(out, "w", encoding="utf-8") as target:
-        while block := source.read(4 * _READ_CHUNK):
-            block = tail + block
+        while True:
+            try:
+                # One read of the source at a time: when one fails, the text of those before is kept.
+                block = source.read1(4 * _READ_CHUNK)
+            except _READ_ERRORS as exc:
+                error = _error_text(exc)
+                break
+            if not block:
+                break
             cut = block.rfind(b"\n")
             if cut == -1:
-                tail = block
+                pending.append(block)
                 continue
-            tail = block[cut + 1 :]
+            text = b"".join([*pending, block[:cut]])
+            pending = [block[cut + 1 :]]
             # Blocks end at a line break, so no UTF-8 sequence is cut in two.
-            lines = block[:cut].decode("utf-8", "replace").split("\n")
+            lines = text.decode("utf-8", "replace").split("\n")
             target.write("".join(f"{number + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(lines, 1)))
             number += len(lines)
+        tail = b"".join(pending).decode("utf-8", "replace")
+        if error is not None:
+            return _Copy(lines=number, lines_read=number, error=error, cut_text=tail)
         if tail:
-            target.write(f"{number + 1}\t{tail.decode('utf-8', 'replace').removesuffix(chr(13))}\n")
+            target.write(f"{number + 1}\t{tail.removesuffix(chr(13))}\n")
+            number += 1
+    return _Copy(lines=number, lines_read=number)
 
 
 def _open_binary(path: Path):
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+    return gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
 
 
-def _convert_file_sink(path: Path, out: Path, max_record_bytes: int) -> list[tuple[int, str, str]]:
-    """Stream a file-sink JSON array into `<line>\\t<record>` lines; return the elements that failed."""
+def _is_gzip(path: Path) -> bool:
+    return path.name.endswith(".gz")
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _convert_file_sink(path: Path, out: Path, max_record_bytes: int) -> tuple[_Copy, list[tuple[int, str, str]]]:
+    """Stream a file-sink JSON array into `<line>\\t<record>` lines.
+
+    Returns:
+        The copy written (a file that cannot be read to its end gives the elements before the damage),
+        and the elements that failed as (line, raw text, reason).
+
+    Raises:
+        InputError: naming the file, when its text is not a JSON array.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     rejected = []
+    written = 0
+    chunks = _CountedChunks(path)
+    last_rejected = False
     try:
-        with _open_text(path) as source, open(out, "w", encoding="utf-8") as target:
-            for item in iter_json_array(_chunks(source), max_element_chars=max_record_bytes):
+        with open(out, "w", encoding="utf-8") as target:
+            for item in iter_json_array(chunks, max_element_chars=max_record_bytes):
+                last_rejected = item.reason is not None
                 if item.reason is None:
                     target.write(f"{item.line}\t{item.text}\n")
+                    written += 1
                 else:
                     rejected.append((item.line, item.text[:max_record_bytes], item.reason))
     except InputError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise InputError(f"{path}: cannot be read ({exc})") from None
-    return rejected
+        # The array reader stops where the text stops: when reading failed there, the file is damaged
+        # (cut between two elements).
+        if chunks.error is None:
+            raise InputError(f"{path}: {exc}") from None
+        last_rejected = False
+    if chunks.error is not None and last_rejected:
+        # Reading stopped inside the last element: it is the record the damage cut, not a malformed one.
+        line, text, _ = rejected.pop()
+        return _Copy(written, chunks.lines, chunks.error, cut_text=text, cut_line=line), rejected
+    return _Copy(lines=written, lines_read=chunks.lines, error=chunks.error), rejected
 
 
-def _chunks(handle: TextIO) -> Iterator[str]:
-    while chunk := handle.read(_READ_CHUNK):
-        yield chunk
+class _CountedChunks:
+    """A file's text (decompressed) in chunks, counting the lines they end: how far reading got when it fails.
+
+    Iteration stops where the file cannot be read further (a truncated or corrupt gzip); `error` then says
+    why, and every chunk before was given.
+    """
+
+    def __init__(self, path: Path):
+        self._path = path
+        self.lines = 0
+        self.error: str | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        try:
+            with _open_binary(self._path) as handle:
+                # One read of the source at a time: when one fails, the text of those before is kept.
+                while block := handle.read1(_READ_CHUNK):
+                    chunk = decoder.decode(block)
+                    self.lines += chunk.count("\n")
+                    yield chunk
+        except _READ_ERRORS as exc:
+            self.error = _error_text(exc)
+            return
+        if rest := decoder.decode(b"", final=True):
+            yield rest  # the replacement of a UTF-8 sequence the file ends inside
 
 
 def _has_files(folder: Path) -> bool:

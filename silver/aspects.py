@@ -1,9 +1,7 @@
-"""DataHub aspect JSON: explicit schemas per aspect name and Column helpers to read them.
+"""Column helpers to read DataHub aspect JSON with the explicit schemas of `bronze.aspects`.
 
-Every aspect is parsed with `from_json` and the schema below, never with schema inference. Unions are
-read the way DataHub serializes them: a schema field type `{"type": {"com.linkedin.schema.StringType": {}}}`
-is a map from the union member's name to its (ignored) body; a structured property value
-`{"string": "x"}` / `{"double": 1.0}` is a struct with one member set.
+Every aspect is parsed with `from_json` and its schema, never with schema inference; bronze landed only
+aspects that fit it.
 """
 
 from __future__ import annotations
@@ -11,75 +9,8 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from bronze.aspects import ASPECT_SCHEMAS, FIELD_ARRAYS, SCHEMA_FIELD
 from conf.errors import InputError
-
-_TAGS = "STRUCT<tags: ARRAY<STRUCT<tag: STRING>>>"
-_TERMS = "STRUCT<terms: ARRAY<STRUCT<urn: STRING>>>"
-_OWNER = "STRUCT<owner: STRING, type: STRING, typeUrn: STRING>"
-_PROPERTY_VALUES = "ARRAY<STRUCT<string: STRING, double: DOUBLE>>"
-_PROPERTY_ASSIGNMENT = f"STRUCT<propertyUrn: STRING, `values`: {_PROPERTY_VALUES}>"
-
-# The parts of each aspect the change event generators read, as Spark DDL (the schema aspects are
-# read by `parse_schema_fields`).
-ASPECT_SCHEMAS: dict[str, str] = {
-    "globalTags": "tags ARRAY<STRUCT<tag: STRING>>",
-    "glossaryTerms": "terms ARRAY<STRUCT<urn: STRING>>",
-    "domains": "domains ARRAY<STRING>",
-    "ownership": f"owners ARRAY<{_OWNER}>",
-    "structuredProperties": f"properties ARRAY<{_PROPERTY_ASSIGNMENT}>",
-    "deprecation": "deprecated BOOLEAN, note STRING, decommissionTime BIGINT, actor STRING",
-    "status": "removed BOOLEAN",
-    "actionRequestInfo": (
-        "type STRING, resource STRING, resourceType STRING, subResource STRING, subResourceType STRING, "
-        "params STRUCT<"
-        "tagProposal: STRUCT<tag: STRING, tags: ARRAY<STRING>>, "
-        "glossaryTermProposal: STRUCT<glossaryTerm: STRING, glossaryTerms: ARRAY<STRING>>, "
-        "domainProposal: STRUCT<domains: ARRAY<STRING>>, "
-        f"ownerProposal: STRUCT<owners: ARRAY<{_OWNER}>>, "
-        "createGlossaryTermProposal: STRUCT<name: STRING, parentNode: STRING, description: STRING>, "
-        "updateDescriptionProposal: STRUCT<description: STRING>, "
-        f"structuredPropertyProposal: STRUCT<structuredPropertyValues: ARRAY<{_PROPERTY_ASSIGNMENT}>>, "
-        "tag: STRING, glossaryTerm: STRING, domains: ARRAY<STRING>, "
-        f"owners: ARRAY<{_OWNER}>, name: STRING, parentNode: STRING, description: STRING, "
-        f"structuredPropertyValues: ARRAY<{_PROPERTY_ASSIGNMENT}>>, "
-        "createdBy STRING"
-    ),
-}
-
-# Aspects whose entity-level documentation is one string field: aspect name -> field name.
-DESCRIPTION_FIELDS: dict[str, str] = {
-    "datasetProperties": "description",
-    "editableDatasetProperties": "description",
-    "chartInfo": "description",
-    "editableChartProperties": "description",
-    "dashboardInfo": "description",
-    "editableDashboardProperties": "description",
-    "dataJobInfo": "description",
-    "editableDataJobProperties": "description",
-    "dataFlowInfo": "description",
-    "editableDataFlowProperties": "description",
-    "containerProperties": "description",
-    "editableContainerProperties": "description",
-    "domainProperties": "description",
-    "tagProperties": "description",
-    "glossaryTermInfo": "definition",
-    "glossaryNodeInfo": "definition",
-}
-
-ASPECT_SCHEMAS.update({name: f"{field} STRING" for name, field in DESCRIPTION_FIELDS.items()})
-
-# Aspects whose schemaField children carry tags, terms and descriptions: aspect -> array field name.
-FIELD_ARRAYS: dict[str, str] = {
-    "schemaMetadata": "fields",
-    "editableSchemaMetadata": "editableSchemaFieldInfo",
-}
-
-# One schema field as the schema-field generators read it. Both schema aspects parse into it: an
-# editableSchemaMetadata field has no nullable, nativeDataType or type (they stay null).
-SCHEMA_FIELD = (
-    "STRUCT<fieldPath: STRING, nullable: BOOLEAN, nativeDataType: STRING, type: STRUCT<type: MAP<STRING, STRING>>, "
-    f"description: STRING, globalTags: {_TAGS}, glossaryTerms: {_TERMS}>"
-)
 
 
 def _as_column(value: Column | str) -> Column:

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from silver.aspects import FIELD_ARRAYS, parse_aspect, parse_schema_fields
+from bronze.aspects import FIELD_ARRAYS
+from silver.aspects import parse_aspect, parse_schema_fields
 
 # The columns every generator returns, in this order.
 EVENT_COLUMNS = (

@@ -8,13 +8,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from silver.aspects import (
-    DESCRIPTION_FIELDS,
-    FIELD_ARRAYS,
-    blank_to_null,
-    to_json_string,
-    to_schema_field_urn,
-)
+from bronze.aspects import DESCRIPTION_FIELDS, FIELD_ARRAYS
+from silver.aspects import blank_to_null, to_json_string, to_schema_field_urn
 from silver.events.common import explode_matched_items, filter_aspects, to_events, with_set_items
 
 ASPECTS = tuple(DESCRIPTION_FIELDS) + tuple(FIELD_ARRAYS)

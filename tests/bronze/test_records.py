@@ -142,6 +142,23 @@ def test_every_bad_mcl_record_gets_a_reason_naming_the_field_and_value(pure_spar
         json.dumps(mcl(aspect={"value": "N/A"})): r"aspect.value: 'N/A' is not valid JSON",
         json.dumps(mcl(aspect={"value": '{"removed": '})): r"aspect.value: '\{\"removed\": ' is not valid JSON",
         json.dumps(mcl(aspect={"value": "[1]"})): r"aspect.value: '\[1\]' is not a JSON object",
+        json.dumps(mcl(aspect={"value": '{"removed": false} trailing, junk'})): (
+            r"aspect.value: '\{\"removed\": false\} trailing, junk' has text after the JSON object"
+        ),
+        json.dumps(mcl(aspect={"value": '{"removed": "yes please"}'})): (
+            r"aspect.value.removed: 'yes please' is not true or false \(status\)"
+        ),
+        json.dumps(mcl(aspectName="globalTags", aspect={"value": '{"tags": "broken"}'})): (
+            r"aspect.value.tags: 'broken' is not a list \(globalTags\)"
+        ),
+        json.dumps(mcl(aspectName="deprecation", aspect={"value": '{"deprecated": true, "decommissionTime": "soon"}'})): (
+            r"aspect.value.decommissionTime: 'soon' is not a whole number \(deprecation\)"
+        ),
+        json.dumps(mcl(aspectName="schemaMetadata", aspect={"value": '{"fields": {"fieldPath": "a"}}'})): (
+            r"aspect.value.fields: '\{\"fieldPath\":( )?\"a\"\}' is not a list \(schemaMetadata\)"
+        ),
+        json.dumps(mcl(aspectName="")): r"aspectName: '' is empty",
+        json.dumps(mcl(aspectName="  ")): r"aspectName: '  ' is empty",
         json.dumps(mcl(created=None)): r"created: missing \(an MCL record carries created.time and created.actor\)",
         json.dumps(mcl(created=5)): r"created: '5' is not an object \{time, actor\}",
         json.dumps(mcl(created={"actor": ACTOR})): r"created.time: missing",
@@ -159,19 +176,37 @@ def test_every_bad_mcl_record_gets_a_reason_naming_the_field_and_value(pure_spar
         json.dumps(mcl(systemMetadata={"version": "v2"})): r"systemMetadata.version: 'v2' is not a whole number",
         long_line: rf"record: {len(long_line.encode())} bytes is over ingest.max_record_bytes \(1000\); raw_text keeps the first 1000 characters",
     }
-    good = [json.dumps(mcl()), json.dumps(mcl(changeType="DELETE", aspect=None)), json.dumps(mcl(systemMetadata=None))]
+    good = [
+        json.dumps(mcl()),
+        json.dumps(mcl(changeType="DELETE", aspect=None)),
+        json.dumps(mcl(systemMetadata=None)),
+        # Fields no event reads, absent fields, JSON nulls and aspects without a schema all land.
+        json.dumps(mcl(aspectName="globalTags", aspect={"value": '{"tags": null, "extra": [1, "x"]}'})),
+        json.dumps(mcl(aspectName="deprecation", aspect={"value": '{"deprecated": false}  '})),
+        json.dumps(mcl(aspectName="upstreamLineage", aspect={"value": '{"upstreams": "anything"}'})),
+    ]
     lines = [*cases, *good, "", "   "]
     staged_df = parse_snapshot_lines(lines_df(pure_spark, lines), "mcl", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT)
     found = reasons_by_line(staged_df)
     for number, (line, pattern) in enumerate(cases.items(), 1):
         assert found[number] is not None and re.fullmatch(pattern, found[number]), (line, found[number])
-    assert [found[len(cases) + i] for i in range(1, 6)] == [None] * 5
+    assert [found[len(cases) + i] for i in range(1, len(good) + 3)] == [None] * (len(good) + 2)
     rows = {r.line_number: r for r in staged_df.collect()}
-    assert rows[len(cases) + 4].blank and rows[len(cases) + 5].blank and not rows[1].blank
+    assert rows[len(cases) + len(good) + 1].blank and rows[len(cases) + len(good) + 2].blank and not rows[1].blank
     assert rows[1].raw_text == lines[0], "a quarantined record keeps its raw text"
     assert rows[len(cases)].raw_text == long_line[:LIMIT], "an oversized record keeps its first characters"
-    assert filter_landable(staged_df).count() == 3
+    assert filter_landable(staged_df).count() == len(good)
     assert filter_quarantined(staged_df).count() == len(cases)
+
+
+def test_a_byte_order_mark_before_the_first_record_is_not_part_of_it(pure_spark, tmp_path: Path):
+    path = tmp_path / "bom.mcl.jsonl"
+    path.write_text("\ufeff" + json.dumps(mcl()) + "\n" + json.dumps(mcl(aspectName="globalTags", aspect={"value": "{}"})) + "\n", encoding="utf-8")
+    read_df = to_lines(pure_spark.read.text(str(path)), 0, str(path))
+    numbered_df = to_numbered_lines(lines_df(pure_spark, ["1\t\ufeff" + json.dumps(mcl())]).select("value"), 0, str(path))
+    for staged_df in (read_df, numbered_df):
+        staged = parse_snapshot_lines(staged_df, "mcl", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT).collect()
+        assert [r.reason for r in staged] == [None] * len(staged) and staged[0].aspect_name == "status"
 
 
 def test_bad_mcp_times_are_quarantined(pure_spark):

@@ -391,6 +391,62 @@ def test_versions_continue_from_the_published_history(pure_spark):
 
 
 @pytest.mark.pure
+def test_a_creation_restarts_at_0_1_only_for_a_new_or_hard_deleted_entity(pure_spark):
+    # A flow known first through its job's change sets, whose own key (a creation) comes later: the
+    # creation continues the pipeline's versions. A dataset hard-deleted and created again restarts.
+    rows = [
+        ece("j1", 1000, "LIFECYCLE", "CREATE", urn=JOB, entity_type="dataJob", aspect="dataJobKey"),
+        ece("j2", 2000, "TAG", "ADD", "urn:li:tag:PII", {"tagUrn": "urn:li:tag:PII"}, urn=JOB, entity_type="dataJob"),
+        ece("f1", 3000, "LIFECYCLE", "CREATE", urn=FLOW, entity_type="dataFlow", aspect="dataFlowKey"),
+        ece("f2", 4000, "TAG", "ADD", "urn:li:tag:Gold", {"tagUrn": "urn:li:tag:Gold"}, urn=FLOW,
+            entity_type="dataFlow"),
+        ece("d1", 1000, "LIFECYCLE", "CREATE", aspect="datasetKey"),
+        ece("d2", 2000, "TAG", "ADD", "urn:li:tag:PII", {"tagUrn": "urn:li:tag:PII"}),
+        ece("d3", 3000, "LIFECYCLE", "HARD_DELETE", aspect="datasetKey"),
+        ece("d4", 4000, "LIFECYCLE", "CREATE", aspect="datasetKey"),
+        ece("d5", 5000, "TAG", "ADD", "urn:li:tag:Gold", {"tagUrn": "urn:li:tag:Gold"}),
+    ]  # fmt: skip
+    events = project(pure_spark, rows)
+    assert {
+        cs: (e.event_type, str(e.previous_version), str(e.current_version), e.entity_sequence)
+        for cs, e in events.items()
+    } == {
+        "j1": ("entityUpdated", "0.1", "0.2", 1),
+        "j2": ("entityUpdated", "0.2", "0.3", 2),
+        "f1": ("entityCreated", "0.3", "0.4", 3),  # not 0.1: the pipeline already has versions
+        "f2": ("entityUpdated", "0.4", "0.5", 4),
+        "d1": ("entityCreated", "0.1", "0.1", 1),  # no history before it
+        "d2": ("entityUpdated", "0.1", "0.2", 2),
+        "d3": ("entityDeleted", "0.2", "0.2", 3),
+        "d4": ("entityCreated", "0.1", "0.1", 4),  # created again after the hard delete
+        "d5": ("entityUpdated", "0.1", "0.2", 5),
+    }
+    assert json.loads(events["f1"].entity)["version"] == 0.4
+    assert json.loads(events["f2"].change_description)["previousVersion"] == 0.4
+
+
+@pytest.mark.pure
+def test_a_creation_continues_the_published_version_unless_it_was_a_hard_delete(pure_spark):
+    rows = [
+        ece("c1", 100, "LIFECYCLE", "CREATE", aspect="datasetKey"),
+        ece("c2", 200, "TAG", "ADD", "urn:li:tag:PII", {"tagUrn": "urn:li:tag:PII"}),
+    ]
+    versions = {}
+    for last_event_type in ("entityUpdated", "entitySoftDeleted", "entityDeleted"):
+        published = [published_row("old1", 1, "1.0"), published_row("old2", 2, "1.1", last_event_type)]
+        events = project(pure_spark, rows, published)
+        versions[last_event_type] = [
+            (cs, str(events[cs].previous_version), str(events[cs].current_version), events[cs].entity_sequence)
+            for cs in ("c1", "c2")
+        ]
+    assert versions == {
+        "entityUpdated": [("c1", "1.1", "1.2", 3), ("c2", "1.2", "1.3", 4)],
+        "entitySoftDeleted": [("c1", "1.1", "1.2", 3), ("c2", "1.2", "1.3", 4)],
+        "entityDeleted": [("c1", "0.1", "0.1", 3), ("c2", "0.1", "0.2", 4)],
+    }
+
+
+@pytest.mark.pure
 def test_batches_projected_together_are_numbered_in_batch_order(pure_spark):
     rows = [
         ece("late", 100, "TAG", "ADD", "urn:li:tag:PII", {"tagUrn": "urn:li:tag:PII"}, batch_id="b2"),

@@ -49,17 +49,21 @@ def test_every_exported_event_validates_and_versions_chain(exported):
         by_entity[event["entityId"]].append(event)
     for events in by_entity.values():
         # Export order is (timestamp, entity, sequence): each event starts where the previous one ended,
-        # except a creation, which starts at 0.1.
-        current = Decimal("0.1")
+        # except a creation as the entity's first event or right after a hard delete, which starts at 0.1
+        # (any other creation continues the entity's versions by 0.1).
+        current, previous_type = Decimal("0.1"), None
         for event in events:
-            if event["eventType"] == "entityCreated":
+            created = event["eventType"] == "entityCreated"
+            if created and previous_type in (None, "entityDeleted"):
                 assert (event["previousVersion"], event["currentVersion"]) == (Decimal("0.1"), Decimal("0.1"))
             else:
                 assert event["previousVersion"] == current, event
+                if created:
+                    assert event["currentVersion"] - event["previousVersion"] == Decimal("0.1"), event
             if "changeDescription" in event:
                 assert event["changeDescription"]["previousVersion"] == event["previousVersion"], event
             assert event["currentVersion"] - event["previousVersion"] in (Decimal("0"), Decimal("0.1"), Decimal("1.0"))
-            current = event["currentVersion"]
+            current, previous_type = event["currentVersion"], event["eventType"]
 
 
 def test_the_history_maps_to_the_expected_entities(exported):

@@ -156,6 +156,83 @@ def test_history_lists_the_entity_and_its_field_events_in_order(spark, fixture_h
     assert any(e["entity_type"] == "schemaField" for e in events)
 
 
+def test_the_entity_events_of_one_fixture_dataset_are_the_hand_derived_ones(spark, fixture_home):
+    # customers_6's history in the fixture, read by hand (schema field events are left out here; the
+    # rules tests cover them): (time, category, operation, modifier, parameters).
+    settings = use(spark, fixture_home[0])
+    classification = "urn:li:structuredProperty:io.acryl.privacy.classification"
+    certifier = "urn:li:structuredProperty:io.acryl.dataManagement.certifier"
+    rgarcia = "urn:li:corpuser:rgarcia"
+    technical = {"ownerUrn": rgarcia, "ownerType": "TECHNICAL_OWNER",
+                 "ownerTypeUrn": "urn:li:ownershipType:__system__technical_owner"}
+    steward = {"ownerUrn": rgarcia, "ownerType": "DATA_STEWARD",
+               "ownerTypeUrn": "urn:li:ownershipType:__system__data_steward"}
+    raw, raw4 = "Raw appdb.public.customers_6 table", "Raw appdb.public.customers_6 table (rev 4)"
+    curated = "Curated description #{} of appdb.public.customers_6 by {}".format
+    note = "Replaced; migrate before Q2"
+    deleted_at = 1704246625000
+    expected = [
+        (1700593423000, "LIFECYCLE", "CREATE", None, {}),
+        (1700593423001, "DOCUMENTATION", "ADD", None, {"description": raw}),
+        (1700593423004, "OWNER", "ADD", rgarcia, technical),
+        (1700728913005, "TAG", "ADD", "urn:li:tag:Sensitive", {"tagUrn": "urn:li:tag:Sensitive"}),
+        (1700792243005, "LIFECYCLE", "SOFT_DELETE", None, {}),
+        (1700920380005, "DOMAIN", "ADD", "urn:li:domain:finance", {"domainUrn": "urn:li:domain:finance"}),
+        (1701125932005, "LIFECYCLE", "REINSTATE", None, {}),
+        (1701184082005, "OWNER", "REMOVE", rgarcia, technical),
+        (1701184082005, "OWNER", "ADD", rgarcia, steward),
+        (1701358195005, "DOMAIN", "REMOVE", "urn:li:domain:finance", {"domainUrn": "urn:li:domain:finance"}),
+        (1701503344005, "GLOSSARY_TERM", "ADD", "urn:li:glossaryTerm:Finance.Revenue",
+         {"termUrn": "urn:li:glossaryTerm:Finance.Revenue"}),
+        (1701614947005, "LIFECYCLE", "SOFT_DELETE", None, {}),
+        (1701701721005, "GLOSSARY_TERM", "ADD", "urn:li:glossaryTerm:Finance.Cost",
+         {"termUrn": "urn:li:glossaryTerm:Finance.Cost"}),
+        (1701782160005, "STRUCTURED_PROPERTY", "ADD", classification,
+         {"propertyUrn": classification, "propertyValues": '["Public"]'}),
+        # datasetProperties v2 and v3 change only customProperties: no event.
+        (1702019895005, "GLOSSARY_TERM", "REMOVE", "urn:li:glossaryTerm:Finance.Cost",
+         {"termUrn": "urn:li:glossaryTerm:Finance.Cost"}),
+        (1702092437005, "DOCUMENTATION", "ADD", None, {"description": curated(1, "rgarcia")}),
+        (1702348508005, "STRUCTURED_PROPERTY", "REMOVE", classification, {}),
+        (1702605602005, "TAG", "ADD", "urn:li:tag:Gold", {"tagUrn": "urn:li:tag:Gold"}),
+        (1702850957005, "DEPRECATION", "MODIFY", "DEPRECATED",
+         {"status": "DEPRECATED", "note": note, "decommissionTime": "1705442957005"}),
+        (1703352244005, "DEPRECATION", "MODIFY", "ACTIVE", {"status": "ACTIVE"}),
+        (1703382211005, "DOCUMENTATION", "MODIFY", None, {"description": curated(2, "jdoe")}),
+        (1703487314005, "TAG", "REMOVE", "urn:li:tag:Sensitive", {"tagUrn": "urn:li:tag:Sensitive"}),
+        (1703527148005, "OWNER", "REMOVE", rgarcia, steward),
+        (1703527148005, "OWNER", "ADD", rgarcia, technical),
+        (1703592269005, "DOMAIN", "ADD", "urn:li:domain:sales", {"domainUrn": "urn:li:domain:sales"}),
+        (1703751271005, "OWNER", "REMOVE", rgarcia, technical),
+        (1703751271005, "OWNER", "ADD", rgarcia, steward),
+        (1703869430005, "STRUCTURED_PROPERTY", "ADD", certifier,
+         {"propertyUrn": certifier, "propertyValues": '["urn:li:corpuser:rgarcia"]'}),
+        (1704148008005, "DEPRECATION", "MODIFY", "DEPRECATED",
+         {"status": "DEPRECATED", "note": note, "decommissionTime": "1706740008005"}),
+        (1704148769005, "DOCUMENTATION", "MODIFY", None, {"description": raw4}),
+        (1704209509005, "DOCUMENTATION", "MODIFY", None, {"description": curated(3, "mlee")}),
+        # The hard delete: every aspect's DELETE (deleting deprecation or status flips nothing), then the key.
+        (deleted_at + 5, "DOCUMENTATION", "REMOVE", None, {"description": raw4}),
+        (deleted_at + 7, "DOMAIN", "REMOVE", "urn:li:domain:sales", {"domainUrn": "urn:li:domain:sales"}),
+        (deleted_at + 8, "DOCUMENTATION", "REMOVE", None, {"description": curated(3, "mlee")}),
+        (deleted_at + 10, "TAG", "REMOVE", "urn:li:tag:Gold", {"tagUrn": "urn:li:tag:Gold"}),
+        (deleted_at + 11, "GLOSSARY_TERM", "REMOVE", "urn:li:glossaryTerm:Finance.Revenue",
+         {"termUrn": "urn:li:glossaryTerm:Finance.Revenue"}),
+        (deleted_at + 12, "OWNER", "REMOVE", rgarcia, steward),
+        (deleted_at + 15, "STRUCTURED_PROPERTY", "REMOVE", certifier, {}),
+        (deleted_at + 16, "LIFECYCLE", "HARD_DELETE", None, {}),
+    ]  # fmt: skip
+    events_df = read_table(spark, settings, "silver.entity_change_events").filter(
+        f"entity_urn = '{CUSTOMERS_6}' AND category <> 'TECHNICAL_SCHEMA'"
+    )
+    found = [(r.event_time, r.category, r.operation, r.modifier, dict(r.parameters or {})) for r in events_df.collect()]
+
+    def order(event):
+        return event[0], event[1], event[2], event[3] or "", json.dumps(event[4], sort_keys=True)
+
+    assert sorted(found, key=order) == sorted(expected, key=order)
+
+
 def test_replay_of_the_whole_history_equals_what_silver_holds(spark, fixture_home):
     settings = use(spark, fixture_home[0])
     result = replay_window(spark, settings, 0, 2**62)
