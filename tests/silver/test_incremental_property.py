@@ -30,6 +30,9 @@ URNS = ("urn:li:dataset:(urn:li:dataPlatform:hive,p1,PROD)", "urn:li:dataset:(ur
 TAGS = ("urn:li:tag:A", "urn:li:tag:B", "urn:li:tag:C")
 OWNERS = ("urn:li:corpuser:a", "urn:li:corpuser:b")
 FIELDS = ("id", "name", "email")
+TERMS = ("urn:li:glossaryTerm:Finance.Revenue", "urn:li:glossaryTerm:Finance.Cost")
+DOMAINS = ("urn:li:domain:finance", "urn:li:domain:sales")
+PROPERTIES = ("urn:li:structuredProperty:tier", "urn:li:structuredProperty:sla")
 COMPARED = ("event_id", "entity_urn", "category", "operation", "modifier", "parameters", "actor", "event_time",
             "change_set_id", "old_value", "new_value", "source_order_key")
 
@@ -44,6 +47,18 @@ def _value(draw, aspect: str):
         fields = draw(st.lists(st.tuples(st.sampled_from(FIELDS), st.sampled_from(("INT", "TEXT"))), max_size=3, unique_by=lambda f: f[0]))
         return {"fields": [{"fieldPath": p, "nativeDataType": t, "nullable": True,
                             "type": {"type": {"com.linkedin.schema.StringType": {}}}} for p, t in fields]}
+    if aspect == "glossaryTerms":
+        return {"terms": [{"urn": t} for t in draw(st.lists(st.sampled_from(TERMS), max_size=2))]}
+    if aspect == "domains":
+        return {"domains": draw(st.lists(st.sampled_from(DOMAINS), max_size=2))}
+    if aspect == "structuredProperties":
+        values = draw(st.lists(st.sampled_from(({"string": "a"}, {"string": "b"}, {"double": 1.0})), max_size=2))
+        return {"properties": [{"propertyUrn": p, "values": values} for p in draw(st.lists(st.sampled_from(PROPERTIES), max_size=2, unique=True))]}
+    if aspect == "editableSchemaMetadata":
+        paths = draw(st.lists(st.sampled_from(FIELDS), max_size=2, unique=True))
+        return {"editableSchemaFieldInfo": [{"fieldPath": p, "description": draw(st.sampled_from(("", "doc"))),
+                                             "globalTags": {"tags": [{"tag": t} for t in draw(st.lists(st.sampled_from(TAGS), max_size=2))]}}
+                                            for p in paths]}  # fmt: skip
     if aspect == "status":
         return {"removed": draw(st.booleans())}
     if aspect == "deprecation":
@@ -54,7 +69,8 @@ def _value(draw, aspect: str):
 @st.composite
 def histories(draw):
     keys = draw(st.lists(st.tuples(st.sampled_from(URNS), st.sampled_from(
-        ("globalTags", "ownership", "schemaMetadata", "status", "deprecation", "editableDatasetProperties"))),
+        ("globalTags", "ownership", "schemaMetadata", "status", "deprecation", "editableDatasetProperties",
+         "glossaryTerms", "domains", "structuredProperties", "editableSchemaMetadata"))),
         min_size=1, max_size=4, unique=True))
     versions = {key: draw(st.integers(1, 3)) for key in keys}
     # Interleave the keys' versions in any order that keeps each key's versions ascending.
