@@ -6,7 +6,7 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,9 +171,11 @@ def load_settings(
     """
     env = os.environ if env is None else env
     profile = profile or env.get("LAKEHOUSE_PROFILE") or "local"
-    problems: list[str] = []
     if profile not in available_profiles():
+        # On its own: the profile decides which file is read, so nothing else can be checked without it.
         raise ConfigError(f"profile: unknown profile {profile!r} (available: {', '.join(available_profiles())})")
+    # One pass: every file, every --set, every type and every value check add to the same list.
+    problems: list[str] = []
     merged = _read_yaml(CONF_DIR / "base.yaml", problems)
     merged = _deep_merge(merged, _read_yaml(PROFILES_DIR / f"{profile}.yaml", problems))
     config_file = config_file or env.get("LAKEHOUSE_CONFIG")
@@ -181,34 +183,40 @@ def load_settings(
         merged = _deep_merge(merged, _read_yaml(Path(config_file), problems))
     for override in overrides:
         merged = _deep_merge(merged, _parse_override(override, problems))
-    if problems:
-        raise ConfigError(problems)
 
-    engine = dict(merged.get("engine") or {})
-    if not engine.get("connect_url"):
-        engine["connect_url"] = env.get("LAKEHOUSE_CONNECT_URL") or env.get("SPARK_REMOTE")
-    merged["engine"] = engine
+    engine = merged.get("engine")
+    if isinstance(engine, dict) and engine.get("kind") == "connect" and not engine.get("connect_url"):
+        # The environment fallback is a Spark Connect URL: it means nothing to the other engines.
+        merged["engine"] = {**engine, "connect_url": env.get("LAKEHOUSE_CONNECT_URL") or env.get("SPARK_REMOTE")}
     home_value = home or merged.get("home") or env.get("LAKEHOUSE_HOME") or ".lakehouse"
+    if not isinstance(home_value, (str, os.PathLike)):
+        problems.append(f"home: expected a path, got {home_value!r}")
+        home_value = ".lakehouse"
     merged["home"] = str(home_value)
     merged["profile"] = profile
 
-    values = _build(Settings, merged, "", problems)
-    if not problems:
-        settings = Settings(**values)
-        problems.extend(_check_values(settings))
+    bad: set[str] = set()
+    settings = Settings(**_build(Settings, merged, "", problems, bad))
+    problems.extend(_check_values(settings, bad))
     if problems:
         raise ConfigError(problems)
     return dataclasses.replace(settings, home=Path(settings.home).expanduser().resolve())
 
 
 def _read_yaml(path: Path, problems: list[str]) -> dict[str, Any]:
-    try:
-        loaded = yaml.safe_load(path.read_text()) if path.exists() else None
-    except yaml.YAMLError as exc:
-        problems.append(f"{path}: not valid YAML ({exc})")
-        return {}
     if not path.exists():
         problems.append(f"{path}: config file does not exist")
+        return {}
+    if path.is_dir():
+        problems.append(f"{path}: is a folder, not a config file")
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        problems.append(f"{path}: config file cannot be read ({exc.strerror or exc})")
+        return {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        problems.append(f"{path}: not valid YAML ({exc})")
         return {}
     if loaded is None:
         return {}
@@ -228,9 +236,38 @@ def _parse_override(override: str, problems: list[str]) -> dict[str, Any]:
     except yaml.YAMLError:
         value = text
     nested: Any = value
-    for part in reversed(key.strip().split(".")):
+    for part in reversed(_override_path(key.strip().split("."))):
         nested = {part: nested}
     return nested
+
+
+def _override_path(parts: list[str]) -> list[str]:
+    """Split a dotted --set key into nesting levels; below a mapping-typed setting the rest is one map key.
+
+    `engine.spark_conf.spark.sql.shuffle.partitions` -> engine / spark_conf / spark.sql.shuffle.partitions.
+    """
+    cls: Any = Settings
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            break
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            break
+        hint = _without_none(hints[part])
+        if typing.get_origin(hint) is Mapping:
+            rest = parts[i + 1 :]
+            return parts[: i + 1] + ([".".join(rest)] if rest else [])
+        cls = hint
+    return parts
+
+
+def _without_none(hint: Any) -> Any:
+    """`X | None` -> X; any other hint unchanged."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
 
 
 def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
@@ -243,88 +280,116 @@ def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
-def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> dict[str, Any]:
-    """Turn a raw mapping into constructor arguments of dataclass `cls`, collecting every problem."""
-    if not isinstance(raw, dict):
-        problems.append(f"{prefix.rstrip('.') or '<root>'}: expected a mapping, got {raw!r}")
-        return {}
+class _Invalid:
+    """Marks a value that failed its type check; its key is in `bad` and its value checks are skipped."""
+
+
+_INVALID = _Invalid()
+
+
+def _build(cls: type, raw: Any, prefix: str, problems: list[str], bad: set[str]) -> dict[str, Any]:
+    """Turn a raw mapping into constructor arguments of dataclass `cls`, collecting every problem.
+
+    A field whose value has the wrong type is left out (the dataclass default stands in) and its key
+    is added to `bad`, so the value checks skip it instead of reporting a second, misleading problem.
+    """
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    for key in sorted(set(raw) - names):
+    for key in sorted(set(raw) - names, key=str):
         problems.append(f"{prefix}{key}: unknown setting (value {raw[key]!r})")
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in raw:
             continue
-        values[f.name] = _coerce(hints[f.name], raw[f.name], f"{prefix}{f.name}", problems)
+        value = _coerce(hints[f.name], raw[f.name], f"{prefix}{f.name}", problems, bad)
+        if value is not _INVALID:
+            values[f.name] = value
     return values
 
 
-def _coerce(hint: Any, value: Any, key: str, problems: list[str]) -> Any:
+def _coerce(hint: Any, value: Any, key: str, problems: list[str], bad: set[str]) -> Any:
+    def invalid(expected: str) -> _Invalid:
+        problems.append(f"{key}: expected {expected}, got {value!r}")
+        bad.add(key)
+        return _INVALID
+
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(inner, value, key, problems)
+        return _coerce(_without_none(hint), value, key, problems, bad)
     if dataclasses.is_dataclass(hint):
-        return hint(**_build(hint, value, f"{key}.", problems))
+        if not isinstance(value, dict):
+            # Also null: a section set to null must not silently fall back to the defaults.
+            return invalid("a mapping (a settings section)")
+        return hint(**_build(hint, value, f"{key}.", problems, bad))
     if hint is Path:
-        return Path(value)
+        return Path(value) if isinstance(value, (str, os.PathLike)) else invalid("a path")
     if origin is tuple:
-        if isinstance(value, str) or not isinstance(value, list):
-            problems.append(f"{key}: expected a list, got {value!r}")
-            return ()
-        return tuple(_coerce(args[0], v, f"{key}[{i}]", problems) for i, v in enumerate(value))
+        if not isinstance(value, list):
+            return invalid("a list")
+        items = tuple(_coerce(args[0], v, f"{key}[{i}]", problems, bad) for i, v in enumerate(value))
+        if any(item is _INVALID for item in items):
+            bad.add(key)
+            return _INVALID
+        return items
     if origin is Mapping:
         if not isinstance(value, dict):
-            problems.append(f"{key}: expected a mapping, got {value!r}")
-            return {}
-        return types.MappingProxyType({str(k): _coerce(args[1], v, f"{key}.{k}", problems) for k, v in value.items()})
+            return invalid("a mapping")
+        coerced = {str(k): _coerce(args[1], v, f"{key}.{k}", problems, bad) for k, v in value.items()}
+        return types.MappingProxyType({k: v for k, v in coerced.items() if v is not _INVALID})
     if hint is bool:
-        if not isinstance(value, bool):
-            problems.append(f"{key}: expected true or false, got {value!r}")
-        return value
+        return value if isinstance(value, bool) else invalid("true or false")
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{key}: expected a whole number, got {value!r}")
-        return value
+        return value if isinstance(value, int) and not isinstance(value, bool) else invalid("a whole number")
     if hint is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
-        if not isinstance(value, str):
-            problems.append(f"{key}: expected a string, got {value!r}")
-        return value
+        return value if isinstance(value, str) else invalid("a string")
     raise TypeError(f"unsupported setting type {hint!r} for {key}")
 
 
-def _check_values(settings: Settings) -> list[str]:
-    """Return the problems with values that have the right type but are out of range."""
+def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
+    """Return the problems with values that have the right type but are out of range.
+
+    Keys in `bad` (or below one) failed their type check and are skipped: their problem is already reported.
+    """
+
+    def ok(*keys: str) -> bool:
+        return not any(k == b or k.startswith(b + ".") or k.startswith(b + "[") for k in keys for b in bad)
+
     problems = []
     engine = settings.engine
-    if engine.kind not in ENGINE_KINDS:
+    if ok("engine.kind") and engine.kind not in ENGINE_KINDS:
         problems.append(f"engine.kind: {engine.kind!r} is not one of {', '.join(ENGINE_KINDS)}")
-    if engine.kind == "connect" and not engine.connect_url:
+    if ok("engine.kind", "engine.connect_url") and engine.kind == "connect" and not engine.connect_url:
         problems.append(
             "engine.connect_url: None; the connect profile needs a Spark Connect URL "
             "(set it, or LAKEHOUSE_CONNECT_URL / SPARK_REMOTE)"
         )
-    if engine.connect_url and not engine.connect_url.startswith("sc://"):
+    if ok("engine.connect_url") and engine.connect_url and not engine.connect_url.startswith("sc://"):
         problems.append(f"engine.connect_url: {engine.connect_url!r} does not start with sc://")
+    if ok("engine.memory_limit_mb") and engine.memory_limit_mb is not None and engine.memory_limit_mb < 256:
+        problems.append(f"engine.memory_limit_mb: {engine.memory_limit_mb!r} is below 256 (or null for no limit)")
     for layer in LAYERS:
         name = getattr(settings.catalog.schemas, layer)
-        if not name or not name.replace("_", "").isalnum():
+        if ok(f"catalog.schemas.{layer}") and (not name or not name.replace("_", "").isalnum()):
             problems.append(f"catalog.schemas.{layer}: {name!r} is not a plain identifier")
-    if settings.catalog.name is not None and not settings.catalog.name.replace("_", "").isalnum():
-        problems.append(f"catalog.name: {settings.catalog.name!r} is not a plain identifier")
+    name = settings.catalog.name
+    if ok("catalog.name") and name is not None and not name.replace("_", "").isalnum():
+        problems.append(f"catalog.name: {name!r} is not a plain identifier")
+    if ok("catalog.managed_tables", "engine.kind") and settings.catalog.managed_tables and engine.kind == "local":
+        problems.append(
+            "catalog.managed_tables: True cannot be used with engine.kind local: the embedded engine keeps "
+            "no managed tables across sessions (its catalog lives in memory) and has no warehouse dir set; "
+            "use false (tables stored under home or table_locations)"
+        )
     from conf.tables import TABLES  # imported here: conf.tables imports this module
 
     for key in settings.table_locations:
         if key not in TABLES:
             problems.append(f"table_locations.{key}: unknown table (known: {', '.join(TABLES)})")
-    if engine.memory_limit_mb is not None and engine.memory_limit_mb < 256:
-        problems.append(f"engine.memory_limit_mb: {engine.memory_limit_mb!r} is below 256 (or null for no limit)")
     positive = {
         "retention.vacuum_hours": settings.retention.vacuum_hours,
         "retention.quarantine_days": settings.retention.quarantine_days,
@@ -332,19 +397,35 @@ def _check_values(settings: Settings) -> list[str]:
         "locks.stale_after_seconds": settings.locks.stale_after_seconds,
     }
     for key, value in positive.items():
-        if isinstance(value, int) and value <= 0:
+        if ok(key) and value <= 0:
             problems.append(f"{key}: {value!r} must be greater than 0")
-    if not 0 < settings.api.port < 65536:
+    if ok("api.port") and not 0 < settings.api.port < 65536:
         problems.append(f"api.port: {settings.api.port!r} is not a TCP port (1..65535)")
-    if not _is_urn(settings.ingest.default_actor):
+    if ok("ingest.default_actor") and not _is_urn(settings.ingest.default_actor):
         problems.append(f"ingest.default_actor: {settings.ingest.default_actor!r} is not an urn:li:<type>:<id>")
-    if not settings.ingest.landing_dirs:
+    if ok("ingest.landing_dirs") and not settings.ingest.landing_dirs:
         problems.append("ingest.landing_dirs: [] must name at least one folder")
-    if settings.events.owner_category not in OWNER_CATEGORIES:
+    if ok("events.owner_category") and settings.events.owner_category not in OWNER_CATEGORIES:
         problems.append(
             f"events.owner_category: {settings.events.owner_category!r} is not one of {', '.join(OWNER_CATEGORIES)}"
         )
+    mlflow = settings.mlflow
+    if ok("mlflow.experiment") and not mlflow.experiment.strip():
+        problems.append(f"mlflow.experiment: {mlflow.experiment!r} must name an experiment")
+    elif (
+        ok("mlflow.experiment", "mlflow.tracking_uri")
+        and _is_databricks_uri(mlflow.tracking_uri)
+        and not mlflow.experiment.startswith("/")
+    ):
+        problems.append(
+            f"mlflow.experiment: {mlflow.experiment!r} is not an absolute workspace path; with mlflow.tracking_uri "
+            f"{mlflow.tracking_uri!r} Databricks needs one, e.g. /Shared/lakehouse or /Users/<you>/lakehouse"
+        )
     return problems
+
+
+def _is_databricks_uri(uri: str | None) -> bool:
+    return uri is not None and (uri == "databricks" or uri.startswith("databricks://"))
 
 
 def _is_urn(value: str) -> bool:

@@ -43,24 +43,32 @@ def _property_list(properties: tuple[tuple[str, str], ...]) -> str:
 
 
 def missing_properties(spark: SparkSession, settings: Settings, spec: TableSpec) -> tuple[tuple[str, str], ...]:
-    """The declared properties an existing table does not have (with another value or not at all)."""
+    """The declared properties an existing table does not have (with another value or not at all).
+
+    The answer comes from the table's own Delta configuration, never from DESCRIBE of a table this
+    session has just registered: the embedded engine shows no `Table Properties` for a table it
+    registered by location, which made every session set the properties again (one commit each).
+    """
     if not spec.properties:
         return ()
-    rows = spark.sql(f"DESCRIBE EXTENDED {table_name(settings, spec.key)}").collect()
-    shown = next((str(r["data_type"]) for r in rows if str(r["col_name"]).strip() == "Table Properties"), "[]")
-    return tuple((k, v) for k, v in spec.properties if not shows_property(shown, k, v))
+    configuration = table_configuration(spark, settings, spec)
+    return tuple((k, v) for k, v in spec.properties if configuration.get(k) != v)
 
 
-def shows_property(shown: str, key: str, value: str) -> bool:
-    """Whether a `Table Properties` text of DESCRIBE EXTENDED holds key=value.
+def table_configuration(spark: SparkSession, settings: Settings, spec: TableSpec) -> dict[str, str]:
+    """The table properties a declared table has now, one path per engine kind.
 
-    Spark, Databricks and the embedded engine all print the properties as `[k1=v1, k2=v2]`. Splitting
-    that on commas would cut a value that holds one, so the entry is looked up whole instead.
+    The embedded engine (`local`) has no SHOW TBLPROPERTIES, so delta-rs reads the configuration from
+    the newest metadata in the Delta log at the table's location; Spark and Databricks (`connect`,
+    `classic`) report it with SHOW TBLPROPERTIES. This is the split of pipelines/maintenance.py.
     """
-    body = shown.strip()
-    if body.startswith("[") and body.endswith("]"):
-        body = body[1:-1]
-    return f", {key}={value}," in f", {body},"
+    if settings.engine.kind == "local":
+        from deltalake import DeltaTable
+
+        configuration = DeltaTable(str(table_location(settings, spec.key))).metadata().configuration
+        return {str(k): str(v) for k, v in configuration.items() if v is not None}
+    rows = spark.sql(f"SHOW TBLPROPERTIES {table_name(settings, spec.key)}").collect()
+    return {str(r[0]): str(r[1]) for r in rows}
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import click
 import typer
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -66,6 +65,18 @@ class CliState:
         with open_session(self.settings, register_tables=register_tables) as spark:
             yield spark
 
+    @contextlib.contextmanager
+    def locked_session(self, owner: str, wait_seconds: float = 0.0) -> Iterator[SparkSession]:
+        """Hold the home's run lock, then open a session, for a command that writes tables.
+
+        Raises:
+            ConcurrencyError: when another run holds the lock after `wait_seconds`.
+        """
+        from pipelines.lock import run_lock
+
+        with run_lock(self.settings, owner=owner, wait_seconds=wait_seconds), self.session() as spark:
+            yield spark
+
 
 def state_of(ctx: typer.Context) -> CliState:
     """Return the global options stored by the root callback."""
@@ -76,7 +87,7 @@ def state_of(ctx: typer.Context) -> CliState:
 def main_options(
     ctx: typer.Context,
     profile: str | None = typer.Option(
-        None, "--profile", "-p", help="Engine profile: local, connect or classic (default LAKEHOUSE_PROFILE or local)."
+        None, "--profile", "-p", help="Engine profile: local, connect, classic or databricks (default LAKEHOUSE_PROFILE or local)."
     ),
     home: Path | None = typer.Option(None, "--home", help="Lakehouse home (default LAKEHOUSE_HOME or ./.lakehouse)."),
     config: Path | None = typer.Option(
@@ -107,13 +118,14 @@ def main() -> None:
     except PySparkException as exc:
         print_error(_first_line(exc))
         raise SystemExit(1) from None
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    except click.exceptions.Abort:
+    except typer.Abort:
         raise SystemExit(130) from None
-    except click.ClickException as exc:
+    except typer.TyperException as exc:
+        # A usage error (missing or bad option): typer's own message, naming the option, without a traceback.
         exc.show()
-        raise SystemExit(exc.exit_code) from None
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
     raise SystemExit(result if isinstance(result, int) else 0)
 
 

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
-from pipelines.io import read_table
+from pipelines.io import read_table, write_lines
 
 EVENTS_TABLE = "silver.entity_change_events"
 _BOOLEAN_PARAMS = ("nullable",)
@@ -89,6 +89,8 @@ def write_ece_jsonl(
 ) -> int:
     """Write the change events of [since_ms, until_ms) to `out` as ECE V1 JSON lines.
 
+    The file is written beside `out` and renamed into place, so a killed export never leaves half a file.
+
     Args:
         spark: the session (tables registered).
         settings: the lakehouse settings.
@@ -100,13 +102,6 @@ def write_ece_jsonl(
         The number of events written.
 
     Raises:
-        InputError: when since_ms is after until_ms.
+        InputError: when since_ms is after until_ms, or `out` cannot be written.
     """
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with out.open("w", encoding="utf-8") as handle:
-        for line in iter_ece_lines(select_events(spark, settings, since_ms, until_ms)):
-            handle.write(line + "\n")
-            count += 1
-    return count
+    return write_lines(Path(out), iter_ece_lines(select_events(spark, settings, since_ms, until_ms)))

@@ -7,7 +7,6 @@ entity only for entityCreated. Lines come in (timestamp, entityId, version order
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from pyspark.sql import functions as F
 from conf.errors import InputError
 from conf.settings import Settings
 from gold.openmetadata import event_filter_predicate, to_change_event_json
-from pipelines.io import read_table
+from pipelines.io import read_table, write_lines
 
 CHANGE_EVENTS_TABLE = "gold.openmetadata_change_events"
 
@@ -71,17 +70,8 @@ def write_openmetadata_jsonl(
         The number of events written.
 
     Raises:
-        InputError: when since_ms is after until_ms.
+        InputError: when since_ms is after until_ms, or `out` cannot be written.
         RequestError: for an eventFilter the spec does not allow.
     """
-    out = Path(out)
     lines_df = to_change_event_json(select_change_events(spark, settings, since_ms, until_ms, event_filter))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    count = 0
-    with partial.open("w", encoding="utf-8") as handle:
-        for row in lines_df.toLocalIterator():
-            handle.write(row.value + "\n")
-            count += 1
-    os.replace(partial, out)
-    return count
+    return write_lines(Path(out), (row.value for row in lines_df.toLocalIterator()))

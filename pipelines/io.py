@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TypeVar
 
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -171,3 +174,37 @@ def is_commit_race(exc: BaseException) -> bool:
     """Tell whether an engine error means another writer committed first."""
     text = str(exc).lower()
     return any(marker in text for marker in _COMMIT_RACE_MARKERS)
+
+
+def write_lines(out: Path, lines: Iterable[str], option: str = "--out") -> int:
+    """Write `lines` to the file `out`, one per line, beside it first and then renamed into place.
+
+    A killed or failed export never leaves half a file, and never empties the file it would replace.
+
+    Args:
+        out: the file to write (its folder is created).
+        lines: the lines, without line breaks.
+        option: the option that named `out`, for the error message.
+
+    Returns:
+        The number of lines written.
+
+    Raises:
+        InputError: naming the option and the path, when the file cannot be written there.
+    """
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    count = 0
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("w", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+                count += 1
+        os.replace(partial, out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise InputError(f"{option}: {str(out)!r} cannot be written ({exc.strerror or exc})") from None
+    return count
+

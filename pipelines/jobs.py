@@ -165,7 +165,11 @@ def _run_stage(
         batch_ids=tuple(sorted({b for r in results for b in r.batch_ids})),
         rows_in=sum(r.rows_in for r in results),
         rows_out=sum(r.rows_out for r in results),
-        metrics={f"{r.stage}.{k}": float(v) for r in results for k, v in r.metrics.items()},
+        metrics={
+            # Each sub-stage's own counts too: the publish step runs two (publish_audit, publish_openmetadata).
+            **{f"{r.stage}.{name}": float(getattr(r, name)) for r in results for name in ("rows_in", "rows_out")},
+            **{f"{r.stage}.{k}": float(v) for r in results for k, v in r.metrics.items()},
+        },
     )
 
 

@@ -111,8 +111,11 @@ class SqlMaintenance:
         hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours
         _check_hours(hours)
         sql = f"VACUUM {table_name(self._settings, table_key)} RETAIN {hours} HOURS"
-        rows = self._spark.sql(sql + (" DRY RUN" if dry_run else "")).collect()
-        return [str(r[0]) for r in rows]
+        # Only a DRY RUN lists the files; VACUUM itself returns the table's path. So list, then delete.
+        files = [str(r[0]) for r in self._spark.sql(sql + " DRY RUN").collect()]
+        if not dry_run and files:
+            self._spark.sql(sql).collect()
+        return files
 
     def optimize(self, table_key: str, zorder_by: tuple[str, ...] = ()) -> dict[str, Any]:
         _check_columns(table_key, zorder_by)
@@ -120,7 +123,11 @@ class SqlMaintenance:
         if zorder_by:
             sql += f" ZORDER BY ({', '.join(zorder_by)})"
         rows = self._spark.sql(sql).collect()
-        return rows[0].asDict(recursive=True) if rows else {}
+        if not rows:
+            return {}
+        # Delta's OPTIMIZE returns (path, metrics): the counts are in the metrics struct.
+        row = rows[0].asDict(recursive=True)
+        return row.get("metrics") or row
 
 
 def maintenance_for(settings: Settings, spark: SparkSession | None = None) -> TableMaintenance:

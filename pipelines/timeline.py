@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 from conf.errors import InputError
 from conf.settings import Settings
 from pipelines.io import read_table
-from pipelines.progress import committed_batches
+from pipelines.progress import committed_batches, finished_batches
+from pipelines.refine import STAGE as REFINE_STAGE
 from silver.events import to_change_events
 from silver.state import to_empty_state, to_latest_versions, to_pairs, to_sequenced_batch
 
@@ -124,7 +125,7 @@ def replay_window(
 ) -> ReplayResult:
     """Recompute the events of [since_ms, until_ms) from bronze, from scratch in one batch, and compare.
 
-    Every committed snapshot is sequenced at once against an empty state (the versions before the
+    Every snapshot of the batches refine has finished is sequenced at once against an empty state (the versions before the
     window give the window's first versions their predecessors). The result equals what incremental
     refine stored unless snapshots arrived late across batches: refine skips a version older than the
     state it meets, a single batch does not.
@@ -134,7 +135,9 @@ def replay_window(
     """
     if since_ms >= until_ms:
         raise InputError(f"--from: {since_ms} must be before --to {until_ms}")
-    snapshots_df = committed_snapshots(spark, settings)
+    # The batches refine has finished: silver holds nothing yet of a batch landed and not refined.
+    refined = finished_batches(spark, settings, REFINE_STAGE)
+    snapshots_df = read_table(spark, settings, SNAPSHOTS_TABLE).filter(F.col("batch_id").isin(refined))
     sequenced_df = to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df))
     folder = settings.home / "_scratch" / "replay" / uuid.uuid4().hex
     try:
@@ -144,8 +147,10 @@ def replay_window(
         pairs_df.write.mode("overwrite").partitionBy("aspect_name").parquet(str(folder / "pairs"))
         pairs_df = spark.read.schema(pairs_df.schema).parquet(str(folder / "pairs"))
         events_df = to_change_events(pairs_df, settings.events.owner_category)
-        _comparable(events_df, since_ms, until_ms).write.mode("overwrite").parquet(str(folder / "events"))
-        recomputed_df = spark.read.parquet(str(folder / "events"))
+        window_df = _comparable(events_df, since_ms, until_ms)
+        window_df.write.mode("overwrite").parquet(str(folder / "events"))
+        # With its schema: a window without events writes no file to take one from.
+        recomputed_df = spark.read.schema(window_df.schema).parquet(str(folder / "events"))
         stored_df = _comparable(read_table(spark, settings, EVENTS_TABLE), since_ms, until_ms)
         missing = _rows(recomputed_df.exceptAll(stored_df), limit)
         unexpected = _rows(stored_df.exceptAll(recomputed_df), limit)

@@ -268,8 +268,8 @@ def to_pairs(sequenced_df: DataFrame) -> DataFrame:
 def to_skipped_snapshots(sequenced_df: DataFrame) -> DataFrame:
     """Return the late and duplicate snapshots of the batch in silver.skipped_snapshots' columns (no recorded_at).
 
-    state_order_key is the key the snapshot lost against: the state's, or its own for a second copy
-    of a version within the batch.
+    state_order_key is the key the snapshot lost against: the state's for a late one, its own for a
+    duplicate (the state holds that version, or an earlier copy in the batch does).
     """
     return sequenced_df.filter(F.col("disposition") != ACCEPTED).select(
         "entity_urn",
@@ -278,7 +278,9 @@ def to_skipped_snapshots(sequenced_df: DataFrame) -> DataFrame:
         "order_key",
         "change_type",
         F.col("disposition").alias("reason"),
-        F.coalesce(F.col("state_order_key"), F.col("order_key")).alias("state_order_key"),
+        F.when(F.col("disposition") == DUPLICATE, F.col("order_key"))
+        .otherwise(F.coalesce(F.col("state_order_key"), F.col("order_key")))
+        .alias("state_order_key"),
         "record_hash",
         "batch_id",
         "source_file",

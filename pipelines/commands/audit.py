@@ -71,12 +71,13 @@ def register(app: typer.Typer) -> None:
     def publish_audit_command(
         ctx: typer.Context,
         optimize: bool = typer.Option(False, "--optimize", help="Then compact gold.audit_events (Z-order time, actor)."),
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
     ) -> None:
         """Publish refined batches to gold.audit_events and gold.actor_activity_daily."""
         from pipelines.publish_audit import optimize_audit_events, publish_audit
 
         state = state_of(ctx)
-        with state.session() as spark:
+        with state.locked_session("lakehouse publish-audit", wait) as spark:
             result = publish_audit(spark, state.settings)
             console.print(
                 f"publish_audit: {len(result.batch_ids)} batches, {result.rows_in} rows in, "

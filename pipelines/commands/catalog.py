@@ -65,6 +65,7 @@ def register(app: typer.Typer) -> None:
         vacuum: bool = typer.Option(False, "--vacuum", help="Delete unreferenced files older than the retention."),
         retention_hours: int | None = typer.Option(None, "--retention-hours", help="Override retention.vacuum_hours."),
         history: bool = typer.Option(False, "--history", help="Print each table's recent commits."),
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
     ) -> None:
         """Compact, vacuum or show the history of tables."""
         state = state_of(ctx)
@@ -74,7 +75,9 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--table: unknown table(s) {unknown} (known: {', '.join(TABLES)})")
         if not (optimize or vacuum or history):
             raise InputError("maintain: choose at least one of --optimize, --vacuum, --history")
-        with state.session() as spark:
+        # Compaction and vacuum rewrite tables: one run at a time, as for the pipeline stages.
+        opened = state.locked_session("lakehouse maintain", wait) if optimize or vacuum else state.session()
+        with opened as spark:
             maintenance = maintenance_for(state.settings, spark)
             for key in keys:
                 if optimize:

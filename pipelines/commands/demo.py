@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         entities: int = typer.Option(8000, "--entities", min=1, help="Catalog entities in the generated history."),
         usage_events: int = typer.Option(150_000, "--usage-events", min=0, help="Usage/audit events to generate."),
         seed: int = typer.Option(7, "--seed", help="Generator seed (same seed, same history)."),
-        days: int = typer.Option(14, "--days", min=1, help="Days of history, ending now."),
+        days: int = typer.Option(14, "--days", min=1, help="Days of history, ending at the next UTC midnight."),
     ) -> None:
         """Generate a realistic DataHub history, run land -> refine -> publish, and print a summary."""
         from bronze.generator import generate_history

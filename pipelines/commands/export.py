@@ -34,8 +34,8 @@ def register(app: typer.Typer) -> None:
         """Write one change event per line to OUT."""
         if fmt not in FORMATS:
             raise InputError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
-        since_ms = parse_time_ms(since, "--since") if since else None
-        until_ms = parse_time_ms(until, "--until") if until else None
+        since_ms = parse_time_ms(since, "--since") if since is not None else None
+        until_ms = parse_time_ms(until, "--until") if until is not None else None
         if since_ms is not None and until_ms is not None and since_ms > until_ms:
             raise InputError(f"--since: {since!r} is after --until {until!r}")
         state = state_of(ctx)

@@ -34,13 +34,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Land DataHub MCL/MCP/file-sink files and usage events into bronze, as one batch."""
         from pipelines.landing import LANDED, land_paths
-        from pipelines.lock import run_lock
 
         check_kind(kind, "--kind")
         state = state_of(ctx)
-        with run_lock(state.settings, owner="lakehouse land", wait_seconds=wait):
-            with state.session() as spark, _file_progress(progress and not as_json) as on_file:
-                report = land_paths(spark, state.settings, paths, kind=kind, batch_id=batch_id, progress=on_file)
+        with state.locked_session("lakehouse land", wait) as spark, _file_progress(progress and not as_json) as on_file:
+            report = land_paths(spark, state.settings, paths, kind=kind, batch_id=batch_id, progress=on_file)
         if as_json:
             print_json_lines([report.as_dict()])
             return

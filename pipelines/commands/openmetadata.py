@@ -12,12 +12,15 @@ def register(app: typer.Typer) -> None:
     from pipelines.cli import state_of
 
     @app.command("publish-openmetadata")
-    def publish_openmetadata_command(ctx: typer.Context) -> None:
+    def publish_openmetadata_command(
+        ctx: typer.Context,
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
+    ) -> None:
         """Publish the OpenMetadata ChangeEvents of every batch refined and not yet published."""
         from pipelines.publish_openmetadata import publish_openmetadata
 
         state = state_of(ctx)
-        with state.session() as spark:
+        with state.locked_session("lakehouse publish-openmetadata", wait) as spark:
             result = publish_openmetadata(spark, state.settings)
         if not result.batch_ids:
             console.print("publish_openmetadata: no refined batch is waiting")

@@ -20,12 +20,13 @@ def register(app: typer.Typer) -> None:
     def refine_command(
         ctx: typer.Context,
         max_batches: int | None = typer.Option(None, "--max-batches", min=1, help="Refine at most this many batches."),
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
     ) -> None:
         """Turn the committed bronze batches not refined yet into change events and aspect state."""
         from pipelines.refine import refine
 
         state = state_of(ctx)
-        with state.session() as spark:
+        with state.locked_session("lakehouse refine", wait) as spark:
             result = refine(spark, state.settings, max_batches=max_batches)
         console.print(
             f"refined {len(result.batch_ids)} batch(es): {result.rows_in} snapshots in, {result.rows_out} events out, "

@@ -80,20 +80,9 @@ def test_every_problem_is_reported_at_once(tmp_path: Path):
         load_settings(config_file=user, home=tmp_path, env={})
     problems = caught.value.problems
     text = str(caught.value)
-    # Type errors are found first; the value checks run once every type is right.
+    # Unknown keys and type errors do not hide the value checks of the fields that did parse.
     assert "colour: unknown setting (value 'blue')" in problems
     assert "ingest.max_record_bytes: expected a whole number, got 'lots'" in problems
-    user.write_text(
-        "engine:\n  kind: quantum\n"
-        "retention:\n  vacuum_hours: -5\n"
-        "ingest:\n  default_actor: bob\n"
-        "events:\n  owner_category: OWNERS\n"
-        "api:\n  port: 70000\n"
-        "table_locations:\n  silver.nope: /x\n"
-    )
-    with pytest.raises(ConfigError) as caught:
-        load_settings(config_file=user, home=tmp_path, env={})
-    text = str(caught.value)
     for expected in (
         "engine.kind: 'quantum'",
         "retention.vacuum_hours: -5",
@@ -103,7 +92,126 @@ def test_every_problem_is_reported_at_once(tmp_path: Path):
         "table_locations.silver.nope",
     ):
         assert expected in text
-    assert len(caught.value.problems) == 6
+    assert len(problems) == 8
+
+
+def test_set_syntax_type_and_value_problems_are_reported_together(tmp_path: Path):
+    with pytest.raises(ConfigError) as caught:
+        load_settings(
+            home=tmp_path,
+            env={},
+            overrides=["api.port=abc", "engine.kind=foo", "novalue", "events.owner_category=X", "colour=blue"],
+        )
+    problems = caught.value.problems
+    assert "api.port: expected a whole number, got 'abc'" in problems
+    assert "--set: 'novalue' is not of the form dotted.key=value" in problems
+    assert "colour: unknown setting (value 'blue')" in problems
+    assert any(p.startswith("engine.kind: 'foo' is not one of") for p in problems)
+    assert any(p.startswith("events.owner_category: 'X' is not one of") for p in problems)
+    # A field with a type error gets no second, misleading value problem.
+    assert not any(p.startswith("api.port: 8080") for p in problems)
+    assert len(problems) == 5
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("engine=5", "engine: expected a mapping (a settings section), got 5"),
+        ("engine=[a]", "engine: expected a mapping (a settings section), got ['a']"),
+        ("engine=null", "engine: expected a mapping (a settings section), got None"),
+        ("mlflow=3", "mlflow: expected a mapping (a settings section), got 3"),
+        ("catalog.schemas=silver", "catalog.schemas: expected a mapping (a settings section), got 'silver'"),
+        ("table_locations=x", "table_locations: expected a mapping, got 'x'"),
+    ],
+)
+def test_a_section_that_is_not_a_mapping_is_named(tmp_path: Path, override: str, expected: str):
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=[override, "api.port=0"])
+    assert expected in caught.value.problems
+    assert any(p.startswith("api.port: 0 ") for p in caught.value.problems)
+
+
+def test_a_null_section_in_a_file_does_not_fall_back_to_the_defaults(tmp_path: Path):
+    user = tmp_path / "null.yaml"
+    user.write_text("engine: null\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings("classic", config_file=user, home=tmp_path, env={})
+    assert caught.value.problems == ["engine: expected a mapping (a settings section), got None"]
+
+
+def test_mlflow_experiment_must_be_named(tmp_path: Path):
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["mlflow.experiment=''"])
+    assert caught.value.problems == ["mlflow.experiment: '' must name an experiment"]
+    with pytest.raises(ConfigError, match="mlflow.experiment: expected a string, got None"):
+        load_settings(home=tmp_path, env={}, overrides=["mlflow.experiment="])
+
+
+def test_databricks_mlflow_experiment_is_an_absolute_workspace_path(tmp_path: Path):
+    assert load_settings("databricks", home=tmp_path, env={}).mlflow.experiment == "/Shared/lakehouse"
+    custom = load_settings("databricks", home=tmp_path, env={}, overrides=["mlflow.experiment=/Users/me/audit"])
+    assert custom.mlflow.experiment == "/Users/me/audit"
+    with pytest.raises(ConfigError) as caught:
+        load_settings("databricks", home=tmp_path, env={}, overrides=["mlflow.experiment=lakehouse"])
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith("mlflow.experiment: 'lakehouse' is not an absolute workspace path")
+    with pytest.raises(ConfigError, match="mlflow.experiment: 'lakehouse' is not an absolute"):
+        load_settings(home=tmp_path, env={}, overrides=["mlflow.tracking_uri=databricks"])
+    # Elsewhere a plain name is fine.
+    assert load_settings(home=tmp_path, env={}).mlflow.experiment == "lakehouse"
+
+
+def test_config_file_that_is_a_folder_is_named(tmp_path: Path):
+    folder = tmp_path / "conf.d"
+    folder.mkdir()
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config_file=folder, home=tmp_path, env={}, overrides=["api.port=0"])
+    assert f"{folder}: is a folder, not a config file" in caught.value.problems
+    assert len(caught.value.problems) == 2
+
+
+@pytest.mark.parametrize("variable", ["SPARK_REMOTE", "LAKEHOUSE_CONNECT_URL"])
+def test_connect_url_from_the_environment_applies_only_to_the_connect_engine(tmp_path: Path, variable: str):
+    for profile in ("local", "classic", "databricks"):
+        assert load_settings(profile, home=tmp_path, env={variable: "local"}).engine.connect_url is None
+    connect = load_settings("connect", home=tmp_path, env={variable: "sc://h:15002"})
+    assert connect.engine.connect_url == "sc://h:15002"
+    via_set = load_settings(home=tmp_path, env={variable: "sc://h:1"}, overrides=["engine.kind=connect"])
+    assert via_set.engine.connect_url == "sc://h:1"
+    with pytest.raises(ConfigError, match="engine.connect_url: 'local' does not start with sc://"):
+        load_settings("connect", home=tmp_path, env={variable: "local"})
+
+
+def test_managed_tables_need_an_engine_with_a_persistent_catalog(tmp_path: Path):
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["catalog.managed_tables=true"])
+    (problem,) = caught.value.problems
+    assert problem.startswith("catalog.managed_tables: True cannot be used with engine.kind local")
+    assert "keeps no managed tables across sessions" in problem and "no warehouse dir" in problem
+    with pytest.raises(ConfigError, match="engine.kind local"):
+        load_settings("databricks", home=tmp_path, env={}, overrides=["engine.kind=local"])
+    classic = load_settings("classic", home=tmp_path, env={}, overrides=["catalog.managed_tables=true"])
+    assert classic.catalog.managed_tables is True
+
+
+def test_set_reaches_mapping_keys_that_contain_dots(tmp_path: Path):
+    settings = load_settings(
+        home=tmp_path,
+        env={},
+        overrides=[
+            "engine.spark_conf.spark.sql.shuffle.partitions=8",
+            "engine.spark_conf.spark.sql.ansi.enabled='true'",
+            "table_locations.silver.aspect_state=/tmp/x",
+        ],
+    )
+    assert settings.engine.spark_conf["spark.sql.shuffle.partitions"] == "8"
+    assert settings.engine.spark_conf["spark.sql.ansi.enabled"] == "true"
+    assert settings.engine.spark_conf["spark.sql.session.timeZone"] == "UTC"  # merged, not replaced
+    assert dict(settings.table_locations) == {"silver.aspect_state": "/tmp/x"}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["table_locations.silver.nope=/x"])
+    (problem,) = caught.value.problems
+    assert problem.startswith("table_locations.silver.nope: unknown table")
 
 
 def test_yaml_that_is_not_a_mapping(tmp_path: Path):

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
-from conf.tables import table_location, table_spec
-from pipelines.catalog import create_table_sql, missing_properties, shows_property
+from conf.tables import TABLES, schema_name, table_location, table_name, table_spec
+from pipelines.catalog import create_table_sql, missing_properties, table_configuration
 from tests.conftest import delta_log_actions, make_settings, register_fresh_tables
 
 STATE = "silver.aspect_state"
@@ -51,22 +49,61 @@ def test_an_existing_table_without_the_properties_is_brought_up_to_them(spark, t
     assert len(sorted((location / "_delta_log").glob("*.json"))) == len(commits) + 1
     assert _log_configuration(settings).get(DELETION_VECTORS[0]) == "true"
     assert missing_properties(spark, settings, table_spec(STATE)) == ()
+    # Set once: the next registration finds it and commits nothing.
+    register_fresh_tables(spark, settings)
+    assert len(sorted((location / "_delta_log").glob("*.json"))) == len(commits) + 1
 
 
-@pytest.mark.parametrize(
-    ("shown", "key", "value", "expected"),
-    [
-        ("[delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", True),
-        ("[comment=a, b, delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", True),
-        ("[delta.enableDeletionVectors=false]", "delta.enableDeletionVectors", "true", False),
-        ("[my.delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", False),
-        ("[comment=delta.enableDeletionVectors=true]", "delta.enableDeletionVectors", "true", False),
-        ("[]", "delta.enableDeletionVectors", "true", False),
-        # A declared value that holds a comma is found whole, not cut at the comma.
-        ("[delta.dataSkippingStatsColumns=a,b, k=v]", "delta.dataSkippingStatsColumns", "a,b", True),
-        ("[k=v, delta.dataSkippingStatsColumns=a,b]", "delta.dataSkippingStatsColumns", "a,b", True),
-        ("[delta.dataSkippingStatsColumns=a]", "delta.dataSkippingStatsColumns", "a,b", False),
-    ],
-)
-def test_a_property_is_found_whole_in_the_describe_text(shown, key, value, expected):
-    assert shows_property(shown, key, value) is expected
+def _commit_counts(settings) -> dict[str, int]:
+    """The number of JSON commits in the Delta log of every declared table."""
+    return {key: len(list((table_location(settings, key) / "_delta_log").glob("*.json"))) for key in TABLES}
+
+
+def test_registering_existing_tables_again_commits_nothing(spark, tmp_path):
+    # Each session registers the tables afresh (the embedded catalog lives in memory); a table that
+    # already has its declared properties must not get another ALTER TABLE commit for them.
+    settings = make_settings(tmp_path / "again")
+    register_fresh_tables(spark, settings)
+    first = _commit_counts(settings)
+    assert any(TABLES[key].properties for key in first) and all(first.values())
+
+    register_fresh_tables(spark, settings)
+    register_fresh_tables(spark, settings)
+    assert _commit_counts(settings) == first
+    assert missing_properties(spark, settings, table_spec(STATE)) == ()
+
+
+def test_another_value_of_a_declared_property_counts_as_missing(spark, tmp_path):
+    settings = make_settings(tmp_path / "other")
+    location = table_location(settings, STATE)
+    spark.sql(
+        f"CREATE TABLE older_state_other ({table_spec(STATE).columns}) USING delta LOCATION '{location}' "
+        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'false')"
+    )
+    spark.sql("DROP TABLE older_state_other")
+    assert _log_configuration(settings).get(DELETION_VECTORS[0]) == "false"
+
+    register_fresh_tables(spark, settings)
+    assert _log_configuration(settings).get(DELETION_VECTORS[0]) == "true"
+
+
+def test_spark_engines_read_the_properties_with_show_tblproperties(classic_spark, tmp_path):
+    # JVM Spark here has no Delta; SHOW TBLPROPERTIES reports a parquet table's properties the same way.
+    base = make_settings(tmp_path / "spark")
+    settings = dataclasses.replace(base, engine=dataclasses.replace(base.engine, kind="classic"))
+    spec = table_spec(STATE)
+    name = table_name(settings, STATE)
+    # Explicit locations keep the JVM server's warehouse out of the working directory.
+    classic_spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema_name(settings, spec.layer)} LOCATION '{tmp_path / 'db'}'")
+    classic_spark.sql(f"DROP TABLE IF EXISTS {name}")
+    try:
+        classic_spark.sql(
+            f"CREATE TABLE {name} (entity_urn STRING) USING parquet LOCATION '{tmp_path / 't'}' "
+            "TBLPROPERTIES ('k' = 'a,b')"
+        )
+        assert missing_properties(classic_spark, settings, spec) == (DELETION_VECTORS,)
+        classic_spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        assert table_configuration(classic_spark, settings, spec)["k"] == "a,b"
+        assert missing_properties(classic_spark, settings, spec) == ()
+    finally:
+        classic_spark.sql(f"DROP TABLE IF EXISTS {name}")

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from conf.tables import TABLES
+from pipelines.lock import run_lock
+from tests.conftest import FIXTURES, make_settings
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 
@@ -80,6 +82,64 @@ def test_unknown_profile_is_a_clean_error(tmp_path: Path):
     assert result.returncode == 2
     assert "unknown profile 'mars'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("replay", "--from", "0"), "Missing option '--to'"),
+        (("refine", "--max-batches", "0"), "Invalid value for '--max-batches'"),
+        (("replay", "--frm", "0", "--to", "5"), "No such option: --frm"),
+        (("export", "events", "--format", "ece-jsonl"), "Missing option '--out'"),
+    ],
+)
+def test_usage_errors_name_the_option_without_a_traceback(cli_home: Path, args, expected):
+    result = run_cli(*args, home=cli_home, check=False)
+    assert result.returncode == 2
+    assert expected in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--until", ""), "--until: '' is neither epoch milliseconds nor an ISO-8601 time"),
+        (("--until", "99999999999999999999"), "--until: '99999999999999999999' is outside the years 0001-9999"),
+    ],
+)
+def test_a_bad_export_bound_is_an_error_and_keeps_the_existing_file(cli_home: Path, tmp_path: Path, args, expected):
+    out = tmp_path / "events.jsonl"
+    out.write_text("kept\n")
+    result = run_cli("export", "events", "--format", "ece-jsonl", "--out", str(out), *args, home=cli_home, check=False)
+    assert result.returncode == 1 and expected in " ".join(result.stderr.split())
+    assert out.read_text() == "kept\n"
+
+
+def test_an_export_to_a_folder_names_the_option(cli_home: Path, tmp_path: Path):
+    result = run_cli("export", "events", "--format", "ece-jsonl", "--out", str(tmp_path), home=cli_home, check=False)
+    assert result.returncode == 1
+    # The console wraps long lines: compare with the whitespace made single.
+    assert f"--out: '{tmp_path}' cannot be written (Is a directory)" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("refine",),
+        ("publish-audit",),
+        ("publish-openmetadata",),
+        ("maintain", "--table", "bronze.quarantine", "--optimize"),
+        ("land", str(FIXTURES / "history-small.mcl.jsonl")),
+    ],
+)
+def test_commands_that_write_tables_refuse_while_another_run_holds_the_lock(tmp_path: Path, args):
+    settings = make_settings(tmp_path)
+    with run_lock(settings, owner="a test holding the lock"):
+        refused = run_cli(*args, home=tmp_path, check=False)
+        reading = run_cli("sql", "SELECT COUNT(*) AS n FROM bronze.quarantine", "--json", home=tmp_path, check=False)
+    assert refused.returncode == 1
+    assert "another run holds the lock" in refused.stderr and "a test holding the lock" in refused.stderr
+    assert reading.returncode == 0, reading.stderr
 
 
 def test_maintain_requires_an_action(cli_home: Path):

@@ -50,6 +50,9 @@ def test_run_is_an_mlflow_run_with_params_metrics_and_summary(tracked_home: Path
     ] == metrics["land.records_read"]
     assert metrics["events.OWNER"] > 0 and metrics["events.TECHNICAL_SCHEMA"] > 0
     assert metrics["publish.rows_out"] > 0
+    # The publish step's two stages, each with its own rows; together the step's.
+    assert metrics["publish_audit.rows_out"] > 0 and metrics["publish_openmetadata.rows_out"] > 0
+    assert metrics["publish_audit.rows_out"] + metrics["publish_openmetadata.rows_out"] == metrics["publish.rows_out"]
     for stage in ("land", "refine", "publish"):
         assert metrics[f"{stage}.duration_s"] > 0
     summary_files = list((tracked_home / "mlruns").rglob("summary.json"))
@@ -61,6 +64,11 @@ def test_run_is_an_mlflow_run_with_params_metrics_and_summary(tracked_home: Path
 def test_runs_prints_a_table(tracked_home: Path):
     result = run_cli("runs", home=tracked_home, env={"COLUMNS": "200"})
     assert "Recent runs" in result.stdout and "FINISHED" in result.stdout
+    run = json.loads(run_cli("runs", "--json", home=tracked_home).stdout.splitlines()[0])
+    # The audit_rows column shows the publish_audit stage's rows.
+    audit_rows = run["metrics"]["publish_audit.rows_out"]
+    row = next(line for line in result.stdout.splitlines() if "FINISHED" in line)
+    assert audit_rows > 0 and row.split("│")[-2].strip() == str(audit_rows)
 
 
 def test_stages_run_separately_give_the_tables_one_run_gives(spark, landing: Path, tracked_home: Path, tmp_path):

@@ -233,6 +233,18 @@ def test_the_entity_events_of_one_fixture_dataset_are_the_hand_derived_ones(spar
     assert sorted(found, key=order) == sorted(expected, key=order)
 
 
+def test_replay_leaves_out_batches_not_refined_yet_and_takes_windows_without_events(spark, tmp_path):
+    settings = use(spark, make_settings(tmp_path / "home"))
+    first, second = split_batches(read_mcl_fixture(), [200])
+    land(spark, settings, first)
+    refine(spark, settings)
+    land(spark, settings, second)  # landed, not refined: silver holds none of its events yet
+    whole = replay_window(spark, settings, 0, 2**62)
+    assert whole.equal and whole.recomputed == whole.stored > 0
+    empty = replay_window(spark, settings, 0, 1000)
+    assert empty.equal and (empty.recomputed, empty.stored) == (0, 0)
+
+
 def test_replay_of_the_whole_history_equals_what_silver_holds(spark, fixture_home):
     settings = use(spark, fixture_home[0])
     result = replay_window(spark, settings, 0, 2**62)

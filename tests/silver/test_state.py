@@ -15,6 +15,7 @@ from silver.state import (
     to_entity_status,
     to_pre_batch_state,
     to_sequenced_batch,
+    to_skipped_snapshots,
     to_state_rows,
 )
 from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows
@@ -46,6 +47,27 @@ def test_a_later_copy_of_a_version_is_a_duplicate_and_the_first_landed_copy_is_t
     assert [r["disposition"] for r in rows] == [ACCEPTED, DUPLICATE, DUPLICATE, ACCEPTED]
     assert json.loads(rows[3]["prev_json"]) == tags("a")
     assert [r["is_last"] for r in rows] == [False, False, False, True]
+
+
+@pytest.mark.pure
+def test_a_skipped_snapshot_records_the_key_it_lost_against(pure_spark):
+    first_df = bronze_df(pure_spark, to_bronze_rows([mcl(URN, "globalTags", tags("a"), version=3)], "b1"))
+    first = to_sequenced_batch(first_df, to_empty_state(first_df))
+    state_df = to_state_rows(first, to_entity_status(first, to_empty_state(first_df)))
+    records = [
+        mcl(URN, "globalTags", tags("b"), version=4),
+        mcl(URN, "globalTags", tags("b"), version=4),  # a second copy within the batch
+        mcl(URN, "globalTags", tags("c"), version=2),  # older than the state
+        mcl(URN, "globalTags", tags("a"), version=3),  # the state's own version
+    ]
+    second_df = bronze_df(pure_spark, to_bronze_rows(records, "b2"))
+    skipped = to_skipped_snapshots(to_sequenced_batch(second_df, state_df)).orderBy("line_number").collect()
+    key = {1: "v0000000000000000004.0", 2: "v0000000000000000002.0", 3: "v0000000000000000003.0"}
+    assert [(s.line_number, s.reason, s.order_key, s.state_order_key) for s in skipped] == [
+        (2, "DUPLICATE", key[1], key[1]),
+        (3, "LATE", key[2], key[3]),
+        (4, "DUPLICATE", key[3], key[3]),
+    ]
 
 
 @pytest.mark.pure
