@@ -90,9 +90,9 @@ _SHOWN_CHARS = 120
 # of that kind looks. A string field reads any JSON value as text, and an object field is read on, so a
 # misfit there cannot turn into a change event's missing content.
 _KINDS = {
-    "ARRAY": ("a list", r"^\["),
-    "BOOLEAN": ("true or false", r"^(true|false)$"),
-    "BIGINT": ("a whole number", r"^-?[0-9]{1,18}$"),
+    "ARRAY": ("a list", r"^\[", "ARRAY<STRING>"),
+    "BOOLEAN": ("true or false", r"^(true|false)$", "BOOLEAN"),
+    "BIGINT": ("a whole number", r"^-?[0-9]{1,18}$", "BIGINT"),
 }
 
 
@@ -128,19 +128,24 @@ def checked_fields() -> dict[str, list[tuple[str, str]]]:
 
 def _field_problem(aspect_name: str, aspect_json: Column, field: str, kind: str) -> Column:
     """Why one top-level field is not of its kind (null when it is, or is absent, or JSON null)."""
+    # The lookup gives a value's JSON text, but a JSON string's text without its quotes: "[a]" or "true"
+    # in quotes would pass the shape test. Such a text field is caught by a quote right after the key,
+    # then confirmed by a typed parse (which runs only for those rows).
     raw = F.get_json_object(aspect_json, f"$.{field}")
-    name, pattern = _KINDS[kind]
+    name, pattern, shallow_type = _KINDS[kind]
+    quoted = aspect_json.rlike(f'"{field}"[ \t\r\n]*:[ \t\r\n]*"')
+    typed = F.from_json(aspect_json, f"`{field}` {shallow_type}", JSON_OPTIONS)[field]
     shown = F.concat(
         F.lit("'"),
         F.substring(raw, 1, _SHOWN_CHARS),
         F.when(F.length(raw) > _SHOWN_CHARS, F.lit("...")).otherwise(F.lit("")),
         F.lit("'"),
     )
-    # `raw` is one lookup of the field's JSON text; the engine may compute it once per reference, and
-    # the message's references only run for the rows that fail.
+    message = F.concat(F.lit(f"aspect.value.{field}: "), shown, F.lit(f" is not {name} ({aspect_name})"))
+    # Nested conditions, not `&`: the engine computes every operand of an `&` for every row.
     return F.when(
-        F.coalesce(~raw.rlike(pattern), F.lit(False)),
-        F.concat(F.lit(f"aspect.value.{field}: "), shown, F.lit(f" is not {name} ({aspect_name})")),
+        raw.isNotNull(),
+        F.when(~raw.rlike(pattern), message).when(quoted, F.when(typed.isNull(), message)),
     )
 
 

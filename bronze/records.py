@@ -225,12 +225,12 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
             _message("aspect.value", _quoted(aspect_value), " is not valid JSON"),
         ),
         (
-            (change_type != DELETE) & ~aspect_value.rlike(r"^\s*\{"),
+            (change_type != DELETE) & ~aspect_value.rlike(r"^[ \t\r\n]*\{"),
             _message("aspect.value", _quoted(aspect_value), " is not a JSON object"),
         ),
         (
             # The JSON reader stops after the first value; text after it means a damaged record.
-            (change_type != DELETE) & ~aspect_value.rlike(r"\}\s*$"),
+            (change_type != DELETE) & ~aspect_value.rlike(r"\}[ \t\r\n]*\z"),
             _message("aspect.value", _quoted(aspect_value), " has text after the JSON object"),
         ),
         *time_checks,

@@ -131,7 +131,7 @@ class SearchRequest:
 
 
 # ASCII digits only: str.isdigit() also accepts characters such as "²" that int() rejects.
-_WHOLE_NUMBER = re.compile(r"-?[0-9]{1,20}")
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,20}")
 
 
 def _parse_int(value: Any, name: str) -> int:
@@ -139,7 +139,7 @@ def _parse_int(value: Any, name: str) -> int:
         raise RequestError(f"{name}: {value!r} is not a whole number")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
+    if isinstance(value, str) and WHOLE_NUMBER.fullmatch(value.strip()):
         return int(value.strip())
     raise RequestError(f"{name}: {value!r} is not a whole number")
 

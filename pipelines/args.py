@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from conf.errors import InputError
+from gold.search import MAX_TIME_MS, WHOLE_NUMBER
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_EPOCH_MS = re.compile(r"-?[0-9]{1,20}")
 # The instants a date can name: 0001-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z.
 _MIN_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
-_MAX_MS = 253_402_300_799_999
 
 
 def parse_time_ms(value: str, name: str) -> int:
@@ -27,7 +25,7 @@ def parse_time_ms(value: str, name: str) -> int:
         InputError: naming the option and the value.
     """
     text = value.strip()
-    if _EPOCH_MS.fullmatch(text):
+    if WHOLE_NUMBER.fullmatch(text):
         millis = int(text)
     else:
         try:
@@ -38,7 +36,7 @@ def parse_time_ms(value: str, name: str) -> int:
             parsed = parsed.replace(tzinfo=timezone.utc)
         # Whole milliseconds by integer division: float seconds * 1000 can land 1 ms early.
         millis = (parsed - _EPOCH) // timedelta(milliseconds=1)
-    if not _MIN_MS <= millis <= _MAX_MS:
+    if not _MIN_MS <= millis <= MAX_TIME_MS:
         raise InputError(f"{name}: {value!r} is outside the years 0001-9999")
     return millis
 

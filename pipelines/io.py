@@ -190,21 +190,34 @@ def write_lines(out: Path, lines: Iterable[str], option: str = "--out") -> int:
         The number of lines written.
 
     Raises:
-        InputError: naming the option and the path, when the file cannot be written there.
+        InputError: naming the option and the path, when the file cannot be created there.
     """
     out = Path(out)
     partial = out.with_name(out.name + ".partial")
-    count = 0
+
+    def unwritable(reason: str) -> InputError:
+        return InputError(f"{option}: {str(out)!r} cannot be written ({reason})")
+
+    if out.is_dir():
+        raise unwritable("Is a directory")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with partial.open("w", encoding="utf-8") as handle:
+        handle = partial.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise unwritable(exc.strerror or str(exc)) from None
+    count = 0
+    try:
+        with handle:
             for line in lines:
                 handle.write(line + "\n")
                 count += 1
         os.replace(partial, out)
-    except OSError as exc:
+    except BaseException as exc:
+        # Whatever stopped the export (the query, the disk), the file it would replace stays as it was.
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
-        raise InputError(f"{option}: {str(out)!r} cannot be written ({exc.strerror or exc})") from None
+        if isinstance(exc, OSError) and exc.filename in (str(partial), str(out)):
+            raise unwritable(exc.strerror or str(exc)) from None
+        raise
     return count
 

@@ -24,6 +24,7 @@ import bisect
 import codecs
 import gzip
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -90,6 +91,7 @@ DATA_TABLES = (SNAPSHOTS_TABLE, USAGE_TABLE, QUARANTINE_TABLE)
 # so only rows (and, with Delta file statistics, only files) in the batch's time range are read.
 _TIME_COLUMN = {SNAPSHOTS_TABLE: "created_time", USAGE_TABLE: "timestamp"}
 _FAMILIES = ((SNAPSHOTS_TABLE, "snapshots"), (USAGE_TABLE, "usage"))
+log = logging.getLogger("lakehouse.landing")
 _BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 # Detection looks at no more than this many characters of one line; the rest of a longer line is skipped.
 _HEAD_CHARS = 8 << 20
@@ -612,7 +614,10 @@ def _stage_engine_read(
         return None
     try:
         summary = _stage_lines(settings, plan, scratch, to_lines(spark.read.text(source), plan.index, source))
-    except Exception:  # noqa: BLE001 - the Python pass reads what can be read and says why the rest cannot
+    except Exception as exc:  # noqa: BLE001 - the Python pass reads what can be read and says why the rest cannot
+        # Logged, so that a failure unrelated to the file (which the Python pass then meets again) is
+        # seen with its first cause.
+        log.warning("%s: the engine could not read it (%s); numbering its lines in Python", source, exc)
         return None
     if sum(int(r.rows) for r in summary) != _file_lines(plan):
         return None

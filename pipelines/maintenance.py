@@ -112,6 +112,7 @@ class SqlMaintenance:
         _check_hours(hours)
         sql = f"VACUUM {table_name(self._settings, table_key)} RETAIN {hours} HOURS"
         # Only a DRY RUN lists the files; VACUUM itself returns the table's path. So list, then delete.
+        # (Databricks lists at most 1,000 files in a DRY RUN: there the count is capped, not the delete.)
         files = [str(r[0]) for r in self._spark.sql(sql + " DRY RUN").collect()]
         if not dry_run and files:
             self._spark.sql(sql).collect()

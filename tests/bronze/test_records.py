@@ -151,6 +151,17 @@ def test_every_bad_mcl_record_gets_a_reason_naming_the_field_and_value(pure_spar
         json.dumps(mcl(aspectName="globalTags", aspect={"value": '{"tags": "broken"}'})): (
             r"aspect.value.tags: 'broken' is not a list \(globalTags\)"
         ),
+        # JSON strings that look like the kind: the lookup shows them without their quotes.
+        json.dumps(mcl(aspectName="globalTags", aspect={"value": '{"tags": "[abc]"}'})): (
+            r"aspect.value.tags: '\[abc\]' is not a list \(globalTags\)"
+        ),
+        json.dumps(mcl(aspect={"value": '{"removed" : "true"}'})): r"aspect.value.removed: 'true' is not true or false \(status\)",
+        json.dumps(mcl(aspectName="deprecation", aspect={"value": '{"deprecated": false, "decommissionTime": "123"}'})): (
+            r"aspect.value.decommissionTime: '123' is not a whole number \(deprecation\)"
+        ),
+        json.dumps(mcl(aspect={"value": '{"removed": false}\u00a0'})): (
+            r"aspect.value: '\{\"removed\": false\}\u00a0' has text after the JSON object"
+        ),
         json.dumps(mcl(aspectName="deprecation", aspect={"value": '{"deprecated": true, "decommissionTime": "soon"}'})): (
             r"aspect.value.decommissionTime: 'soon' is not a whole number \(deprecation\)"
         ),
@@ -183,6 +194,8 @@ def test_every_bad_mcl_record_gets_a_reason_naming_the_field_and_value(pure_spar
         # Fields no event reads, absent fields, JSON nulls and aspects without a schema all land.
         json.dumps(mcl(aspectName="globalTags", aspect={"value": '{"tags": null, "extra": [1, "x"]}'})),
         json.dumps(mcl(aspectName="deprecation", aspect={"value": '{"deprecated": false}  '})),
+        # A text field of the same name inside another field is no misfit.
+        json.dumps(mcl(aspectName="globalTags", aspect={"value": '{"tags": [{"tag": "urn:li:tag:A", "context": {"tags": "x"}}]}'})),
         json.dumps(mcl(aspectName="upstreamLineage", aspect={"value": '{"upstreams": "anything"}'})),
     ]
     lines = [*cases, *good, "", "   "]
