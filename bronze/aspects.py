@@ -126,6 +126,16 @@ def checked_fields() -> dict[str, list[tuple[str, str]]]:
     return {name: fields for name, fields in checked.items() if fields}
 
 
+def quoted_value(column: Column) -> Column:
+    """`'value'`, cut to a readable length (`'start...'`): how a quarantine reason shows a value."""
+    text = column.cast("string")
+    return F.concat(
+        F.lit("'"),
+        F.substring(text, 1, _SHOWN_CHARS),
+        F.when(F.length(text) > _SHOWN_CHARS, F.lit("...'")).otherwise(F.lit("'")),
+    )
+
+
 def _field_problem(aspect_name: str, aspect_json: Column, field: str, kind: str) -> Column:
     """Why one top-level field is not of its kind (null when it is, or is absent, or JSON null)."""
     # The lookup gives a value's JSON text, but a JSON string's text without its quotes: "[a]" or "true"
@@ -133,19 +143,13 @@ def _field_problem(aspect_name: str, aspect_json: Column, field: str, kind: str)
     # then confirmed by a typed parse (which runs only for those rows).
     raw = F.get_json_object(aspect_json, f"$.{field}")
     name, pattern, shallow_type = _KINDS[kind]
-    quoted = aspect_json.rlike(f'"{field}"[ \t\r\n]*:[ \t\r\n]*"')
+    text_value = aspect_json.rlike(f'"{field}"[ \t\r\n]*:[ \t\r\n]*"')
     typed = F.from_json(aspect_json, f"`{field}` {shallow_type}", JSON_OPTIONS)[field]
-    shown = F.concat(
-        F.lit("'"),
-        F.substring(raw, 1, _SHOWN_CHARS),
-        F.when(F.length(raw) > _SHOWN_CHARS, F.lit("...")).otherwise(F.lit("")),
-        F.lit("'"),
-    )
-    message = F.concat(F.lit(f"aspect.value.{field}: "), shown, F.lit(f" is not {name} ({aspect_name})"))
+    message = F.concat(F.lit(f"aspect.value.{field}: "), quoted_value(raw), F.lit(f" is not {name} ({aspect_name})"))
     # Nested conditions, not `&`: the engine computes every operand of an `&` for every row.
     return F.when(
         raw.isNotNull(),
-        F.when(~raw.rlike(pattern), message).when(quoted, F.when(typed.isNull(), message)),
+        F.when(~raw.rlike(pattern), message).when(text_value, F.when(typed.isNull(), message)),
     )
 
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from bronze.aspects import JSON_OPTIONS, aspect_problem
+from bronze.aspects import JSON_OPTIONS, aspect_problem, quoted_value
 from bronze.formats import (
     CHANGE_TYPES,
     DELETE,
@@ -111,7 +111,6 @@ STAGED_COLUMNS = (
     "raw_text",
 )
 
-_SHOWN_CHARS = 120
 _PARTITION_BITS = 33  # monotonically_increasing_id(): partition index above bit 33, row below
 _FILE_KEY_FACTOR = 1 << 31
 
@@ -208,11 +207,11 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
                 F.lit("changeType: missing"),
             ),
         ),
-        (F.trim(aspect_name) == "", _message("aspectName", _quoted(aspect_name), " is empty")),
+        (F.trim(aspect_name) == "", _message("aspectName", quoted_value(aspect_name), " is empty")),
         _urn_check(urn, "entityUrn"),
         (
             ~change_type.isin(*CHANGE_TYPES),
-            _message("changeType", _quoted(change_type), f" is not one of {', '.join(CHANGE_TYPES)}"),
+            _message("changeType", quoted_value(change_type), f" is not one of {', '.join(CHANGE_TYPES)}"),
         ),
         (
             (change_type != DELETE) & aspect_value.isNull(),
@@ -222,21 +221,21 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
         ),
         (
             (change_type != DELETE) & F.get_json_object(aspect_value, "$").isNull(),
-            _message("aspect.value", _quoted(aspect_value), " is not valid JSON"),
+            _message("aspect.value", quoted_value(aspect_value), " is not valid JSON"),
         ),
         (
             (change_type != DELETE) & ~aspect_value.rlike(r"^[ \t\r\n]*\{"),
-            _message("aspect.value", _quoted(aspect_value), " is not a JSON object"),
+            _message("aspect.value", quoted_value(aspect_value), " is not a JSON object"),
         ),
         (
             # The JSON reader stops after the first value; text after it means a damaged record.
             (change_type != DELETE) & ~aspect_value.rlike(r"\}[ \t\r\n]*\z"),
-            _message("aspect.value", _quoted(aspect_value), " has text after the JSON object"),
+            _message("aspect.value", quoted_value(aspect_value), " has text after the JSON object"),
         ),
         *time_checks,
         (
             version_text.isNotNull() & ~version_text.rlike(r"^[0-9]{1,18}$"),
-            _message("systemMetadata.version", _quoted(version_text), " is not a whole number"),
+            _message("systemMetadata.version", quoted_value(version_text), " is not a whole number"),
         ),
     ]
     typed = {
@@ -290,7 +289,7 @@ def parse_usage_lines(lines_df: DataFrame, *, max_record_bytes: int) -> DataFram
         ),
         (
             ~event_type.isin(*USAGE_EVENT_TYPES),
-            _message("type", _quoted(event_type), " is not a known usage event type"),
+            _message("type", quoted_value(event_type), " is not a known usage event type"),
         ),
         _urn_check(actor, "actorUrn"),
         (entity_urn.isNotNull() & ~entity_urn.rlike(URN_PATTERN), _urn_message(entity_urn, "entityUrn")),
@@ -392,11 +391,11 @@ def _malformed_check(key_path: str, key_column: Column) -> tuple[Column, Column]
     # Malformed text parses to nulls. An engine that still finds the key field in the text means the
     # parser refused the line as a whole (trailing text, control characters): malformed as well.
     condition = _json_at("$").isNull() | (key_column.isNull() & _json_at(key_path).isNotNull())
-    return condition, _message("record", _quoted(F.col("value")), " is not valid JSON")
+    return condition, _message("record", quoted_value(F.col("value")), " is not valid JSON")
 
 
 def _object_check() -> tuple[Column, Column]:
-    return ~F.col("value").rlike(r"^\s*\{"), _message("record", _quoted(F.col("value")), " is not a JSON object")
+    return ~F.col("value").rlike(r"^\s*\{"), _message("record", quoted_value(F.col("value")), " is not a JSON object")
 
 
 def _urn_check(column: Column, field: str) -> tuple[Column, Column]:
@@ -404,14 +403,14 @@ def _urn_check(column: Column, field: str) -> tuple[Column, Column]:
 
 
 def _urn_message(column: Column, field: str) -> Column:
-    return _message(field, _quoted(column), " is not urn:li:<type>:<id>")
+    return _message(field, quoted_value(column), " is not urn:li:<type>:<id>")
 
 
 def _epoch_ms_problem(path: str, field: str) -> Column:
     """Why an epoch-ms field parsed to null: absent, or present but not a JSON integer."""
     raw = _json_at(path)
     return F.when(raw.isNull(), F.lit(f"{field}: missing")).otherwise(
-        _message(field, _quoted(raw), " is not an integer epoch-ms")
+        _message(field, quoted_value(raw), " is not an integer epoch-ms")
     )
 
 
@@ -424,7 +423,7 @@ def _created_checks() -> list[tuple[Column, Column]]:
             F.when(
                 _json_at("$.created").isNull(),
                 F.lit("created: missing (an MCL record carries created.time and created.actor)"),
-            ).otherwise(_message("created", _quoted(_json_at("$.created")), " is not an object {time, actor}")),
+            ).otherwise(_message("created", quoted_value(_json_at("$.created")), " is not an object {time, actor}")),
         ),
         (F.col("r.created.time").isNull(), _epoch_ms_problem("$.created.time", "created.time")),
         (actor.isNull(), F.lit("created.actor: missing")),
@@ -450,16 +449,6 @@ def _json_at(path: str) -> Column:
 
 def _message(field: str, quoted_value: Column, text: str) -> Column:
     return F.concat(F.lit(f"{field}: "), quoted_value, F.lit(text))
-
-
-def _quoted(column: Column) -> Column:
-    """`'value'`, cut to a readable length (`'start...'`)."""
-    text = column.cast("string")
-    return F.concat(
-        F.lit("'"),
-        F.substring(text, 1, _SHOWN_CHARS),
-        F.when(F.length(text) > _SHOWN_CHARS, F.lit("...'")).otherwise(F.lit("'")),
-    )
 
 
 def _check_limit(max_record_bytes: int) -> None:
