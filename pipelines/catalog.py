@@ -6,6 +6,7 @@ from pyspark.sql import SparkSession
 
 from conf.settings import LAYERS, Settings
 from conf.tables import TABLES, TableSpec, schema_name, table_location, table_name
+from pipelines.maintenance import maintenance_for
 
 
 def create_table_sql(settings: Settings, spec: TableSpec) -> str:
@@ -51,24 +52,8 @@ def missing_properties(spark: SparkSession, settings: Settings, spec: TableSpec)
     """
     if not spec.properties:
         return ()
-    configuration = table_configuration(spark, settings, spec)
+    configuration = maintenance_for(settings, spark).configuration(spec.key)
     return tuple((k, v) for k, v in spec.properties if configuration.get(k) != v)
-
-
-def table_configuration(spark: SparkSession, settings: Settings, spec: TableSpec) -> dict[str, str]:
-    """The table properties a declared table has now, one path per engine kind.
-
-    The embedded engine (`local`) has no SHOW TBLPROPERTIES, so delta-rs reads the configuration from
-    the newest metadata in the Delta log at the table's location; Spark and Databricks (`connect`,
-    `classic`) report it with SHOW TBLPROPERTIES. This is the split of pipelines/maintenance.py.
-    """
-    if settings.engine.kind == "local":
-        from deltalake import DeltaTable
-
-        configuration = DeltaTable(str(table_location(settings, spec.key))).metadata().configuration
-        return {str(k): str(v) for k, v in configuration.items() if v is not None}
-    rows = spark.sql(f"SHOW TBLPROPERTIES {table_name(settings, spec.key)}").collect()
-    return {str(r[0]): str(r[1]) for r in rows}
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:

@@ -36,6 +36,9 @@ class TableMaintenance(Protocol):
     def version(self, table_key: str) -> int:
         """Return the table's current Delta version."""
 
+    def configuration(self, table_key: str) -> dict[str, str]:
+        """Return the table's properties (its Delta configuration) as they are now."""
+
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
         """Delete data files no longer referenced and older than the retention; return their paths."""
 
@@ -68,6 +71,11 @@ class DeltaRsMaintenance:
 
     def version(self, table_key: str) -> int:
         return int(self._table(table_key).version())
+
+    def configuration(self, table_key: str) -> dict[str, str]:
+        # The newest metadata in the Delta log: the embedded engine has no SHOW TBLPROPERTIES.
+        configuration = self._table(table_key).metadata().configuration
+        return {str(k): str(v) for k, v in configuration.items() if v is not None}
 
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
         hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours
@@ -106,6 +114,10 @@ class SqlMaintenance:
 
     def version(self, table_key: str) -> int:
         return self.history(table_key, limit=1)[0].version
+
+    def configuration(self, table_key: str) -> dict[str, str]:
+        rows = self._spark.sql(f"SHOW TBLPROPERTIES {table_name(self._settings, table_key)}").collect()
+        return {str(r[0]): str(r[1]) for r in rows}
 
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
         hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours

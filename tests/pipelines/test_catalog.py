@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from conf.tables import TABLES, schema_name, table_location, table_name, table_spec
-from pipelines.catalog import create_table_sql, missing_properties, table_configuration
+from pipelines.catalog import create_table_sql, missing_properties
+from pipelines.maintenance import maintenance_for
 from tests.conftest import delta_log_actions, make_settings, register_fresh_tables
 
 STATE = "silver.aspect_state"
@@ -103,7 +104,7 @@ def test_spark_engines_read_the_properties_with_show_tblproperties(classic_spark
         )
         assert missing_properties(classic_spark, settings, spec) == (DELETION_VECTORS,)
         classic_spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-        assert table_configuration(classic_spark, settings, spec)["k"] == "a,b"
+        assert maintenance_for(settings, classic_spark).configuration(spec.key)["k"] == "a,b"
         assert missing_properties(classic_spark, settings, spec) == ()
     finally:
         classic_spark.sql(f"DROP TABLE IF EXISTS {name}")
