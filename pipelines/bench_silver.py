@@ -2,7 +2,8 @@
 
 Generation uses `bronze.generator.generate_aspect_versions` (reported, not counted). Landing is
 measured on its own: the project's landing (`pipelines.landing.land_paths`) when it exists, otherwise
-the bench's own JSON-lines loader. Refine is measured per batch. `--engine classic` runs the same
+the bench's own JSON-lines loader. Refine is measured per batch, and on the embedded engine per step of the batch too (`steps_s`: the
+wall time of each staged part and write, `pipelines.refine.STEP_NAMES`). `--engine classic` runs the same
 silver transforms on JVM Spark local[2] through Spark Connect, with Parquet in and out and the state
 carried between batches as Parquet (JVM Spark here has no Delta, so no MERGE).
 """
@@ -212,9 +213,10 @@ def _run_sail(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
             for _ in batch_dirs:
                 with measure() as one:
                     result = refine(spark, settings, max_batches=1)
+                steps = {k.removeprefix("seconds."): v for k, v in result.metrics.items() if k.startswith("seconds.")}
                 per_batch.append(
                     {"batch_id": ",".join(result.batch_ids), "versions": result.rows_in, "events": result.rows_out,
-                     "wall_s": one.wall_s, "cpu_s": one.cpu_s}
+                     "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps}
                 )
     return {"landing": landing, "landing_mode": mode, "refine": total, "per_batch": per_batch}
 

@@ -21,6 +21,7 @@ A run killed anywhere and started again recomputes the same staged data and ends
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,8 @@ class StagedBatch:
     """One batch computed and written to Parquet, ready to be merged into the silver tables.
 
     `state_rows` counts the rows the state MERGE applies: the batch's new state rows and its flag rows.
+    `seconds` holds the wall time of each staged part and, once refine_batch has run them, of each
+    write step (STEP_NAMES).
     """
 
     batch_id: str
@@ -79,6 +82,7 @@ class StagedBatch:
     state_rows: int
     event_dates: tuple[str, str] | None
     schemas: dict[str, StructType] = field(default_factory=dict, compare=False, repr=False)
+    seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     def read(self, spark: SparkSession, part: str) -> DataFrame:
         """Read one staged part (events, skipped or state), empty ones included."""
@@ -105,8 +109,16 @@ def replaced_snapshots(spark: SparkSession, settings: Settings, state_df: DataFr
     return read_batch(spark, settings, batch_ids)
 
 
-def _stage(df: DataFrame, path: Path, schemas: dict[str, StructType], partition_by: str | None = None) -> DataFrame:
+def _stage(
+    df: DataFrame,
+    path: Path,
+    schemas: dict[str, StructType],
+    seconds: dict[str, float],
+    partition_by: str | None = None,
+) -> DataFrame:
     """Write `df` to Parquet and return it read back (with its schema: an empty result writes no file).
+
+    The part's schema goes into `schemas` and the write's wall time into `seconds`, under the part's name.
 
     Staged files live for one batch: they are compressed for speed (snappy), not for size, and cut
     into row groups of STAGED_ROW_GROUP_ROWS so that readers split one large file across every core.
@@ -118,7 +130,9 @@ def _stage(df: DataFrame, path: Path, schemas: dict[str, StructType], partition_
     )
     if partition_by:
         writer = writer.partitionBy(partition_by)
+    started = time.perf_counter()
     writer.parquet(str(path))
+    seconds[path.name] = round(time.perf_counter() - started, 3)
     schemas[path.name] = df.schema
     return df.sparkSession.read.schema(df.schema).parquet(str(path))
 
@@ -132,22 +146,23 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     """
     folder = scratch_folder(settings, batch_id)
     schemas: dict[str, StructType] = {}
+    seconds: dict[str, float] = {}
     batch_df = read_batch(spark, settings, [batch_id])
     state_df = read_table(spark, settings, STATE_TABLE)
     pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
 
     sequenced_df = _stage(
-        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas, partition_by="aspect_name"
+        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas, seconds, partition_by="aspect_name"
     )
     pairs_df = to_pairs(sequenced_df)
-    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas)
+    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas, seconds)
     events_df = _stage(
-        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df), folder / "events", schemas
+        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df), folder / "events", schemas, seconds
     )
-    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas)
-    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas)
+    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas, seconds)
+    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas, seconds)
     state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
-    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", schemas)
+    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", schemas, seconds)
 
     summary = events_df.agg(
         F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi")
@@ -161,6 +176,7 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
         state_rows=state_df.count(),
         event_dates=(str(summary["lo"]), str(summary["hi"])) if summary["n"] else None,
         schemas=schemas,
+        seconds=seconds,
     )
 
 
@@ -232,6 +248,17 @@ BATCH_STEPS = (
     ("state_merged", merge_state),
 )
 
+# What a batch's time is reported by: its staged parts in the order stage_batch writes them, then BATCH_STEPS.
+STEP_NAMES = (
+    "sequenced",
+    "schema_fields",
+    "events",
+    "skipped",
+    "entity_status",
+    "state",
+    *(name for name, _ in BATCH_STEPS),
+)
+
 
 def refine_batch(
     spark: SparkSession, settings: Settings, batch_id: str, run_id: str | None = None
@@ -246,7 +273,9 @@ def refine_batch(
     staged = stage_batch(spark, settings, batch_id)
     crash_point("refine.staged")
     for name, step in BATCH_STEPS:
+        started = time.perf_counter()
         step(spark, settings, staged)
+        staged.seconds[name] = round(time.perf_counter() - started, 3)
         crash_point(f"refine.{name}")
     record_progress(
         spark, settings, STAGE, SOURCE_TABLE, batch_id, rows_in=staged.rows_in, rows_out=staged.events, run_id=run_id
@@ -267,7 +296,9 @@ def refine(
         max_batches: process at most this many batches (the oldest pending ones).
 
     Returns:
-        The batches processed, bronze rows read, events written, and per-run metrics.
+        The batches processed, bronze rows read, events written, and per-run metrics: events, skipped
+        and state rows, and `seconds.<step>`, the wall time of each staged part and write step summed
+        over the batches (where a batch's time goes; STEP_NAMES).
 
     Raises:
         InputError: when max_batches is not a positive number.
@@ -287,5 +318,6 @@ def refine(
             "events": float(sum(s.events for s in staged)),
             "skipped": float(sum(s.skipped for s in staged)),
             "state_rows": float(sum(s.state_rows for s in staged)),
+            **{f"seconds.{name}": round(sum(s.seconds.get(name, 0.0) for s in staged), 3) for name in STEP_NAMES},
         },
     )

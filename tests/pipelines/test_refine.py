@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -76,8 +77,9 @@ def fixture_home(spark, tmp_path_factory):
     settings = use(spark, make_settings(tmp_path_factory.mktemp("fixture-home")))
     for rows in split_batches(read_mcl_fixture(), [120, 250]):
         land(spark, settings, rows)
+    started = time.perf_counter()
     result = refine(spark, settings)
-    return settings, result
+    return settings, result, time.perf_counter() - started
 
 
 def test_fixture_history_refines_batch_by_batch_like_one_batch(spark, fixture_home):
@@ -270,6 +272,20 @@ def test_the_cli_prints_as_of_aspects_and_proves_the_replay(spark, fixture_home)
     assert "equal" in replay.stdout
 
 
+def test_refine_reports_the_seconds_of_every_staged_part_and_write_of_its_batches(fixture_home):
+    _, result, wall_s = fixture_home
+    seconds = {k: v for k, v in result.metrics.items() if k.startswith("seconds.")}
+    assert list(seconds) == [
+        "seconds.sequenced", "seconds.schema_fields", "seconds.events", "seconds.skipped", "seconds.entity_status",
+        "seconds.state", "seconds.events_merged", "seconds.skipped_merged", "seconds.state_merged"]
+    assert all(v >= 0 for v in seconds.values())
+    # Every batch of the fixture writes events and state rows, so those steps took time.
+    assert min(seconds["seconds.sequenced"], seconds["seconds.events"], seconds["seconds.state_merged"]) > 0
+    # Steps are timed one after another inside the run, never overlapping; each batch's figures are
+    # rounded to the millisecond (half of one each, for the fixture's three batches).
+    assert sum(seconds.values()) <= wall_s + 0.0005 * len(seconds) * 3
+
+
 def test_running_refine_or_a_batch_again_adds_nothing(spark, fixture_home):
     settings = use(spark, fixture_home[0])
     before = tables_snapshot(spark, settings)
@@ -422,7 +438,7 @@ def test_staged_files_are_cut_into_row_groups_that_cores_read_in_parallel(spark,
     rows = 2 * STAGED_ROW_GROUP_ROWS + 1000
     # Partitioned like the sequenced rows: each partition value is one file.
     one_value_df = spark.range(rows).selectExpr("id", "concat('row-', id) AS text", "'all' AS part")
-    read_back_df = _stage(one_value_df, tmp_path / "staged", {}, partition_by="part")
+    read_back_df = _stage(one_value_df, tmp_path / "staged", {}, {}, partition_by="part")
     metadata = [pq.ParquetFile(path).metadata for path in sorted((tmp_path / "staged").rglob("*.parquet"))]
     groups = [m.row_group(i).num_rows for m in metadata for i in range(m.num_row_groups)]
     assert len(metadata) == 1 and len(groups) == 3
