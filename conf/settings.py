@@ -55,10 +55,9 @@ class CatalogSettings:
 
 @dataclass(frozen=True)
 class RetentionSettings:
-    """How long old table files and quarantined records are kept."""
+    """How long old table files are kept (quarantined records are kept for good: never lost)."""
 
     vacuum_hours: int = 168
-    quarantine_days: int = 90
 
 
 @dataclass(frozen=True)
@@ -392,7 +391,6 @@ def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
             problems.append(f"table_locations.{key}: unknown table (known: {', '.join(TABLES)})")
     positive = {
         "retention.vacuum_hours": settings.retention.vacuum_hours,
-        "retention.quarantine_days": settings.retention.quarantine_days,
         "ingest.max_record_bytes": settings.ingest.max_record_bytes,
         "locks.stale_after_seconds": settings.locks.stale_after_seconds,
     }

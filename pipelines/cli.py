@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
+from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from conf.errors import ConfigError, LakehouseError
 from conf.settings import Settings, load_settings
 from pipelines.console import print_error
+from pipelines.engine import java_message
 
 # Each module exposes `register(app)`; the order is the order of `lakehouse --help`.
 COMMAND_MODULES = (
@@ -115,8 +117,8 @@ def main() -> None:
     except LakehouseError as exc:
         print_error(exc)
         raise SystemExit(1) from None
-    except PySparkException as exc:
-        print_error(_first_line(exc))
+    except (PySparkException, Py4JError) as exc:
+        print_error(java_message(exc))
         raise SystemExit(1) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
@@ -127,12 +129,6 @@ def main() -> None:
         exc.show()
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
     raise SystemExit(result if isinstance(result, int) else 0)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The engine's message without its server-side stack trace."""
-    text = str(exc).strip()
-    return text.split("\n\nJVM stacktrace:")[0].split("\n\n")[0]
 
 
 if __name__ == "__main__":

@@ -46,6 +46,12 @@ def print_json_lines(rows: Iterable[Mapping[str, Any]]) -> None:
     out.flush()
 
 
+def print_text(text: str) -> None:
+    """Print text on standard output exactly as given: no markup, no wrapping at the terminal's width."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
 def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title: str | None = None) -> None:
     """Print rows as a rich table with the given columns."""
     table = Table(title=title, show_lines=False)
@@ -63,7 +69,8 @@ def _cell(value: Any) -> str:
 
 def print_error(exc: BaseException | str) -> None:
     """Print a project error on standard error, without a traceback and without markup parsing."""
-    error_console.print(Text("error: ", style="bold red") + Text(str(exc)))
+    # Not wrapped at the terminal's width: the message is often read by scripts and log searches.
+    error_console.print(Text("error: ", style="bold red") + Text(str(exc)), soft_wrap=True)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -24,7 +26,8 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
         The session. For `local`, the embedded Sail server lives exactly as long as the block.
 
     Raises:
-        ConfigError: for an engine kind this function does not know.
+        ConfigError: for an engine kind this function does not know, a Spark Connect endpoint that
+            cannot be reached, or JVM Spark without the Delta jars.
     """
     kind = settings.engine.kind
     if kind == "local":
@@ -67,8 +70,35 @@ def _local_session(settings: Settings) -> Iterator[SparkSession]:
         server.stop()
 
 
+# Seconds to wait for a Spark Connect endpoint to accept a connection before reporting it unreachable.
+CONNECT_PROBE_SECONDS = 10.0
+
+
+def check_reachable(connect_url: str, timeout: float = CONNECT_PROBE_SECONDS) -> None:
+    """Fail fast when nothing accepts connections at a Spark Connect URL's host and port.
+
+    The Connect client retries an unreachable endpoint for minutes without a word; one plain TCP
+    connection tells the user at once.
+
+    Raises:
+        ConfigError: naming engine.connect_url and what the connection attempt said.
+    """
+    address = urlsplit(connect_url)
+    try:
+        host, port = address.hostname, address.port or 15002
+    except ValueError as exc:
+        raise ConfigError(f"engine.connect_url: {connect_url!r} has no valid port ({exc})") from None
+    if address.scheme != "sc" or not host:
+        raise ConfigError(f"engine.connect_url: {connect_url!r} is not an sc://host:port URL")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(f"engine.connect_url: nothing answers at {host}:{port} ({exc})") from None
+
+
 @contextlib.contextmanager
 def _connect_session(settings: Settings) -> Iterator[SparkSession]:
+    check_reachable(settings.engine.connect_url)
     spark = SparkSession.builder.remote(settings.engine.connect_url).create()
     try:
         yield spark
@@ -86,10 +116,41 @@ def _classic_session(settings: Settings) -> Iterator[SparkSession]:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
+        _check_session_catalog(spark)
         yield spark
     finally:
         if settings.engine.stop_on_exit:
             spark.stop()
+
+
+def _check_session_catalog(spark: SparkSession) -> None:
+    """Fail with one message when JVM Spark cannot load its session catalog (the Delta jars are missing).
+
+    Otherwise the first table operation fails with a JVM stack trace of hundreds of lines.
+
+    Raises:
+        ConfigError: naming the engine and the JVM's own first line.
+    """
+    try:
+        spark.catalog.currentDatabase()
+    except Exception as exc:  # the JVM's errors reach Python as several unrelated classes
+        reason = java_message(exc)
+        hint = (
+            "; the classic profile needs the delta-spark jars on the JVM classpath "
+            "(e.g. spark-submit --packages io.delta:delta-spark_2.13:<version>)"
+            if "delta" in reason.lower()
+            else ""
+        )
+        raise ConfigError(f"engine: JVM Spark cannot open its session catalog: {reason}{hint}") from None
+
+
+def java_message(exc: BaseException) -> str:
+    """The first line of what the engine said, without its stack trace (JVM or Spark Connect)."""
+    text = str(exc).strip()
+    text = text.split("\n\nJVM stacktrace:")[0].split("\n\n")[0]
+    # py4j puts the Java exception on the line after "An error occurred while calling ...", after ": ".
+    java = [line[2:] for line in text.splitlines() if line.startswith(": ")]
+    return java[0] if java else (text or type(exc).__name__)
 
 
 def _apply_conf(spark: SparkSession, settings: Settings) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from conf.errors import InputError
-from pipelines.console import console, print_json_lines, print_table, progress_bars
+from pipelines.console import console, print_json_lines, print_table, print_text, progress_bars
 from pipelines.jobs import JOB_STAGES, RunSummary, run_job
 
 SQL_DIALECTS = ("databricks", "duckdb", "trino", "snowflake", "spark")
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
                 out.mkdir(parents=True, exist_ok=True)
                 (out / f"{view.name}.sql").write_text(statement)
             else:
-                console.print(statement, highlight=False, markup=False)
+                print_text(statement)
         if out:
             console.print(f"wrote {len(load_views())} views to {out}")
 

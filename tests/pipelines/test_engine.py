@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import subprocess
 import sys
@@ -13,10 +14,32 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from conf.errors import ConfigError
 from conf.tables import TABLES, table_location, table_name
-from pipelines.engine import open_session
+from pipelines.engine import check_reachable, java_message, open_session
 from pipelines.io import append, read_table
 from tests.conftest import make_settings
+
+LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_lakehouse(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    # This process's own Connect sessions set SPARK_CONNECT_MODE_ENABLED, which would turn a classic
+    # session in the child into a Connect one.
+    clean = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"))
+    }
+    return subprocess.run(
+        [LAKEHOUSE, *args], capture_output=True, text=True, env={**clean, **(env or {})}, timeout=timeout, check=False
+    )
 
 
 def test_local_session_starts_fast_and_stops_cleanly(tmp_path: Path):
@@ -90,3 +113,48 @@ def test_the_embedded_engine_runs_a_query_larger_than_its_memory_limit(tmp_path:
     total, first = done.stdout.split()
     assert int(total) == 3_000_000 * 128
     assert first == min(hashlib.sha512(str(i).encode()).hexdigest() for i in range(3_000_000))[:8]
+
+
+def test_a_connect_url_nothing_answers_at_is_a_settings_error_naming_it():
+    port = free_port()
+    with pytest.raises(ConfigError, match=rf"engine.connect_url: nothing answers at 127.0.0.1:{port} "):
+        check_reachable(f"sc://127.0.0.1:{port}/;token=x")
+    with pytest.raises(ConfigError, match=r"engine.connect_url: 'http://h:1' is not an sc://host:port URL"):
+        check_reachable("http://h:1")
+    with pytest.raises(ConfigError, match=r"engine.connect_url: 'sc://h:port' has no valid port"):
+        check_reachable("sc://h:port")
+
+
+def test_the_cli_reports_an_unreachable_connect_endpoint_at_once(tmp_path: Path):
+    port = free_port()
+    started = time.monotonic()
+    done = run_lakehouse("--profile", "connect", "--home", str(tmp_path), "tables",
+                         env={"LAKEHOUSE_CONNECT_URL": f"sc://127.0.0.1:{port}"})
+    # The Connect client alone would retry for minutes; the probe answers within its 10 s.
+    assert time.monotonic() - started < 60
+    assert done.returncode == 2, done.stderr
+    assert f"engine.connect_url: nothing answers at 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_java_message_is_the_jvm_exceptions_own_line():
+    py4j_text = (
+        "An error occurred while calling o34.sql.\n"
+        ": org.apache.spark.SparkException: Cannot find catalog plugin class for catalog 'spark_catalog'.\n"
+        "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.catalogPluginClassNotFoundForCatalogError(X.scala:1)"
+    )
+    assert java_message(Exception(py4j_text)) == (
+        "org.apache.spark.SparkException: Cannot find catalog plugin class for catalog 'spark_catalog'.")
+    connect_text = "[TABLE_OR_VIEW_NOT_FOUND] The table `x` cannot be found.\n\nJVM stacktrace:\norg.apache..."
+    assert java_message(Exception(connect_text)) == "[TABLE_OR_VIEW_NOT_FOUND] The table `x` cannot be found."
+
+
+@pytest.mark.slow
+def test_the_classic_profile_without_the_delta_jars_says_so_in_one_message(tmp_path: Path):
+    # pyspark's own jars hold no Delta (the machines cannot download delta-spark's), as on a cluster
+    # whose spark-submit forgot --packages.
+    done = run_lakehouse("--profile", "classic", "--home", str(tmp_path), "tables", timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "- engine: JVM Spark cannot open its session catalog:" in done.stderr
+    assert "DeltaCatalog" in done.stderr and "needs the delta-spark jars" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -61,6 +61,13 @@ def test_export_sql_transpiles_every_view(tmp_path, dialect):
         assert sqlglot.parse_one(text.rstrip().rstrip(";"), read=dialect) is not None
 
 
+def test_export_sql_on_stdout_is_exactly_the_files_text_whatever_the_terminal_width(tmp_path):
+    out = tmp_path / "files"
+    run_cli("export-sql", "--dialect", "duckdb", "--out", str(out), home=tmp_path)
+    printed = run_cli("export-sql", "--dialect", "duckdb", home=tmp_path, env={"COLUMNS": "40"}).stdout
+    assert printed == "".join((out / f"{v.name}.sql").read_text() for v in VIEWS)
+
+
 def test_export_sql_rejects_an_unknown_dialect(tmp_path):
     result = run_cli("export-sql", "--dialect", "cobol", home=tmp_path, check=False)
     assert result.returncode == 1
