@@ -17,8 +17,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-console = Console()
-error_console = Console(stderr=True)
+# Messages are not wrapped at the terminal's width: scripts and log searches read them too (tables
+# still fit the width).
+console = Console(soft_wrap=True)
+error_console = Console(stderr=True, soft_wrap=True)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -69,8 +71,7 @@ def _cell(value: Any) -> str:
 
 def print_error(exc: BaseException | str) -> None:
     """Print a project error on standard error, without a traceback and without markup parsing."""
-    # Not wrapped at the terminal's width: the message is often read by scripts and log searches.
-    error_console.print(Text("error: ", style="bold red") + Text(str(exc)), soft_wrap=True)
+    error_console.print(Text("error: ", style="bold red") + Text(str(exc)))
 
 
 @contextlib.contextmanager
