@@ -279,6 +279,12 @@ def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+# Settings that earlier versions accepted, and why they are gone: a file that still sets one is told so.
+REMOVED_SETTINGS = {
+    "retention.quarantine_days": "nothing read it: quarantined records are kept for good",
+}
+
+
 class _Invalid:
     """Marks a value that failed its type check; its key is in `bad` and its value checks are skipped."""
 
@@ -295,7 +301,11 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str], bad: set[str])
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in sorted(set(raw) - names, key=str):
-        problems.append(f"{prefix}{key}: unknown setting (value {raw[key]!r})")
+        removed = REMOVED_SETTINGS.get(f"{prefix}{key}")
+        if removed:
+            problems.append(f"{prefix}{key}: this setting was removed ({removed}); delete it")
+        else:
+            problems.append(f"{prefix}{key}: unknown setting (value {raw[key]!r})")
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in raw:

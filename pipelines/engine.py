@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -75,25 +73,32 @@ CONNECT_PROBE_SECONDS = 10.0
 
 
 def check_reachable(connect_url: str, timeout: float = CONNECT_PROBE_SECONDS) -> None:
-    """Fail fast when nothing accepts connections at a Spark Connect URL's host and port.
+    """Fail fast when no Spark Connect endpoint answers at a URL.
 
-    The Connect client retries an unreachable endpoint for minutes without a word; one plain TCP
-    connection tells the user at once.
+    The Connect client retries an unreachable endpoint for minutes without a word. The probe opens
+    the client's own gRPC channel for the URL (so proxies, TLS and the URL's parameters apply as they
+    will for the session) and waits for it to connect; it sends no request.
 
     Raises:
-        ConfigError: naming engine.connect_url and what the connection attempt said.
+        ConfigError: naming engine.connect_url (without its token) and what went wrong.
     """
-    address = urlsplit(connect_url)
+    import grpc
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    shown = connect_url.split(";")[0]  # the parameters after ';' can hold a token
     try:
-        host, port = address.hostname, address.port or 15002
-    except ValueError as exc:
-        raise ConfigError(f"engine.connect_url: {connect_url!r} has no valid port ({exc})") from None
-    if address.scheme != "sc" or not host:
-        raise ConfigError(f"engine.connect_url: {connect_url!r} is not an sc://host:port URL")
+        builder = DefaultChannelBuilder(connect_url)
+    except ValueError as exc:  # PySparkValueError is one too
+        raise ConfigError(f"engine.connect_url: {shown!r} is not a Spark Connect URL ({exc})") from None
+    channel = builder.toChannel()
     try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as exc:
-        raise ConfigError(f"engine.connect_url: nothing answers at {host}:{port} ({exc})") from None
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise ConfigError(
+            f"engine.connect_url: nothing answers at {builder.endpoint} (no connection within {timeout:g} s)"
+        ) from None
+    finally:
+        channel.close()
 
 
 @contextlib.contextmanager

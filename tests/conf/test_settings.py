@@ -95,6 +95,19 @@ def test_every_problem_is_reported_at_once(tmp_path: Path):
     assert len(problems) == 8
 
 
+def test_a_removed_setting_is_named_as_removed_with_the_reason(tmp_path: Path):
+    user = tmp_path / "old.yaml"
+    user.write_text("retention:\n  vacuum_hours: 24\n  quarantine_days: 90\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config_file=user, home=tmp_path, env={})
+    assert caught.value.problems == [
+        (
+            "retention.quarantine_days: this setting was removed (nothing read it: quarantined records are kept "
+            "for good); delete it"
+        )
+    ]
+
+
 def test_set_syntax_type_and_value_problems_are_reported_together(tmp_path: Path):
     with pytest.raises(ConfigError) as caught:
         load_settings(

@@ -115,14 +115,21 @@ def test_the_embedded_engine_runs_a_query_larger_than_its_memory_limit(tmp_path:
     assert first == min(hashlib.sha512(str(i).encode()).hexdigest() for i in range(3_000_000))[:8]
 
 
-def test_a_connect_url_nothing_answers_at_is_a_settings_error_naming_it():
+def test_a_connect_url_nothing_answers_at_is_a_settings_error_naming_it_without_its_token():
     port = free_port()
-    with pytest.raises(ConfigError, match=rf"engine.connect_url: nothing answers at 127.0.0.1:{port} "):
-        check_reachable(f"sc://127.0.0.1:{port}/;token=x")
-    with pytest.raises(ConfigError, match=r"engine.connect_url: 'http://h:1' is not an sc://host:port URL"):
+    with pytest.raises(ConfigError, match=rf"engine.connect_url: nothing answers at 127.0.0.1:{port} ") as raised:
+        check_reachable(f"sc://127.0.0.1:{port}/;token=secret-value", timeout=1)
+    assert "secret-value" not in str(raised.value)
+    with pytest.raises(ConfigError, match=r"engine.connect_url: 'http://h:1' is not a Spark Connect URL"):
         check_reachable("http://h:1")
-    with pytest.raises(ConfigError, match=r"engine.connect_url: 'sc://h:port' has no valid port"):
-        check_reachable("sc://h:port")
+    with pytest.raises(ConfigError, match=r"engine.connect_url: 'sc://h:port/' is not a Spark Connect URL") as raised:
+        check_reachable("sc://h:port/;token=secret-value")
+    assert "secret-value" not in str(raised.value)
+
+
+def test_a_connect_url_with_a_server_behind_it_passes_the_probe(spark):
+    # The session fixture's embedded server is a Spark Connect endpoint on loopback.
+    check_reachable(f"sc://{spark.client._builder.endpoint}", timeout=5)
 
 
 def test_the_cli_reports_an_unreachable_connect_endpoint_at_once(tmp_path: Path):
