@@ -12,7 +12,6 @@ import http.client
 import json
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from gold.audit import to_audit_events_from_usage
 from gold.search import DAY_MS
 from pipelines.bench import measure, percentile, write_result
 from pipelines.commands.bench import bench_app
+from pipelines.engine import free_loopback_port
 from pipelines.io import append, read_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,12 +80,6 @@ def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) 
     audit_df = to_audit_events_from_usage(to_usage_rows(lines_df, "bench"))
     append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, "gold.audit_events")
     return read_table(spark, settings, "gold.audit_events").count()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class _Client:
@@ -329,7 +323,7 @@ def run_search_bench(
         "bytes": sum(p.stat().st_size for p in audit_dir.rglob("*.parquet")),
     }
     token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
-    port = _free_port()
+    port = free_loopback_port()
     started = time.monotonic()
     server = _start_server(settings, port, settings.home / "server.log")
     payload["server_startup_s"] = round(time.monotonic() - started, 2)

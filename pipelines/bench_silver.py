@@ -2,10 +2,11 @@
 
 Generation uses `bronze.generator.generate_aspect_versions` (reported, not counted). Landing is
 measured on its own: the project's landing (`pipelines.landing.land_paths`) when it exists, otherwise
-the bench's own JSON-lines loader. Refine is measured per batch, and on the embedded engine per step of the batch too (`steps_s`: the
-wall time of each staged part and write, `pipelines.refine.STEP_NAMES`). `--engine classic` runs the same
-silver transforms on JVM Spark local[2] through Spark Connect, with Parquet in and out and the state
-carried between batches as Parquet (JVM Spark here has no Delta, so no MERGE).
+the bench's own JSON-lines loader. Refine is measured per batch, and on the embedded engine per step
+of the batch too (`steps_s`: the wall time of each staged part and write, `pipelines.refine.STEP_NAMES`).
+`--engine classic` runs the same silver transforms on JVM Spark local[2] through Spark Connect, with
+Parquet in and out and the state carried between batches as Parquet (JVM Spark here has no Delta, so
+no MERGE).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 
 from pyspark.sql import SparkSession
@@ -165,6 +166,13 @@ def _apply_conf(spark: SparkSession, settings: Settings) -> None:
             spark.conf.set(key, value)
 
 
+def free_loopback_port() -> int:
+    """A loopback TCP port that nothing listens on right now (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @contextlib.contextmanager
 def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0) -> Iterator[str]:
     """Run JVM Spark (pyspark's bundled jars) as a Spark Connect server on loopback.
@@ -182,7 +190,6 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
     Raises:
         ConfigError: when the server does not come up in time (its log tail is in the message).
     """
-    import socket
     import subprocess
     import tempfile
     import time
@@ -190,9 +197,7 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
     import pyspark
 
     spark_home = os.path.dirname(pyspark.__file__)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_loopback_port()
     command = [
         os.path.join(spark_home, "bin", "spark-submit"),
         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",

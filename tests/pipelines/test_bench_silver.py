@@ -4,28 +4,22 @@ against the tables it wrote and against the generator's manifest."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conf.tables import table_location
 from tests.conftest import make_settings
+from tests.pipelines.test_cli import run_cli
 
-LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 STEPS = ["sequenced", "schema_fields", "events", "skipped", "entity_status", "state", "events_merged",
          "skipped_merged", "state_merged"]
 
 
 def run_bench(work: Path, out: Path, *args: str) -> dict:
     """Run `lakehouse bench silver` on 2,000 versions in two batches; return its one JSON result."""
-    command = [LAKEHOUSE, "bench", "silver", "--versions", "2000", "--batches", "2", "--seed", "3",
-               "--work", str(work), "--out", str(out), *args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    run_cli("bench", "silver", "--versions", "2000", "--batches", "2", "--seed", "3", "--work", str(work),
+            "--out", str(out), *args, timeout=600)
     (path,) = out.glob("silver-*.json")
     return json.loads(path.read_text())
 

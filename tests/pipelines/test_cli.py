@@ -17,12 +17,22 @@ from tests.conftest import FIXTURES, make_settings
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 
 
-def run_cli(*args: str, home: Path | None = None, env: dict | None = None, check: bool = True):
-    """Run the installed `lakehouse` script and return the completed process."""
+def run_cli(
+    *args: str, home: Path | None = None, env: dict | None = None, check: bool = True, timeout: float = 300
+):
+    """Run the installed `lakehouse` script and return the completed process.
+
+    The child gets this process's environment without the lakehouse's own variables and without the
+    Spark Connect ones: this process's Connect sessions set SPARK_CONNECT_MODE_ENABLED, which would
+    turn a classic session in the child into a Connect one. `env` is added after.
+    """
     command = [LAKEHOUSE, *(["--home", str(home)] if home else []), *args]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+    full_env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"))
+    }
     full_env.update(env or {})
-    result = subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=300)
+    result = subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, check=False)
     if check and result.returncode != 0:
         raise AssertionError(f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import subprocess
 import sys
@@ -16,30 +15,10 @@ from pyspark.sql import functions as F
 
 from conf.errors import ConfigError
 from conf.tables import TABLES, table_location, table_name
-from pipelines.engine import check_reachable, java_message, open_session
+from pipelines.engine import check_reachable, free_loopback_port, java_message, open_session
 from pipelines.io import append, read_table
 from tests.conftest import make_settings
-
-LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def run_lakehouse(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    # This process's own Connect sessions set SPARK_CONNECT_MODE_ENABLED, which would turn a classic
-    # session in the child into a Connect one.
-    clean = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"))
-    }
-    return subprocess.run(
-        [LAKEHOUSE, *args], capture_output=True, text=True, env={**clean, **(env or {})}, timeout=timeout, check=False
-    )
+from tests.pipelines.test_cli import run_cli
 
 
 def test_local_session_starts_fast_and_stops_cleanly(tmp_path: Path):
@@ -116,7 +95,7 @@ def test_the_embedded_engine_runs_a_query_larger_than_its_memory_limit(tmp_path:
 
 
 def test_a_connect_url_nothing_answers_at_is_a_settings_error_naming_it_without_its_token():
-    port = free_port()
+    port = free_loopback_port()
     with pytest.raises(ConfigError, match=rf"engine.connect_url: nothing answers at 127.0.0.1:{port} ") as raised:
         check_reachable(f"sc://127.0.0.1:{port}/;token=secret-value", timeout=1)
     assert "secret-value" not in str(raised.value)
@@ -133,10 +112,10 @@ def test_a_connect_url_with_a_server_behind_it_passes_the_probe(spark):
 
 
 def test_the_cli_reports_an_unreachable_connect_endpoint_at_once(tmp_path: Path):
-    port = free_port()
+    port = free_loopback_port()
     started = time.monotonic()
-    done = run_lakehouse("--profile", "connect", "--home", str(tmp_path), "tables",
-                         env={"LAKEHOUSE_CONNECT_URL": f"sc://127.0.0.1:{port}"})
+    done = run_cli("--profile", "connect", "tables", home=tmp_path, env={"LAKEHOUSE_CONNECT_URL": f"sc://127.0.0.1:{port}"},
+                   check=False)
     # The Connect client alone would retry for minutes; the probe answers within its 10 s.
     assert time.monotonic() - started < 60
     assert done.returncode == 2, done.stderr
@@ -160,7 +139,7 @@ def test_java_message_is_the_jvm_exceptions_own_line():
 def test_the_classic_profile_without_the_delta_jars_says_so_in_one_message(tmp_path: Path):
     # pyspark's own jars hold no Delta (the machines cannot download delta-spark's), as on a cluster
     # whose spark-submit forgot --packages.
-    done = run_lakehouse("--profile", "classic", "--home", str(tmp_path), "tables", timeout=300)
+    done = run_cli("--profile", "classic", "tables", home=tmp_path, check=False)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "- engine: JVM Spark cannot open its session catalog:" in done.stderr
     assert "DeltaCatalog" in done.stderr and "needs the delta-spark jars" in done.stderr
