@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from conf.errors import ConfigError
+from conf.tables import TABLES
 
 CONF_DIR = Path(__file__).resolve().parent
 PROFILES_DIR = CONF_DIR / "profiles"
@@ -394,8 +395,6 @@ def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
             "no managed tables across sessions (its catalog lives in memory) and has no warehouse dir set; "
             "use false (tables stored under home or table_locations)"
         )
-    from conf.tables import TABLES  # imported here: conf.tables imports this module
-
     for key in settings.table_locations:
         if key not in TABLES:
             problems.append(f"table_locations.{key}: unknown table (known: {', '.join(TABLES)})")

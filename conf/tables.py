@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from conf.errors import ConfigError
 
-if TYPE_CHECKING:
-    from conf.settings import Settings
+
+class TableSettings(Protocol):
+    """What naming a table reads of the settings (conf.settings.Settings has it; this module does not import it)."""
+
+    catalog: Any
+    home: Path
+    table_locations: Mapping[str, str]
+
+    def resolve_path(self, path: str) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -210,7 +218,7 @@ def table_spec(table_key: str) -> TableSpec:
         raise ConfigError(f"table_key: unknown table {table_key!r} (known: {', '.join(TABLES)})") from None
 
 
-def table_name(settings: Settings, table_key: str) -> str:
+def table_name(settings: TableSettings, table_key: str) -> str:
     """Return the fully qualified name of a table: `[catalog.]schema.name`.
 
     Args:
@@ -223,13 +231,13 @@ def table_name(settings: Settings, table_key: str) -> str:
     return ".".join(parts)
 
 
-def schema_name(settings: Settings, layer: str) -> str:
+def schema_name(settings: TableSettings, layer: str) -> str:
     """Return the fully qualified schema (database) name of a layer."""
     schema = getattr(settings.catalog.schemas, layer)
     return f"{settings.catalog.name}.{schema}" if settings.catalog.name else schema
 
 
-def table_location(settings: Settings, table_key: str) -> Path:
+def table_location(settings: TableSettings, table_key: str) -> Path:
     """Return the storage location of a table: the configured one, else `<home>/<layer>/<name>`."""
     spec = table_spec(table_key)
     configured = settings.table_locations.get(table_key)

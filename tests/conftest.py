@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from conf.settings import Settings, load_settings
-from pipelines.catalog import ensure_tables
-from pipelines.engine import jvm_connect_server, open_session
+from pipelines.runtime.catalog import ensure_tables
+from pipelines.runtime.engine import jvm_connect_server, open_session
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

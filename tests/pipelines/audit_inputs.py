@@ -11,8 +11,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from conf.settings import Settings
 from conf.tables import table_spec
-from pipelines.io import append
-from pipelines.progress import record_progress
+from pipelines.runtime.io import append
+from pipelines.runtime.progress import record_progress
 
 _USAGE_DOC_KEYS = {
     "entity_urn": "entityUrn",

@@ -125,7 +125,7 @@ def split_batches(records: list[Mapping[str, Any]], cuts: list[int]) -> list[lis
 
 def land(spark: SparkSession, settings, rows: list[dict[str, Any]]) -> None:
     """Write one batch's rows to bronze.aspect_snapshots, then its bronze.landed_files row (the commit)."""
-    from pipelines.io import append
+    from pipelines.runtime.io import append
 
     append(bronze_df(spark, rows), settings, BRONZE_KEY)
     first = rows[0]

@@ -1,0 +1,107 @@
+"""Export silver change events as DataHub Entity Change Event V1 JSON lines.
+
+Each line is one event in the catalog's shape: entityUrn, entityType, category, operation, modifier
+(when set), parameters (when any; `nullable` a JSON boolean, `decommissionTime` a number, every other
+value a string, the JSON-valued ones as JSON text), version (always 0: DataHub's classes require it)
+and auditStamp {actor, time}. DataHub's own consumer class (`EntityChangeEvent.from_json` of
+acryl-datahub-actions) reads every line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import InputError
+from conf.settings import Settings
+from pipelines.runtime.io import read_table, write_lines
+
+EVENTS_TABLE = "silver.entity_change_events"
+_BOOLEAN_PARAMS = ("nullable",)
+_NUMBER_PARAMS = ("decommissionTime",)
+
+
+def typed_parameters(parameters: Mapping[str, str] | None) -> dict[str, Any]:
+    """Give each stored parameter (all strings) its ECE V1 JSON type."""
+    typed: dict[str, Any] = {}
+    for name, value in sorted((parameters or {}).items()):
+        if value is None:
+            continue
+        if name in _BOOLEAN_PARAMS:
+            typed[name] = value.lower() == "true"
+        elif name in _NUMBER_PARAMS and value.lstrip("-").isdigit():
+            typed[name] = int(value)
+        else:
+            typed[name] = value
+    return typed
+
+
+def ece_document(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One silver.entity_change_events row as an ECE V1 JSON object."""
+    document: dict[str, Any] = {
+        "entityUrn": row["entity_urn"],
+        "entityType": row["entity_type"],
+        "category": row["category"],
+        "operation": row["operation"],
+    }
+    if row.get("modifier") is not None:
+        document["modifier"] = row["modifier"]
+    parameters = typed_parameters(row.get("parameters"))
+    if parameters:
+        document["parameters"] = parameters
+    document["version"] = int(row.get("version") or 0)
+    document["auditStamp"] = {"actor": row["actor"], "time": int(row["event_time"])}
+    return document
+
+
+def select_events(
+    spark: SparkSession, settings: Settings, since_ms: int | None = None, until_ms: int | None = None
+) -> DataFrame:
+    """The change events with since_ms <= event time < until_ms, in event time order (stable)."""
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise InputError(f"since_ms: {since_ms} is after until_ms {until_ms}")
+    events_df = read_table(spark, settings, EVENTS_TABLE)
+    if since_ms is not None:
+        events_df = events_df.filter(F.col("event_time") >= F.lit(since_ms))
+    if until_ms is not None:
+        events_df = events_df.filter(F.col("event_time") < F.lit(until_ms))
+    return events_df.orderBy("event_time", "source_order_key", "event_id")
+
+
+def iter_ece_lines(events_df: DataFrame) -> Iterator[str]:
+    """Compact JSON text of each event row, one per event."""
+    columns = ["entity_urn", "entity_type", "category", "operation", "modifier", "parameters", "version", "actor", "event_time"]
+    for row in events_df.select(*columns).toLocalIterator():
+        yield json.dumps(ece_document(row.asDict()), separators=(",", ":"), ensure_ascii=False)
+
+
+def write_ece_jsonl(
+    spark: SparkSession,
+    settings: Settings,
+    out: Path,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> int:
+    """Write the change events of [since_ms, until_ms) to `out` as ECE V1 JSON lines.
+
+    The file is written beside `out` and renamed into place, so a killed export never leaves half a file.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings.
+        out: the file to write (its folder is created).
+        since_ms: first event time included (epoch ms); None: from the first event.
+        until_ms: first event time excluded; None: to the last event.
+
+    Returns:
+        The number of events written.
+
+    Raises:
+        InputError: when since_ms is after until_ms, or `out` cannot be written.
+    """
+    return write_lines(Path(out), iter_ece_lines(select_events(spark, settings, since_ms, until_ms)))

@@ -1,0 +1,77 @@
+"""Export gold ChangeEvents as OpenMetadata ChangeEvent JSON lines.
+
+Each line is one ChangeEvent with the spec's keys only (`conf/schemas/openmetadata-change-event.schema.json`):
+null optional keys are left out, changeDescription is never written for entityCreated and entityDeleted,
+entity only for entityCreated. Lines come in (timestamp, entityId, version order) order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import InputError
+from conf.settings import Settings
+from gold.openmetadata import event_filter_predicate, to_change_event_json
+from pipelines.runtime.io import read_table, write_lines
+
+CHANGE_EVENTS_TABLE = "gold.openmetadata_change_events"
+
+
+def select_change_events(
+    spark: SparkSession,
+    settings: Settings,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    event_filter: Mapping[str, Any] | None = None,
+) -> DataFrame:
+    """The ChangeEvents with since_ms <= timestamp < until_ms that `event_filter` selects, in export order.
+
+    Raises:
+        InputError: when since_ms is after until_ms.
+        RequestError: for an eventFilter the spec does not allow (naming the key and value).
+    """
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise InputError(f"since_ms: {since_ms} is after until_ms {until_ms}")
+    predicate = event_filter_predicate(event_filter)
+    events_df = read_table(spark, settings, CHANGE_EVENTS_TABLE).filter(predicate)
+    if since_ms is not None:
+        events_df = events_df.filter(F.col("timestamp") >= F.lit(since_ms))
+    if until_ms is not None:
+        events_df = events_df.filter(F.col("timestamp") < F.lit(until_ms))
+    return events_df.orderBy("timestamp", "entity_id", "entity_sequence", "id")
+
+
+def write_openmetadata_jsonl(
+    spark: SparkSession,
+    settings: Settings,
+    out: Path,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    event_filter: Mapping[str, Any] | None = None,
+) -> int:
+    """Write the ChangeEvents of [since_ms, until_ms) that `event_filter` selects to `out`, one per line.
+
+    The file is written beside `out` and renamed into place, so a killed export never leaves half a file.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings.
+        out: the file to write (its folder is created).
+        since_ms: first timestamp included (epoch ms); None: from the first event.
+        until_ms: first timestamp excluded; None: to the last event.
+        event_filter: an OpenMetadata eventFilter `{eventType, entities}`; None: every event.
+
+    Returns:
+        The number of events written.
+
+    Raises:
+        InputError: when since_ms is after until_ms, or `out` cannot be written.
+        RequestError: for an eventFilter the spec does not allow.
+    """
+    lines_df = to_change_event_json(select_change_events(spark, settings, since_ms, until_ms, event_filter))
+    return write_lines(Path(out), (row.value for row in lines_df.toLocalIterator()))

@@ -1,0 +1,210 @@
+"""The scheduled jobs: land -> refine -> publish, each stage resumable, every run tracked in MLflow."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import InputError
+from conf.settings import Settings
+from conf.tables import TABLES
+from pipelines.runtime.engine import open_session
+from pipelines.runtime.faults import crash_point
+from pipelines.runtime.io import read_table
+from pipelines.runtime.lock import run_lock
+from pipelines.runtime.maintenance import maintenance_for
+from pipelines.runtime.progress import StageResult
+from pipelines.runtime.tracking import tracked_run
+
+JOB_STAGES = ("land", "refine", "publish")
+
+
+@dataclass
+class StageReport:
+    """One stage of one run: what it consumed and produced, and how long it took."""
+
+    stage: str
+    seconds: float
+    batch_ids: tuple[str, ...] = ()
+    rows_in: int = 0
+    rows_out: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rows_per_second(self) -> float:
+        """Rows read per second of stage time."""
+        return round(self.rows_in / self.seconds, 1) if self.seconds > 0 else 0.0
+
+
+@dataclass
+class RunSummary:
+    """What one pipeline run did, as printed and stored with its MLflow run."""
+
+    run_id: str
+    stages: list[StageReport]
+    versions_before: dict[str, int]
+    versions_after: dict[str, int]
+    events_by_category: dict[str, int]
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as plain JSON-able data."""
+        data = asdict(self)
+        for stage, report in zip(data["stages"], self.stages):
+            stage["rows_per_second"] = report.rows_per_second
+        return data
+
+
+def run_job(
+    settings: Settings,
+    stages: Sequence[str] = JOB_STAGES,
+    *,
+    paths: Sequence[Path] | None = None,
+    wait_seconds: float = 0.0,
+    on_stage: Callable[[str], None] | None = None,
+    land_progress: Any = None,
+) -> RunSummary:
+    """Run pipeline stages in order under the run lock, as one MLflow run.
+
+    Each stage consumes only what its upstream finished and not yet it (ops.stage_progress), so a run
+    that was killed resumes where it stopped and a run with nothing new does nothing.
+
+    Args:
+        settings: the lakehouse settings.
+        stages: a subsequence of land, refine, publish.
+        paths: files or folders to land; default the configured landing folders.
+        wait_seconds: how long to wait for another run's lock.
+        on_stage: called with each stage's name as it starts (progress display).
+        land_progress: passed to landing to report per-file progress.
+
+    Returns:
+        The run summary.
+
+    Raises:
+        InputError: for an unknown stage.
+        ConcurrencyError: when another run holds the lock.
+    """
+    unknown = [s for s in stages if s not in JOB_STAGES]
+    if unknown or not stages:
+        raise InputError(f"stages: {list(stages)!r} must be a non-empty subset of {', '.join(JOB_STAGES)}")
+    ordered = [s for s in JOB_STAGES if s in stages]
+    name = "run" if ordered == list(JOB_STAGES) else "job-" + "-".join(ordered)
+    started = time.monotonic()
+    with run_lock(settings, owner=f"lakehouse {name}", wait_seconds=wait_seconds):
+        with tracked_run(settings, name, tags={"profile": settings.profile}) as tracker:
+            with open_session(settings) as spark:
+                maintenance = maintenance_for(settings, spark)
+                versions_before = {key: maintenance.version(key) for key in TABLES}
+                tracker.log_params(
+                    {"profile": settings.profile, "home": str(settings.home), "stages": ",".join(ordered)}
+                )
+                reports = []
+                for stage in ordered:
+                    crash_point(f"before_{stage}")
+                    if on_stage:
+                        on_stage(stage)
+                    reports.append(_run_stage(spark, settings, stage, tracker.run_id, paths, land_progress))
+                    crash_point(f"after_{stage}")
+                versions_after = {key: maintenance.version(key) for key in TABLES}
+                batch_ids = sorted({b for r in reports for b in r.batch_ids})
+                events_by_category = _events_by_category(spark, settings, batch_ids) if "refine" in ordered else {}
+            summary = RunSummary(
+                run_id=tracker.run_id,
+                stages=reports,
+                versions_before=versions_before,
+                versions_after=versions_after,
+                events_by_category=events_by_category,
+                seconds=round(time.monotonic() - started, 3),
+            )
+            tracker.log_params(
+                {
+                    "batches": ",".join(batch_ids) or "-",
+                    **{f"version_before.{k}": v for k, v in versions_before.items()},
+                    **{f"version_after.{k}": v for k, v in versions_after.items()},
+                }
+            )
+            tracker.log_metrics(_run_metrics(summary))
+            tracker.summary["run"] = summary.as_dict()
+    return summary
+
+
+def _run_stage(
+    spark: SparkSession,
+    settings: Settings,
+    stage: str,
+    run_id: str,
+    paths: Sequence[Path] | None,
+    land_progress: Any,
+) -> StageReport:
+    started = time.monotonic()
+    if stage == "land":
+        from pipelines.batch.landing import land_paths
+
+        if not paths:
+            # The configured landing folders are where new files will arrive: an empty one is fine.
+            for folder in settings.landing_paths:
+                folder.mkdir(parents=True, exist_ok=True)
+        report = land_paths(spark, settings, list(paths or settings.landing_paths), progress=land_progress)
+        results = [report.as_stage_result()]
+    elif stage == "refine":
+        from pipelines.batch.refine import refine
+
+        results = [refine(spark, settings, run_id=run_id)]
+    else:
+        results = _publish(spark, settings, run_id)
+    seconds = round(time.monotonic() - started, 3)
+    return StageReport(
+        stage=stage,
+        seconds=seconds,
+        batch_ids=tuple(sorted({b for r in results for b in r.batch_ids})),
+        rows_in=sum(r.rows_in for r in results),
+        rows_out=sum(r.rows_out for r in results),
+        metrics={
+            # Each sub-stage's own counts too: the publish step runs two (publish_audit, publish_openmetadata).
+            **{f"{r.stage}.{name}": float(getattr(r, name)) for r in results for name in ("rows_in", "rows_out")},
+            **{f"{r.stage}.{k}": float(v) for r in results for k, v in r.metrics.items()},
+        },
+    )
+
+
+def _publish(spark: SparkSession, settings: Settings, run_id: str) -> list[StageResult]:
+    from pipelines.batch.publish_audit import publish_audit
+    from pipelines.batch.publish_openmetadata import publish_openmetadata
+
+    audit = publish_audit(spark, settings, run_id=run_id)
+    crash_point("between_publish_audit_and_openmetadata")
+    return [audit, publish_openmetadata(spark, settings, run_id=run_id)]
+
+
+def _events_by_category(spark: SparkSession, settings: Settings, batch_ids: list[str]) -> dict[str, int]:
+    if not batch_ids:
+        return {}
+    rows = (
+        read_table(spark, settings, "silver.entity_change_events")
+        .filter(F.col("batch_id").isin(batch_ids))
+        .groupBy("category")
+        .count()
+        .collect()
+    )
+    return {r.category: r["count"] for r in sorted(rows, key=lambda r: r.category)}
+
+
+def _run_metrics(summary: RunSummary) -> dict[str, float]:
+    metrics: dict[str, float] = {"duration_s": summary.seconds}
+    for report in summary.stages:
+        metrics[f"{report.stage}.duration_s"] = report.seconds
+        metrics[f"{report.stage}.rows_in"] = report.rows_in
+        metrics[f"{report.stage}.rows_out"] = report.rows_out
+        metrics[f"{report.stage}.rows_per_second"] = report.rows_per_second
+        metrics[f"{report.stage}.batches"] = len(report.batch_ids)
+        metrics.update(report.metrics)
+    for category, count in summary.events_by_category.items():
+        metrics[f"events.{category}"] = count
+    return metrics
+

@@ -1,0 +1,169 @@
+"""The publish_audit stage: refined batches -> gold.audit_events (MERGE) and gold.actor_activity_daily."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.settings import Settings
+from conf.tables import table_name, table_spec
+from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
+from pipelines.runtime.faults import crash_point
+from pipelines.runtime.io import insert_row, merge, read_table, replace_where
+from pipelines.runtime.maintenance import maintenance_for
+from pipelines.runtime.progress import StageResult, pending_batches, record_progress
+
+STAGE = "publish_audit"
+AUDIT_TABLE = "gold.audit_events"
+ACTIVITY_TABLE = "gold.actor_activity_daily"
+# Compaction clusters rows by time and actor: the search's window filter and its most common filter.
+AUDIT_ZORDER = ("timestamp", "actor_urn")
+
+
+def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = None) -> StageResult:
+    """Publish every batch refine finished and this stage has not: audit rows, then the touched activity days.
+
+    Crash-safe: the audit MERGE inserts event ids not already there (in the batch's day partitions) and
+    replaces a stored row only with one the dedup prefers, so a re-run leaves it as it is; the activity
+    days are recomputed whole, and progress is recorded last. So a re-run after a crash at any point
+    writes the same tables and a re-run after success adds nothing.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings.
+        run_id: the pipeline run recorded with the progress rows.
+
+    Returns:
+        The batches published, rows read (usage events + change events) and audit rows derived.
+    """
+    batch_ids = pending_batches(spark, settings, STAGE)
+    if not batch_ids:
+        return StageResult(STAGE, (), 0, 0, {"days_refreshed": 0})
+    usage_df = read_table(spark, settings, "bronze.usage_events").filter(F.col("batch_id").isin(batch_ids))
+    changes_df = read_table(spark, settings, "silver.entity_change_events").filter(F.col("batch_id").isin(batch_ids))
+    audit_df = to_audit_events(usage_df, changes_df)
+    per_batch = _counts_per_batch(usage_df, changes_df, audit_df)
+    days = sorted({day for counts in per_batch.values() for day in counts["days"]})
+    if days:
+        merge_audit_events(spark, settings, audit_df, days)
+        crash_point("publish_audit.merged")
+        refresh_actor_activity(spark, settings, days, batch_ids)
+    for batch_id in batch_ids:
+        counts = per_batch.get(batch_id, {"rows_in": 0, "rows_out": 0})
+        record_progress(
+            spark,
+            settings,
+            STAGE,
+            "bronze.usage_events",
+            batch_id,
+            rows_in=counts["rows_in"],
+            rows_out=counts["rows_out"],
+            run_id=run_id,
+        )
+    rows_in = sum(c["rows_in"] for c in per_batch.values())
+    rows_out = sum(c["rows_out"] for c in per_batch.values())
+    return StageResult(STAGE, tuple(batch_ids), rows_in, rows_out, {"days_refreshed": float(len(days))})
+
+
+def _counts_per_batch(usage_df: DataFrame, changes_df: DataFrame, audit_df: DataFrame) -> dict[str, dict[str, Any]]:
+    """Rows read and audit rows derived per batch, and the event days each batch touches."""
+    read_rows = (
+        usage_df.select("batch_id")
+        .unionByName(changes_df.select("batch_id"))
+        .groupBy("batch_id")
+        .agg(F.count(F.lit(1)).alias("n"))
+        .collect()
+    )
+    derived_rows = (
+        audit_df.groupBy("batch_id")
+        .agg(F.count(F.lit(1)).alias("n"), F.collect_set("event_date").alias("days"))
+        .collect()
+    )
+    counts: dict[str, dict[str, Any]] = {}
+    for row in read_rows:
+        counts.setdefault(row.batch_id, {"rows_in": 0, "rows_out": 0, "days": []})["rows_in"] = int(row.n)
+    for row in derived_rows:
+        entry = counts.setdefault(row.batch_id, {"rows_in": 0, "rows_out": 0, "days": []})
+        entry["rows_out"] = int(row.n)
+        entry["days"] = [d for d in row.days if d is not None]
+    return counts
+
+
+def _date_list(days: list[date]) -> str:
+    return ", ".join(f"DATE'{day.isoformat()}'" for day in days)
+
+
+def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFrame, days: list[date]) -> None:
+    """MERGE audit rows into gold.audit_events on event_id, reading only the partitions of `days`.
+
+    A new event is inserted; a stored one is replaced only by a row that `filter_first_per_event` would
+    prefer, so the table ends the same whichever order the batches were published in.
+
+    Rows are sorted by time within each day before the write, so files keep time-ordered statistics.
+
+    Args:
+        spark: the session.
+        settings: the lakehouse settings.
+        audit_df: deduplicated audit rows whose event_date is one of `days`.
+        days: the event dates of `audit_df` (the MERGE's partition filter).
+    """
+    columns = table_spec(AUDIT_TABLE).column_names
+    target = table_name(settings, AUDIT_TABLE)
+    source_df = audit_df.select(*columns).repartition("event_date").sortWithinPartitions("event_date", "timestamp")
+    updates = ", ".join(f"t.{c} = s.{c}" for c in columns if c not in ("event_id", "event_date"))
+    # The row kept for an event must not depend on which batch came first: a row that sorts before the
+    # stored one (a usage document before a derived row, then the smaller source id) replaces it.
+    rank_s = f"CASE WHEN s.origin = '{ORIGIN_USAGE}' THEN 0 ELSE 1 END"
+    rank_t = f"CASE WHEN t.origin = '{ORIGIN_USAGE}' THEN 0 ELSE 1 END"
+    preferred = f"({rank_s} < {rank_t} OR ({rank_s} = {rank_t} AND s.source_id < t.source_id))"
+    merge(
+        spark,
+        source_df,
+        lambda source: (
+            f"MERGE INTO {target} AS t USING {source} AS s "
+            f"ON t.event_date IN ({_date_list(days)}) AND t.event_date = s.event_date AND t.event_id = s.event_id "
+            f"WHEN MATCHED AND {preferred} THEN UPDATE SET {updates} "
+            f"WHEN NOT MATCHED THEN {insert_row(AUDIT_TABLE)}"
+        ),
+        view_name="publish_audit_source",
+    )
+
+
+def refresh_actor_activity(
+    spark: SparkSession, settings: Settings, days: list[date], batch_ids: list[str] | None = None
+) -> None:
+    """Recompute gold.actor_activity_daily for exactly `days` from gold.audit_events and silver events.
+
+    Change categories count the silver events of batches this stage has published (plus `batch_ids`,
+    being published now), so the aggregates never run ahead of the audit table.
+
+    Args:
+        spark: the session.
+        settings: the lakehouse settings.
+        days: the activity dates to recompute (replaced whole).
+        batch_ids: batches being published in this run, counted as published.
+    """
+    if not days:
+        return
+    day_values = [F.lit(day.isoformat()).cast("date") for day in days]
+    audit_df = read_table(spark, settings, AUDIT_TABLE).filter(F.col("event_date").isin(day_values))
+    published_df = (
+        read_table(spark, settings, "ops.stage_progress").filter(F.col("stage") == F.lit(STAGE)).select("batch_id")
+    )
+    if batch_ids:
+        published_df = published_df.unionByName(spark.createDataFrame([(b,) for b in batch_ids], "batch_id string"))
+    changes_df = (
+        read_table(spark, settings, "silver.entity_change_events")
+        .filter(F.col("event_date").isin(day_values))
+        .join(published_df.distinct(), "batch_id", "left_semi")
+    )
+    activity_df = to_actor_activity_daily(audit_df, changes_df)
+    replace_where(activity_df, settings, ACTIVITY_TABLE, f"activity_date IN ({_date_list(days)})")
+
+
+def optimize_audit_events(spark: SparkSession, settings: Settings) -> dict[str, Any]:
+    """Compact gold.audit_events, Z-ordering files by (timestamp, actor_urn) within each day partition."""
+    return maintenance_for(settings, spark).optimize(AUDIT_TABLE, zorder_by=AUDIT_ZORDER)

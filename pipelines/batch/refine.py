@@ -1,0 +1,323 @@
+"""The refine stage: bronze aspect snapshots -> silver change events, aspect state and skipped snapshots.
+
+Committed bronze batches are processed one at a time, oldest first, and each batch costs what the
+batch costs: its bronze rows are read by batch id, paired with the state rows of the keys it touches,
+and only its own events are written.
+
+Crash safety. One batch is written in this order, each write idempotent:
+  1. stage: sequence the batch against the state *before the batch* (`silver.state.to_pre_batch_state`
+     turns rows this batch already wrote back into their prev_* values, and their JSON into that of
+     the bronze snapshots those name), pair, derive the events;
+     everything is written to Parquet under `<home>/_scratch/refine/<batch>` (recomputed on a re-run);
+  2. MERGE events on event_id (insert only, pruned to the batch's event dates and its own files);
+  3. MERGE skipped snapshots on (batch_id, source_file, line_number) (insert only);
+  4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key,
+     and in the same statement set the hard-deleted flag on the other keys of entities the batch
+     deleted or re-created;
+  5. record progress (last).
+A run killed anywhere and started again recomputes the same staged data and ends with the same tables.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from conf.errors import InputError
+from conf.settings import Settings
+from conf.tables import table_name, table_spec
+from pipelines.runtime.faults import crash_point
+from pipelines.runtime.io import insert_missing, insert_row, merge, read_table
+from pipelines.runtime.progress import (
+    StageResult,
+    finished_batches,
+    pending_batches,
+    record_progress,
+)
+from silver.events import to_change_events
+from silver.events.common import with_schema_fields
+from silver.state import (
+    filter_replaced_by,
+    to_entity_status,
+    to_pairs,
+    to_pre_batch_state,
+    to_sequenced_batch,
+    to_skipped_snapshots,
+    to_state_rows,
+    with_entity_flag_rows,
+)
+
+STAGE = "refine"
+SOURCE_TABLE = "bronze.aspect_snapshots"
+EVENTS_TABLE = "silver.entity_change_events"
+STATE_TABLE = "silver.aspect_state"
+SKIPPED_TABLE = "silver.skipped_snapshots"
+
+# Rows per row group of the staged Parquet files. A row group is the unit a reader hands to one core:
+# the engine's default (about a million rows) leaves one core parsing an aspect's whole file. Engines
+# without this writer option ignore it.
+STAGED_ROW_GROUP_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """One batch computed and written to Parquet, ready to be merged into the silver tables.
+
+    `state_rows` counts the rows the state MERGE applies: the batch's new state rows and its flag rows.
+    `seconds` holds the wall time of each staged part and, once refine_batch has run them, of each
+    write step (STEP_NAMES).
+    """
+
+    batch_id: str
+    folder: Path
+    rows_in: int
+    events: int
+    skipped: int
+    state_rows: int
+    event_dates: tuple[str, str] | None
+    schemas: dict[str, StructType] = field(default_factory=dict, compare=False, repr=False)
+    seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+
+    def read(self, spark: SparkSession, part: str) -> DataFrame:
+        """Read one staged part (events, skipped or state), empty ones included."""
+        return spark.read.schema(self.schemas[part]).parquet(str(self.folder / part))
+
+
+def scratch_folder(settings: Settings, batch_id: str) -> Path:
+    """The folder holding one batch's staged Parquet files."""
+    return settings.home / "_scratch" / STAGE / batch_id
+
+
+def read_batch(spark: SparkSession, settings: Settings, batch_ids: list[str]) -> DataFrame:
+    """The bronze aspect snapshots of the given batches."""
+    return read_table(spark, settings, SOURCE_TABLE).filter(F.col("batch_id").isin(batch_ids))
+
+
+def replaced_snapshots(spark: SparkSession, settings: Settings, state_df: DataFrame, batch_id: str) -> DataFrame:
+    """The bronze snapshots of the state rows that `batch_id` replaced: none unless a run died after its state MERGE.
+
+    Their batches are looked up first, so a first run reads no bronze rows for them.
+    """
+    replaced_df = filter_replaced_by(state_df, batch_id).select("prev_batch_id").distinct()
+    batch_ids = sorted(row["prev_batch_id"] for row in replaced_df.collect())
+    return read_batch(spark, settings, batch_ids)
+
+
+def _stage(
+    df: DataFrame,
+    path: Path,
+    schemas: dict[str, StructType],
+    seconds: dict[str, float],
+    partition_by: str | None = None,
+) -> DataFrame:
+    """Write `df` to Parquet and return it read back (with its schema: an empty result writes no file).
+
+    The part's schema goes into `schemas` and the write's wall time into `seconds`, under the part's name.
+
+    Staged files live for one batch: they are compressed for speed (snappy), not for size, and cut
+    into row groups of STAGED_ROW_GROUP_ROWS so that readers split one large file across every core.
+    """
+    writer = (
+        df.write.mode("overwrite")
+        .option("compression", "snappy")
+        .option("maxRowGroupSize", STAGED_ROW_GROUP_ROWS)
+    )
+    if partition_by:
+        writer = writer.partitionBy(partition_by)
+    started = time.perf_counter()
+    writer.parquet(str(path))
+    seconds[path.name] = round(time.perf_counter() - started, 3)
+    schemas[path.name] = df.schema
+    return df.sparkSession.read.schema(df.schema).parquet(str(path))
+
+
+def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> StagedBatch:
+    """Compute one batch against the state before it and write every result to the batch's scratch folder.
+
+    The sequenced rows are written first, partitioned by aspect name, so the window work is done once
+    and each event generator reads only its own aspects' files; then the schema aspects' fields, parsed
+    once for the three generators that read them; then the events and the state rows.
+    """
+    folder = scratch_folder(settings, batch_id)
+    schemas: dict[str, StructType] = {}
+    seconds: dict[str, float] = {}
+    batch_df = read_batch(spark, settings, [batch_id])
+    state_df = read_table(spark, settings, STATE_TABLE)
+    pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
+
+    sequenced_df = _stage(
+        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas, seconds, partition_by="aspect_name"
+    )
+    pairs_df = to_pairs(sequenced_df)
+    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas, seconds)
+    events_df = _stage(
+        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df), folder / "events", schemas, seconds
+    )
+    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas, seconds)
+    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas, seconds)
+    state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
+    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", schemas, seconds)
+
+    summary = events_df.agg(
+        F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi")
+    ).collect()[0]
+    return StagedBatch(
+        batch_id=batch_id,
+        folder=folder,
+        rows_in=sequenced_df.count(),
+        events=int(summary["n"]),
+        skipped=skipped_df.count(),
+        state_rows=state_df.count(),
+        event_dates=(str(summary["lo"]), str(summary["hi"])) if summary["n"] else None,
+        schemas=schemas,
+        seconds=seconds,
+    )
+
+
+def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Insert the batch's events that the table does not hold yet (keyed on event_id)."""
+    if not staged.events:
+        return
+    low, high = staged.event_dates
+    insert_missing(
+        spark,
+        settings,
+        EVENTS_TABLE,
+        staged.read(spark, "events"),
+        # An event id names the version that produced the event, and only one batch accepts a version
+        # (its copies in later batches are duplicates), so the only rows that can match are this
+        # batch's own, from a run that died after this step. The literals let the engine read those
+        # alone: the batch's date partitions, and in them the files this batch wrote.
+        f"t.event_id = s.event_id AND t.event_date = s.event_date AND t.batch_id = s.batch_id "
+        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}' AND t.batch_id = '{_quote(staged.batch_id)}'",
+        view_name="refine_events",
+    )
+
+
+def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Insert the batch's late and duplicate snapshots not recorded yet."""
+    if not staged.skipped:
+        return
+    insert_missing(
+        spark,
+        settings,
+        SKIPPED_TABLE,
+        staged.read(spark, "skipped").withColumn("recorded_at", F.current_timestamp()),
+        f"t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
+        f"AND t.batch_id = '{_quote(staged.batch_id)}'",
+        view_name="refine_skipped",
+    )
+
+
+def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Write the batch's state: insert new keys, replace rows only from another, older batch, set entity flags.
+
+    Flag rows (`with_entity_flag_rows`) only set entity_deleted on the existing rows of the entities
+    the batch hard-deleted or re-created; they never insert.
+    """
+    if not staged.state_rows:
+        return
+    target = table_name(settings, STATE_TABLE)
+    updates = ", ".join(f"t.{c} = s.{c}" for c in table_spec(STATE_TABLE).column_names)
+    statement = (
+        f"MERGE INTO {target} AS t USING {{source}} AS s "
+        f"ON t.entity_urn = s.entity_urn AND t.aspect_name = s.aspect_name "
+        f"WHEN MATCHED AND s.flag_only AND t.entity_deleted <> s.entity_deleted "
+        f"THEN UPDATE SET t.entity_deleted = s.entity_deleted "
+        f"WHEN MATCHED AND NOT s.flag_only AND t.batch_id <> s.batch_id AND s.order_key > t.order_key "
+        f"THEN UPDATE SET {updates} "
+        f"WHEN NOT MATCHED AND NOT s.flag_only THEN {insert_row(STATE_TABLE)}"
+    )
+    merge(spark, staged.read(spark, "state"), lambda source: statement.format(source=source), view_name="refine_state")
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+# The writes of one batch, in order; a crash point follows each (`pipelines.runtime.faults`).
+BATCH_STEPS = (
+    ("events_merged", merge_events),
+    ("skipped_merged", merge_skipped),
+    ("state_merged", merge_state),
+)
+
+# What a batch's time is reported by: its staged parts in the order stage_batch writes them, then BATCH_STEPS.
+STEP_NAMES = (
+    "sequenced",
+    "schema_fields",
+    "events",
+    "skipped",
+    "entity_status",
+    "state",
+    *(name for name, _ in BATCH_STEPS),
+)
+
+
+def refine_batch(
+    spark: SparkSession, settings: Settings, batch_id: str, run_id: str | None = None
+) -> StagedBatch | None:
+    """Refine one committed bronze batch: stage it, run BATCH_STEPS, record progress, drop the staged files.
+
+    Returns:
+        What the batch produced, or None when refine has already recorded the batch (nothing is written).
+    """
+    if batch_id in finished_batches(spark, settings, STAGE):
+        return None
+    staged = stage_batch(spark, settings, batch_id)
+    crash_point("refine.staged")
+    for name, step in BATCH_STEPS:
+        started = time.perf_counter()
+        step(spark, settings, staged)
+        staged.seconds[name] = round(time.perf_counter() - started, 3)
+        crash_point(f"refine.{name}")
+    record_progress(
+        spark, settings, STAGE, SOURCE_TABLE, batch_id, rows_in=staged.rows_in, rows_out=staged.events, run_id=run_id
+    )
+    shutil.rmtree(staged.folder, ignore_errors=True)
+    return staged
+
+
+def refine(
+    spark: SparkSession, settings: Settings, run_id: str | None = None, max_batches: int | None = None
+) -> StageResult:
+    """Refine every committed bronze batch that refine has not processed yet, oldest first.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings (`events.owner_category` names owner events).
+        run_id: the pipeline run recorded with each batch's progress.
+        max_batches: process at most this many batches (the oldest pending ones).
+
+    Returns:
+        The batches processed, bronze rows read, events written, and per-run metrics: events, skipped
+        and state rows, and `seconds.<step>`, the wall time of each staged part and write step summed
+        over the batches (where a batch's time goes; STEP_NAMES).
+
+    Raises:
+        InputError: when max_batches is not a positive number.
+    """
+    if max_batches is not None and max_batches < 1:
+        raise InputError(f"max_batches: {max_batches!r} must be at least 1")
+    pending = pending_batches(spark, settings, STAGE)
+    if max_batches is not None:
+        pending = pending[:max_batches]
+    staged = [s for s in (refine_batch(spark, settings, b, run_id=run_id) for b in pending) if s is not None]
+    return StageResult(
+        stage=STAGE,
+        batch_ids=tuple(s.batch_id for s in staged),
+        rows_in=sum(s.rows_in for s in staged),
+        rows_out=sum(s.events for s in staged),
+        metrics={
+            "events": float(sum(s.events for s in staged)),
+            "skipped": float(sum(s.skipped for s in staged)),
+            "state_rows": float(sum(s.state_rows for s in staged)),
+            **{f"seconds.{name}": round(sum(s.seconds.get(name, 0.0) for s in staged), 3) for name in STEP_NAMES},
+        },
+    )

@@ -1,0 +1,1 @@
+"""Benchmarks: the harness and one module per `lakehouse bench` command."""

@@ -1,0 +1,385 @@
+"""`lakehouse bench search`: audit search latency and throughput through the real HTTP server.
+
+Loads N generated usage events into gold.audit_events of a scratch lakehouse, starts `lakehouse serve`
+as a separate process on loopback, then measures (1) the latency of representative requests one at a
+time and (2) a load phase of concurrent clients for a bounded duration. Writes one JSON result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import ConfigError, InputError
+from conf.settings import Settings
+from conf.tables import table_location
+from gold.audit import to_audit_events_from_usage
+from gold.search import DAY_MS
+from pipelines.bench.harness import measure, percentile, write_result
+from pipelines.cli.commands.bench import bench_app
+from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.io import append, read_table
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_P95_MS = 100.0
+PAGING_DEPTH = 10
+PAGING_SIZE = 25
+# The usage document as DataHub writes it (BEHAVIOR.md 1b), read with an explicit schema.
+USAGE_DOCUMENT_DDL = (
+    "type STRING, actorUrn STRING, timestamp BIGINT, entityUrn STRING, entityType STRING, aspectName STRING, "
+    "eventSource STRING, sourceIP STRING, userAgent STRING, traceId STRING, loginSource STRING, "
+    "loginDenialReason STRING, usageSource STRING"
+)
+
+
+def to_usage_rows(lines_df: DataFrame, batch_id: str) -> DataFrame:
+    """Turn usage document lines (`value`) into rows with the bronze.usage_events columns."""
+    doc = F.from_json(F.col("value"), USAGE_DOCUMENT_DDL)
+    return lines_df.select(
+        doc.getField("type").alias("event_type"),
+        doc.getField("actorUrn").alias("actor_urn"),
+        doc.getField("timestamp").alias("timestamp"),
+        doc.getField("entityUrn").alias("entity_urn"),
+        doc.getField("entityType").alias("entity_type"),
+        doc.getField("aspectName").alias("aspect_name"),
+        doc.getField("eventSource").alias("event_source"),
+        doc.getField("sourceIP").alias("source_ip"),
+        doc.getField("userAgent").alias("user_agent"),
+        doc.getField("traceId").alias("trace_id"),
+        doc.getField("loginSource").alias("login_source"),
+        doc.getField("loginDenialReason").alias("login_denial_reason"),
+        doc.getField("usageSource").alias("usage_source"),
+        F.col("value").alias("raw_document"),
+        F.sha2(F.col("value"), 256).alias("record_hash"),
+        F.lit(batch_id).alias("batch_id"),
+    )
+
+
+def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) -> int:
+    """Bulk-load generated usage documents into gold.audit_events, laid out as search expects.
+
+    Rows go to their event_date partition, sorted by time within each file (the layout publish_audit's
+    MERGE plus compaction converge to). Returns the number of rows in the table.
+    """
+    lines_df = spark.read.text(str(usage_dir))
+    audit_df = to_audit_events_from_usage(to_usage_rows(lines_df, "bench"))
+    append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, "gold.audit_events")
+    return read_table(spark, settings, "gold.audit_events").count()
+
+
+class _Client:
+    """One keep-alive HTTP connection to the server, posting search requests."""
+
+    def __init__(self, port: int, token: str):
+        self._port = port
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def post(self, query: dict[str, Any], body: dict[str, Any]) -> tuple[int, dict[str, Any], float]:
+        """Send one search; return (status, decoded JSON, milliseconds)."""
+        path = "/openapi/v1/events/audit/search"
+        if query:
+            path += "?" + "&".join(f"{k}={v}" for k, v in query.items())
+        started = time.perf_counter()
+        try:
+            self._connection.request("POST", path, body=json.dumps(body), headers=self._headers)
+            response = self._connection.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException):
+            self._connection.close()
+            self._connection = http.client.HTTPConnection("127.0.0.1", self._port, timeout=60)
+            raise
+        elapsed = (time.perf_counter() - started) * 1000
+        return response.status, json.loads(payload), elapsed
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _request_kinds(actors: list[str], now_ms: int, days: int) -> dict[str, Callable[[random.Random], tuple[dict, dict]]]:
+    """The representative requests, each a function of a random source returning (query, body)."""
+
+    def no_filter(rng: random.Random) -> tuple[dict, dict]:
+        return {}, {"eventTypes": [], "entityTypes": [], "aspectTypes": [], "actorUrns": []}
+
+    def one_actor(rng: random.Random) -> tuple[dict, dict]:
+        return {}, {"actorUrns": [rng.choice(actors)]}
+
+    def types_and_range(rng: random.Random) -> tuple[dict, dict]:
+        end = now_ms - rng.randrange(0, max(1, days - 1)) * DAY_MS - rng.randrange(0, DAY_MS)
+        query = {"startTime": end - 6 * 3_600_000, "endTime": end}
+        return query, {"eventTypes": ["LogInEvent", "FailedLogInEvent", "CreateUserEvent"]}
+
+    return {"no_filter": no_filter, "one_actor": one_actor, "event_types_time_range": types_and_range}
+
+
+def _summary(latencies: list[float]) -> dict[str, float]:
+    if not latencies:
+        return {"n": 0}
+    return {
+        "n": len(latencies),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p95_ms": round(percentile(latencies, 95), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+        "mean_ms": round(sum(latencies) / len(latencies), 2),
+        "max_ms": round(max(latencies), 2),
+    }
+
+
+def _walk_pages(client: _Client, query: dict, body: dict, latencies: list[float]) -> int:
+    """Follow nextScrollId PAGING_DEPTH pages deep; return the number of non-200 answers."""
+    errors = 0
+    scroll = None
+    for _ in range(PAGING_DEPTH):
+        page_query = {**query, "size": PAGING_SIZE, "includeRaw": "false"}
+        if scroll:
+            page_query["scrollId"] = scroll
+        status, payload, elapsed = client.post(page_query, body)
+        latencies.append(elapsed)
+        if status != 200:
+            errors += 1
+            break
+        scroll = payload.get("nextScrollId")
+        if not scroll:
+            break
+    return errors
+
+
+def measure_latency(port: int, token: str, kinds: dict, requests: int, seed: int) -> dict[str, Any]:
+    """Send each kind of request `requests` times, one at a time, and summarize the latencies."""
+    rng = random.Random(seed)
+    client = _Client(port, token)
+    results: dict[str, Any] = {}
+    try:
+        for name, make in kinds.items():
+            for _ in range(3):  # warm the server's caches for this request shape
+                client.post(*make(rng))
+            latencies, errors, totals = [], 0, []
+            for _ in range(requests):
+                status, payload, elapsed = client.post(*make(rng))
+                latencies.append(elapsed)
+                if status != 200:
+                    errors += 1
+                else:
+                    totals.append(payload["total"])
+            results[name] = {**_summary(latencies), "errors": errors, "median_total": sorted(totals)[len(totals) // 2] if totals else 0}
+        page_latencies: list[float] = []
+        errors = 0
+        walks = max(1, requests // PAGING_DEPTH)
+        for _ in range(walks):
+            errors += _walk_pages(client, {}, {}, page_latencies)
+        results[f"paging_{PAGING_DEPTH}_deep"] = {**_summary(page_latencies), "errors": errors, "walks": walks}
+    finally:
+        client.close()
+    return results
+
+
+def measure_load(port: int, token: str, kinds: dict, clients: int, duration_s: float, seed: int) -> dict[str, Any]:
+    """Run `clients` concurrent clients for `duration_s` seconds, cycling through the request kinds."""
+    deadline = time.monotonic() + duration_s
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    makers = list(kinds.values())
+
+    def client_loop(index: int) -> None:
+        rng = random.Random(seed + index)
+        client = _Client(port, token)
+        mine: list[float] = []
+        my_errors: list[str] = []
+        try:
+            turn = index
+            while time.monotonic() < deadline:
+                try:
+                    status, _, elapsed = client.post(*makers[turn % len(makers)](rng))
+                    mine.append(elapsed)
+                    if status != 200:
+                        my_errors.append(f"HTTP {status}")
+                except (OSError, http.client.HTTPException, ValueError) as exc:
+                    my_errors.append(f"{type(exc).__name__}: {exc}")
+                turn += 1
+        finally:
+            client.close()
+            with lock:
+                latencies.extend(mine)
+                errors.extend(my_errors)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=client_loop, args=(i,), daemon=True) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=duration_s + 120)
+    elapsed = time.monotonic() - started
+    return {
+        "clients": clients,
+        "duration_s": round(elapsed, 2),
+        "requests": len(latencies),
+        "throughput_rps": round(len(latencies) / elapsed, 2) if elapsed else 0.0,
+        **_summary(latencies),
+        "errors": len(errors),
+        "error_samples": sorted(set(errors))[:5],
+    }
+
+
+def _start_server(settings: Settings, port: int, log_path: Path, timeout: float = 120.0) -> subprocess.Popen:
+    """Start `lakehouse serve` on loopback as a child process and wait for /health."""
+    command = [sys.executable, "-m", "pipelines.cli", "--profile", settings.profile, "--home", str(settings.home),
+               "serve", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    log = open(log_path, "w")  # noqa: SIM115 - closed with the process
+    process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ConfigError(f"bench: the server exited with {process.returncode}:\n{log_path.read_text()[-2000:]}")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                return process
+        except OSError:
+            pass
+        time.sleep(0.2)
+    process.terminate()
+    raise ConfigError(f"bench: the server did not answer /health within {timeout} s")
+
+
+def _stop_server(process: subprocess.Popen) -> int | None:
+    """Stop the server; return its peak resident memory in bytes when the OS tells it."""
+    peak = None
+    try:
+        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return peak
+
+
+def run_search_bench(
+    settings: Settings,
+    *,
+    events: int,
+    duration_s: float,
+    clients: int,
+    requests: int,
+    days: int,
+    actors: int,
+    zorder: bool,
+    seed: int = 7,
+) -> dict[str, Any]:
+    """Load `events` audit rows into the lakehouse of `settings`, serve them and measure search.
+
+    Returns:
+        The measured figures (load, optimize, per-kind latency, load phase, target check).
+    """
+    from bronze.generator import generate_usage_events
+    from pipelines.runtime.engine import open_session
+    from pipelines.batch.publish_audit import optimize_audit_events
+    from pipelines.serving.tokens import create_token
+
+    now_ms = int(time.time() * 1000)
+    actor_urns = [f"urn:li:corpuser:user{i:05d}" for i in range(actors)]
+    usage_dir = settings.home / "bench-input"
+    payload: dict[str, Any] = {"events": events, "days": days, "actors": actors, "zorder": zorder}
+    with measure() as generated:
+        generate_usage_events(usage_dir, events=events, seed=seed, start_ms=now_ms - days * DAY_MS, end_ms=now_ms,
+                              actors=actor_urns, overwrite=True)  # fmt: skip
+    payload["generate"] = generated
+    with open_session(settings) as spark:
+        with measure() as loaded:
+            payload["rows"] = load_audit_events(spark, settings, usage_dir / "usage")
+        payload["load"] = loaded
+        if zorder:
+            with measure() as optimized:
+                metrics = optimize_audit_events(spark, settings)
+            payload["optimize"] = {**dataclasses.asdict(optimized), "files_added": metrics.get("numFilesAdded"),
+                                   "files_removed": metrics.get("numFilesRemoved")}  # fmt: skip
+    shutil.rmtree(usage_dir, ignore_errors=True)
+    audit_dir = table_location(settings, "gold.audit_events")
+    payload["table"] = {
+        "files": sum(1 for _ in audit_dir.rglob("*.parquet")),
+        "bytes": sum(p.stat().st_size for p in audit_dir.rglob("*.parquet")),
+    }
+    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
+    port = free_loopback_port()
+    started = time.monotonic()
+    server = _start_server(settings, port, settings.home / "server.log")
+    payload["server_startup_s"] = round(time.monotonic() - started, 2)
+    try:
+        kinds = _request_kinds(actor_urns, now_ms, days)
+        payload["latency"] = measure_latency(port, token, kinds, requests, seed)
+        payload["load_phase"] = measure_load(port, token, kinds, clients, duration_s, seed)
+    finally:
+        payload["server_peak_rss_bytes"] = _stop_server(server)
+    worst_p95 = max(v["p95_ms"] for v in payload["latency"].values() if "p95_ms" in v)
+    errors = sum(v["errors"] for v in payload["latency"].values()) + payload["load_phase"]["errors"]
+    payload["target"] = {"p95_ms": TARGET_P95_MS, "worst_p95_ms": worst_p95, "errors": errors,
+                         "met": worst_p95 <= TARGET_P95_MS and errors == 0}  # fmt: skip
+    return payload
+
+
+@bench_app.command("search")
+def bench_search_command(
+    ctx: typer.Context,
+    events: int = typer.Option(1_000_000, "--events", help="Audit events to load."),
+    duration: float = typer.Option(60.0, "--duration", help="Seconds of the concurrent load phase (max 600)."),
+    clients: int = typer.Option(16, "--clients", help="Concurrent clients in the load phase (max 64)."),
+    requests: int = typer.Option(50, "--requests", help="Requests per kind in the latency phase."),
+    days: int = typer.Option(30, "--days", help="Days the events are spread over (ending now)."),
+    actors: int = typer.Option(1000, "--actors", help="Distinct actors."),
+    zorder: bool = typer.Option(False, "--zorder/--no-zorder", help="Z-order the table (timestamp, actor) first."),
+    work_dir: Path | None = typer.Option(None, "--work-dir", help="Scratch lakehouse home (default: a temp dir, removed)."),
+    out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
+) -> None:
+    """Measure audit search latency (p50/p95/p99 per request kind) and throughput over HTTP."""
+    from pipelines.cli.app import state_of
+    from pipelines.cli.console import console
+
+    if events < 1:
+        raise InputError(f"--events: {events} must be at least 1")
+    if not 1 <= clients <= 64:
+        raise InputError(f"--clients: {clients} must be 1..64")
+    if not 0 < duration <= 600:
+        raise InputError(f"--duration: {duration} must be in (0, 600] seconds")
+    if requests < 1 or days < 1 or actors < 1:
+        raise InputError(f"--requests {requests}, --days {days}, --actors {actors}: each must be at least 1")
+    base = state_of(ctx).settings
+    home = work_dir.resolve() if work_dir else Path(tempfile.mkdtemp(prefix="bench-search-"))
+    if home.exists() and any(home.iterdir()) and work_dir:
+        raise InputError(f"--work-dir: {home} is not empty")
+    settings = dataclasses.replace(base, home=home, table_locations={})
+    try:
+        payload = run_search_bench(settings, events=events, duration_s=duration, clients=clients, requests=requests,
+                                   days=days, actors=actors, zorder=zorder)  # fmt: skip
+    finally:
+        if work_dir is None:
+            shutil.rmtree(home, ignore_errors=True)
+    path = write_result(out, "search", payload)
+    for name, figures in payload["latency"].items():
+        console.print(f"{name}: p50 {figures['p50_ms']} ms, p95 {figures['p95_ms']} ms, p99 {figures['p99_ms']} ms")
+    load = payload["load_phase"]
+    console.print(f"load: {load['clients']} clients, {load['throughput_rps']} req/s, p95 {load.get('p95_ms')} ms, "
+                  f"{load['errors']} errors")  # fmt: skip
+    console.print(f"wrote {path}")

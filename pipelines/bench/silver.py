@@ -1,0 +1,272 @@
+"""`lakehouse bench silver`: generate aspect versions, land them, refine them, and write the measured figures.
+
+Generation uses `bronze.generator.generate_aspect_versions` (reported, not counted). Landing is
+measured on its own: the project's landing (`pipelines.batch.landing.land_paths`) when it exists, otherwise
+the bench's own JSON-lines loader. Refine is measured per batch, and on the embedded engine per step
+of the batch too (`steps_s`: the wall time of each staged part and write, `pipelines.batch.refine.STEP_NAMES`).
+`--engine classic` runs the same silver transforms on JVM Spark local[2] through Spark Connect, with
+Parquet in and out and the state carried between batches as Parquet (JVM Spark here has no Delta, so
+no MERGE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import InputError
+from conf.settings import Settings, load_settings
+from conf.tables import table_spec
+from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
+from pipelines.cli.console import console
+
+ENGINES = ("sail", "classic")
+TARGETS = {"versions": 2_000_000, "wall_s": 60.0, "last_to_first_batch": 1.3, "peak_rss_bytes": 4 * 1024**3}
+
+# The parts of a DataHub MCL / MCP line the bench loader reads.
+_ENVELOPE = (
+    "entityType STRING, entityUrn STRING, changeType STRING, aspectName STRING, "
+    "aspect STRUCT<value: STRING>, systemMetadata STRUCT<lastObserved: BIGINT, runId: STRING, version: STRING>, "
+    "created STRUCT<time: BIGINT, actor: STRING>"
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `bench silver` to the bench group."""
+    from pipelines.cli.commands.bench import bench_app
+
+    @bench_app.command("silver")
+    def bench_silver_command(
+        versions: int = typer.Option(..., "--versions", min=100, help="Aspect versions to generate (about)."),
+        batches: int = typer.Option(1, "--batches", min=1, help="Land them as this many equal batches."),
+        engine: str = typer.Option("sail", "--engine", help="sail (embedded, Delta + MERGE) or classic (JVM local[2], Parquet)."),
+        out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
+        seed: int = typer.Option(7, "--seed", help="Generator seed."),
+        work: Path | None = typer.Option(None, "--work", help="Scratch folder (default: a temporary one, removed after)."),
+    ) -> None:
+        """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
+        result = run_silver_bench(versions=versions, batches=batches, engine=engine, seed=seed, work=work)
+        path = write_result(out, f"silver-{engine}", result)
+        refine = result["refine"]
+        console.print(
+            f"{result['versions']} versions in {result['batches']} batch(es) on {engine}: refine {refine['wall_s']} s "
+            f"({result['versions_per_s']} versions/s, {result['events_per_s']} events/s), "
+            f"peak RSS {round(result['peak_rss_bytes'] / 2**20)} MiB, landing {result['landing']['wall_s']} s -> {path}"
+        )
+
+
+def run_silver_bench(
+    *, versions: int, batches: int = 1, engine: str = "sail", seed: int = 7, work: Path | None = None
+) -> dict[str, Any]:
+    """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
+
+    Raises:
+        InputError: for an unknown engine or a batch count larger than the versions.
+    """
+    if engine not in ENGINES:
+        raise InputError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    if batches < 1 or batches > versions:
+        raise InputError(f"--batches: {batches!r} must be between 1 and --versions ({versions})")
+    folder = Path(work) if work else Path(tempfile.mkdtemp(prefix="bench-silver-"))
+    try:
+        from bronze.generator import generate_aspect_versions
+
+        input_dir = folder / "input"
+        wanted = {"versions": versions, "seed": seed, "batches": batches}
+        marker = input_dir / "_bench.json"
+        with measure() as generation:
+            # A --work folder keeps its generated input: the same request reuses it (generation not re-measured).
+            if not (marker.exists() and json.loads(marker.read_text()) == wanted):
+                generate_aspect_versions(input_dir, versions=versions, seed=seed, batches=batches, overwrite=True)
+                marker.write_text(json.dumps(wanted))
+        generated = int(json.loads((input_dir / "manifest.json").read_text())["totals"]["aspect_versions"])
+        shutil.rmtree(folder / "home", ignore_errors=True)
+        shutil.rmtree(folder / "classic", ignore_errors=True)
+        batch_dirs = _batch_dirs(input_dir, batches)
+        run = _run_sail if engine == "sail" else _run_classic
+        load_before = os.getloadavg()
+        figures = run(folder, batch_dirs)
+        load_after = os.getloadavg()
+        refine: Measurement = figures["refine"]
+        per_batch = figures["per_batch"]
+        events = sum(b["events"] for b in per_batch)
+        return {
+            "engine": engine,
+            "versions": generated,
+            "batches": batches,
+            "seed": seed,
+            "generation": dataclasses.asdict(generation),
+            "landing": dataclasses.asdict(figures["landing"]),
+            "landing_mode": figures["landing_mode"],
+            "refine": dataclasses.asdict(refine),
+            "events": events,
+            "versions_per_s": round(generated / refine.wall_s, 1) if refine.wall_s else None,
+            "events_per_s": round(events / refine.wall_s, 1) if refine.wall_s else None,
+            "peak_rss_bytes": refine.peak_rss_bytes,
+            "per_batch": per_batch,
+            "last_to_first_batch": round(per_batch[-1]["wall_s"] / per_batch[0]["wall_s"], 3)
+            if len(per_batch) > 1 and per_batch[0]["wall_s"]
+            else None,
+            "targets": TARGETS,
+            # Other work on the machine shows here: the figures are only comparable at a low load.
+            "load_average_1m": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+        }
+    finally:
+        if work is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _batch_dirs(input_dir: Path, batches: int) -> list[Path]:
+    if batches == 1:
+        return [input_dir / "aspects"]
+    return [input_dir / f"batch-{index:05d}" / "aspects" for index in range(batches)]
+
+
+def _part_files(batch_dir: Path) -> list[Path]:
+    files = sorted(p for p in batch_dir.iterdir() if p.name.endswith(".jsonl"))
+    if not files:
+        raise InputError(f"{batch_dir}: no generated JSON-lines files")
+    return files
+
+
+def read_mcl_files(spark: SparkSession, files: list[Path], batch_id: str, default_actor: str) -> DataFrame:
+    """Bench loader: DataHub MCL/MCP JSON lines -> rows in bronze.aspect_snapshots' columns (one batch).
+
+    Line numbers are file-order ordinals (monotonically increasing, not contiguous), which keeps the read
+    parallel; the project's landing records exact line numbers.
+    """
+    frames = []
+    for path in files:
+        lines_df = spark.read.text(str(path)).withColumn("line_number", F.monotonically_increasing_id() + 1)
+        frames.append(lines_df.withColumn("source_file", F.lit(str(path))))
+    lines_df = frames[0]
+    for frame in frames[1:]:
+        lines_df = lines_df.unionByName(frame)
+    parsed = F.from_json(F.col("value"), _ENVELOPE)
+    landed_at = F.current_timestamp()
+    rows_df = lines_df.select("value", "source_file", "line_number", parsed.alias("r")).select(
+        F.col("r.entityUrn").alias("entity_urn"),
+        F.col("r.entityType").alias("entity_type"),
+        F.col("r.aspectName").alias("aspect_name"),
+        F.col("r.changeType").alias("change_type"),
+        F.col("r.aspect.value").alias("aspect_json"),
+        F.col("r.systemMetadata.version").cast("bigint").alias("version"),
+        F.coalesce(F.col("r.created.time"), F.col("r.systemMetadata.lastObserved")).alias("created_time"),
+        F.coalesce(F.col("r.created.actor"), F.lit(default_actor)).alias("created_actor"),
+        F.to_json(F.col("r.systemMetadata")).alias("system_metadata"),
+        F.col("r.systemMetadata.runId").alias("run_id"),
+        F.lit("mcl").alias("source_kind"),
+        F.sha2(F.col("value"), 256).alias("record_hash"),
+        "source_file",
+        "line_number",
+        F.lit(batch_id).alias("batch_id"),
+        landed_at.alias("landed_at"),
+        F.to_date(landed_at).alias("land_date"),
+    )
+    return rows_df.select(*table_spec("bronze.aspect_snapshots").column_names)
+
+
+def _land_own(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> None:
+    from pipelines.runtime.io import append
+
+    for index, batch_dir in enumerate(batch_dirs):
+        batch_id = f"bench-{index:05d}"
+        files = _part_files(batch_dir)
+        append(read_mcl_files(spark, files, batch_id, settings.ingest.default_actor), settings, "bronze.aspect_snapshots")
+        landed_df = spark.createDataFrame(
+            [(batch_id, str(p), None, "mcl", None, None, 0, 0) for p in files],
+            "batch_id string, source_file string, content_hash string, kind string, records_read bigint, "
+            "records_landed bigint, records_quarantined bigint, duplicates_skipped bigint",
+        ).withColumn("landed_at", F.current_timestamp()).withColumn("land_date", F.current_date())
+        append(landed_df, settings, "bronze.landed_files")
+
+
+def _land(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> str:
+    try:
+        from pipelines.batch.landing import land_paths
+    except ImportError:
+        _land_own(spark, settings, batch_dirs)
+        return "bench loader"
+    for batch_dir in batch_dirs:
+        land_paths(spark, settings, [batch_dir])
+    return "pipelines.batch.landing"
+
+
+def _run_sail(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
+    from pipelines.runtime.engine import open_session
+    from pipelines.batch.refine import refine
+
+    settings = load_settings("local", home=folder / "home", env={})
+    with open_session(settings) as spark:
+        with measure() as landing:
+            mode = _land(spark, settings, batch_dirs)
+        per_batch = []
+        with measure() as total:
+            for _ in batch_dirs:
+                with measure() as one:
+                    result = refine(spark, settings, max_batches=1)
+                steps = {k.removeprefix("seconds."): v for k, v in result.metrics.items() if k.startswith("seconds.")}
+                per_batch.append(
+                    {"batch_id": ",".join(result.batch_ids), "versions": result.rows_in, "events": result.rows_out,
+                     "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps}
+                )
+    return {"landing": landing, "landing_mode": mode, "refine": total, "per_batch": per_batch}
+
+
+def _run_classic(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
+    from pipelines.runtime.engine import jvm_connect_server, open_session
+    from silver.events import to_change_events
+    from silver.state import (
+        to_entity_status,
+        to_next_state,
+        to_pairs,
+        to_pre_batch_state,
+        to_sequenced_batch,
+        to_state_rows,
+    )
+
+    base = load_settings("local", home=folder / "home", env={})
+    out = folder / "classic"
+    with jvm_connect_server("local[2]") as url:
+        settings = dataclasses.replace(base, engine=dataclasses.replace(base.engine, kind="connect", connect_url=url))
+        with open_session(settings, register_tables=False) as spark:
+            with measure() as landing:
+                for index, batch_dir in enumerate(batch_dirs):
+                    rows_df = read_mcl_files(spark, _part_files(batch_dir), f"bench-{index:05d}", base.ingest.default_actor)
+                    rows_df.write.mode("overwrite").parquet(str(out / "bronze" / f"bench-{index:05d}"))
+            state_spec = table_spec("silver.aspect_state")
+            spark.createDataFrame([], state_spec.columns).write.mode("overwrite").parquet(str(out / "state-0"))
+            per_batch = []
+            with measure() as total:
+                for index, _ in enumerate(batch_dirs):
+                    batch_id = f"bench-{index:05d}"
+                    with measure() as one:
+                        stage = out / "work" / batch_id
+                        batch_df = spark.read.parquet(str(out / "bronze" / batch_id))
+                        state_df = spark.read.parquet(str(out / f"state-{index}"))
+                        # Each batch runs once here, so no state row needs reverting (no snapshots).
+                        pre_state_df = to_pre_batch_state(state_df, batch_id, batch_df.filter(F.lit(False)))
+                        to_sequenced_batch(batch_df, pre_state_df).write.mode("overwrite").parquet(str(stage / "sequenced"))
+                        sequenced_df = spark.read.parquet(str(stage / "sequenced"))
+                        to_pairs(sequenced_df).write.mode("overwrite").partitionBy("aspect_name").parquet(str(stage / "pairs"))
+                        events_df = to_change_events(spark.read.parquet(str(stage / "pairs")), base.events.owner_category)
+                        events_df.write.mode("overwrite").parquet(str(out / "events" / batch_id))
+                        status_df = to_entity_status(sequenced_df, pre_state_df)
+                        state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
+                        to_next_state(state_df, state_rows_df).write.mode("overwrite").parquet(str(out / f"state-{index + 1}"))
+                        counts = spark.read.parquet(str(out / "events" / batch_id)).count(), sequenced_df.count()
+                    per_batch.append(
+                        {"batch_id": batch_id, "versions": counts[1], "events": counts[0], "wall_s": one.wall_s, "cpu_s": one.cpu_s}
+                    )
+    # The JVM runs as a child process: its memory counts only once it has exited, as it has here.
+    total.peak_rss_bytes = max(total.peak_rss_bytes, peak_rss_bytes())
+    return {"landing": landing, "landing_mode": "bench loader (Parquet)", "refine": total, "per_batch": per_batch}

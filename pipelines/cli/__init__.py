@@ -1,0 +1,1 @@
+"""The `lakehouse` command line: the app, shared argument parsing, console output and command groups."""

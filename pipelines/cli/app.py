@@ -1,0 +1,135 @@
+"""The `lakehouse` command line: global options, error handling and the command groups."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from conf.errors import ConfigError, LakehouseError
+from conf.settings import Settings, load_settings
+from pipelines.cli.console import print_error
+from pipelines.runtime.engine import java_message
+
+# Each module exposes `register(app)`; the order is the order of `lakehouse --help`.
+COMMAND_MODULES = (
+    "pipelines.cli.commands.catalog",
+    "pipelines.cli.commands.jobs",
+    "pipelines.cli.commands.landing",
+    "pipelines.cli.commands.export",
+    "pipelines.cli.commands.silver",
+    "pipelines.cli.commands.audit",
+    "pipelines.cli.commands.openmetadata",
+    "pipelines.cli.commands.bench",
+    "pipelines.bench.silver",
+    "pipelines.cli.commands.generate",
+    "pipelines.cli.commands.demo",
+)
+
+app = typer.Typer(
+    name="lakehouse",
+    help="Metadata audit lakehouse: land DataHub metadata, derive change events, serve audit search.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@dataclass
+class CliState:
+    """The global options of one invocation; settings are loaded on first use."""
+
+    profile: str | None = None
+    home: Path | None = None
+    config: Path | None = None
+    overrides: tuple[str, ...] = ()
+    _settings: Settings | None = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings for the chosen profile, home and config file."""
+        if self._settings is None:
+            self._settings = load_settings(self.profile, self.home, self.config, overrides=self.overrides)
+        return self._settings
+
+    @contextlib.contextmanager
+    def session(self, register_tables: bool = True) -> Iterator[SparkSession]:
+        """Open a session for these settings (tables registered) for the length of the block."""
+        from pipelines.runtime.engine import open_session
+
+        with open_session(self.settings, register_tables=register_tables) as spark:
+            yield spark
+
+    @contextlib.contextmanager
+    def locked_session(self, owner: str, wait_seconds: float = 0.0) -> Iterator[SparkSession]:
+        """Hold the home's run lock, then open a session, for a command that writes tables.
+
+        Raises:
+            ConcurrencyError: when another run holds the lock after `wait_seconds`.
+        """
+        from pipelines.runtime.lock import run_lock
+
+        with run_lock(self.settings, owner=owner, wait_seconds=wait_seconds), self.session() as spark:
+            yield spark
+
+
+def state_of(ctx: typer.Context) -> CliState:
+    """Return the global options stored by the root callback."""
+    return ctx.find_root().obj
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    profile: str | None = typer.Option(
+        None, "--profile", "-p", help="Engine profile: local, connect, classic or databricks (default LAKEHOUSE_PROFILE or local)."
+    ),
+    home: Path | None = typer.Option(None, "--home", help="Lakehouse home (default LAKEHOUSE_HOME or ./.lakehouse)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="Extra YAML settings overlaid on the profile (default LAKEHOUSE_CONFIG)."
+    ),
+    overrides: list[str] = typer.Option(
+        None, "--set", help="Override one setting, e.g. --set catalog.name=main (repeatable; applied last)."
+    ),
+) -> None:
+    """Metadata audit lakehouse: land DataHub metadata, derive change events, serve audit search."""
+    ctx.obj = CliState(profile=profile, home=home, config=config, overrides=tuple(overrides or ()))
+
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module).register(app)
+
+
+def main() -> None:
+    """Entry point of the `lakehouse` script: run the CLI, turning project errors into clean exits."""
+    try:
+        result = app(standalone_mode=False)
+    except ConfigError as exc:
+        print_error(exc)
+        raise SystemExit(2) from None
+    except LakehouseError as exc:
+        print_error(exc)
+        raise SystemExit(1) from None
+    except (PySparkException, Py4JError) as exc:
+        print_error(java_message(exc))
+        raise SystemExit(1) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        raise SystemExit(130) from None
+    except typer.TyperException as exc:
+        # A usage error (missing or bad option): typer's own message, naming the option, without a traceback.
+        exc.show()
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    raise SystemExit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Audit commands: `serve`, `search`, `token create|list|revoke`, `publish-audit` (and `bench search`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+from conf.errors import RequestError
+from pipelines.cli.args import parse_time_ms
+from pipelines.cli.console import console, error_console, print_table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the audit commands to the CLI and the search benchmark to `lakehouse bench`."""
+    from pipelines.cli.app import state_of
+
+    import pipelines.bench.search  # noqa: F401  (adds `bench search` to the bench group)
+
+    @app.command("serve")
+    def serve_command(
+        ctx: typer.Context,
+        host: str | None = typer.Option(None, "--host", help="Interface to listen on (default api.host, 127.0.0.1)."),
+        port: int | None = typer.Option(None, "--port", help="TCP port (default api.port, 8080)."),
+    ) -> None:
+        """Serve the Audit Events Search API (POST /openapi/v1/events/audit/search) over HTTP."""
+        from pipelines.serving.api import serve
+
+        state = state_of(ctx)
+        shown_port = state.settings.api.port if port is None else port
+        error_console.print(f"serving audit search on http://{host or state.settings.api.host}:{shown_port}")
+        serve(state.settings, host, port)
+
+    @app.command("search")
+    def search_command(
+        ctx: typer.Context,
+        start_time: str | None = typer.Option(None, "--start-time", help="Window start, epoch ms or ISO (default: end - 1 day)."),
+        end_time: str | None = typer.Option(None, "--end-time", help="Window end (exclusive), epoch ms or ISO (default: now)."),
+        size: int = typer.Option(10, "--size", help="Page size, 1..10000."),
+        scroll_id: str | None = typer.Option(None, "--scroll-id", help="The nextScrollId of the previous page."),
+        no_raw: bool = typer.Option(False, "--no-raw", help="Leave out rawUsageEvent."),
+        body: str | None = typer.Option(
+            None, "--body", help='Filters as the API body, e.g. {"actorUrns": ["urn:li:corpuser:jdoe"]}.'
+        ),
+    ) -> None:
+        """Search audit events and print the API's JSON response."""
+        from gold.search import SearchRequest
+        from pipelines.serving.search import search
+
+        params = {
+            "startTime": parse_time_ms(start_time, "--start-time") if start_time else None,
+            "endTime": parse_time_ms(end_time, "--end-time") if end_time else None,
+            "size": size,
+            "scrollId": scroll_id,
+            "includeRaw": not no_raw,
+        }
+        decoded = None
+        if body is not None:
+            try:
+                decoded = json.loads(body)
+            except ValueError as exc:
+                raise RequestError(f"--body: not valid JSON ({exc})") from None
+        request = SearchRequest.parse(params, decoded)
+        state = state_of(ctx)
+        with state.session() as spark:
+            result = search(spark, state.settings, request)
+        sys.stdout.write(json.dumps(result) + "\n")
+
+    @app.command("publish-audit")
+    def publish_audit_command(
+        ctx: typer.Context,
+        optimize: bool = typer.Option(False, "--optimize", help="Then compact gold.audit_events (Z-order time, actor)."),
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
+    ) -> None:
+        """Publish refined batches to gold.audit_events and gold.actor_activity_daily."""
+        from pipelines.batch.publish_audit import optimize_audit_events, publish_audit
+
+        state = state_of(ctx)
+        with state.locked_session("lakehouse publish-audit", wait) as spark:
+            result = publish_audit(spark, state.settings)
+            console.print(
+                f"publish_audit: {len(result.batch_ids)} batches, {result.rows_in} rows in, "
+                f"{result.rows_out} audit rows, {int(result.metrics.get('days_refreshed', 0))} activity days refreshed"
+            )
+            if optimize:
+                metrics = optimize_audit_events(spark, state.settings)
+                console.print(f"gold.audit_events: optimized ({metrics.get('numFilesRemoved', 0)} files rewritten)")
+
+    token_app = typer.Typer(help="API bearer tokens (stored as salted hashes).", no_args_is_help=True)
+    app.add_typer(token_app, name="token")
+
+    @token_app.command("create")
+    def token_create(
+        ctx: typer.Context,
+        actor: str = typer.Option(..., "--actor", help="The urn the token acts as, e.g. urn:li:corpuser:auditor."),
+        role: list[str] = typer.Option(["audit-read"], "--role", help="A role of the token (repeatable)."),
+    ) -> None:
+        """Create a token and print it once (only its salted hash is kept)."""
+        from pipelines.serving.tokens import create_token
+
+        state = state_of(ctx)
+        token, record = create_token(state.settings, actor, role)
+        error_console.print(
+            f"token {record.token_id} for {record.actor} ({', '.join(record.roles)}); shown once, store it now:"
+        )
+        sys.stdout.write(token + "\n")
+
+    @token_app.command("list")
+    def token_list(ctx: typer.Context) -> None:
+        """List the stored tokens (ids, actors, roles; never the secrets)."""
+        from pipelines.serving.tokens import load_tokens
+
+        records = load_tokens(state_of(ctx).settings.tokens_path)
+        print_table(
+            [{"id": r.token_id, "actor": r.actor, "roles": ", ".join(r.roles), "created_at": r.created_at} for r in records],
+            ["id", "actor", "roles", "created_at"],
+            title="API tokens",
+        )
+
+    @token_app.command("revoke")
+    def token_revoke(ctx: typer.Context, token_id: str = typer.Argument(..., help="The token id to revoke.")) -> None:
+        """Revoke a token by id."""
+        from pipelines.serving.tokens import revoke_token
+
+        record = revoke_token(state_of(ctx).settings, token_id)
+        console.print(f"revoked token {record.token_id} of {record.actor}")

@@ -1,0 +1,135 @@
+"""`lakehouse generate` and `lakehouse bench generate`: write a realistic DataHub history to a folder."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import typer
+
+from bronze.generator import DEFAULT_PART_SIZE, GeneratorManifest, generate_aspect_versions, generate_history
+from conf.errors import InputError
+from pipelines.cli.args import parse_time_ms
+from pipelines.cli.console import console, print_table
+
+
+def register(app: typer.Typer) -> None:
+    """Add `generate` to the CLI and `generate` to the `bench` group."""
+    from pipelines.cli.commands.bench import bench_app
+
+    @app.command("generate")
+    def generate_command(
+        out: Path = typer.Option(
+            ..., "--out", "-o", help="Folder to write; an earlier run there is replaced, other content needs --force."
+        ),
+        entities: int = typer.Option(..., "--entities", "-n", help="Entities of all types (at least 11)."),
+        seed: int = typer.Option(..., "--seed", "-s", help="Same seed and options give byte-identical files."),
+        usage_events: int | None = typer.Option(None, "--usage-events", help="Usage events (default 5 per entity)."),
+        action_requests: int | None = typer.Option(
+            None, "--action-requests", help="Action requests (default one per 10 entities, at least 7)."
+        ),
+        malformed_share: float = typer.Option(0.001, "--malformed-share", help="Share of malformed lines per file."),
+        days: int = typer.Option(30, "--days", help="Length of the history in days."),
+        start: str | None = typer.Option(
+            None, "--start", help="First instant (ISO-8601 or epoch ms; default 2023-11-14T22:13:20Z)."
+        ),
+        batches: int = typer.Option(1, "--batches", help="Equal, time-ordered batches (batch-0000k/ folders)."),
+        part_size: int = typer.Option(DEFAULT_PART_SIZE, "--part-size", help="About this many records per part."),
+        mcp_share: float = typer.Option(0.0, "--mcp-share", help="Share of entities written as MCP lines."),
+        file_sink_share: float = typer.Option(
+            0.0, "--file-sink-share", help="Share of entities written as a file-sink JSON array."
+        ),
+        gzip: bool = typer.Option(False, "--gzip", help="Write gzip-compressed files (.gz)."),
+        workers: int | None = typer.Option(None, "--workers", help="Processes to use (default: available CPUs)."),
+        force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that holds no earlier run."),
+    ) -> None:
+        """Write aspect snapshots (MCL), usage events and action requests, plus OUT/manifest.json."""
+        start_ms = parse_time_ms(start, "--start") if start else None
+        manifest = generate_history(
+            out,
+            entities=entities,
+            seed=seed,
+            usage_events=usage_events,
+            action_requests=action_requests,
+            malformed_share=malformed_share,
+            days=days,
+            start_ms=start_ms,
+            batches=batches,
+            part_size=part_size,
+            mcp_share=mcp_share,
+            file_sink_share=file_sink_share,
+            gzip=gzip,
+            workers=workers,
+            overwrite=force,
+        )
+        _print_summary(manifest)
+
+    @bench_app.command("generate")
+    def bench_generate_command(
+        ctx: typer.Context,
+        versions: int = typer.Option(2_000_000, "--versions", help="About this many aspect versions to write."),
+        seed: int = typer.Option(1, "--seed", help="Generator seed."),
+        batches: int = typer.Option(1, "--batches", help="Equal, time-ordered batches."),
+        workers: int | None = typer.Option(None, "--workers", help="Processes to use (default: available CPUs)."),
+        out: Path | None = typer.Option(None, "--out", help="Folder to write (default: a temporary folder)."),
+        keep: bool = typer.Option(False, "--keep", help="Keep the generated files (always kept with --out)."),
+        results: Path | None = typer.Option(None, "--results", help="Folder for the JSON result (default HOME/bench)."),
+    ) -> None:
+        """Measure how fast the generator writes aspect versions; write the figures as JSON."""
+        from pipelines.bench.harness import measure, write_result
+        from pipelines.cli.app import state_of
+
+        if versions < 100:
+            raise InputError(f"--versions: {versions} is below 100")
+        results_dir = results or state_of(ctx).settings.home / "bench"
+        target = out or Path(tempfile.mkdtemp(prefix="lakehouse-bench-generate-"))
+        try:
+            with measure() as measured:
+                manifest = generate_aspect_versions(target, versions=versions, seed=seed, batches=batches,
+                                                    workers=workers, overwrite=out is not None)
+            written = manifest.totals
+            per_minute = written["aspect_versions"] / measured.wall_s * 60 if measured.wall_s else 0.0
+            cpu_per_minute = written["aspect_versions"] / measured.cpu_s * 60 if measured.cpu_s else 0.0
+            path = write_result(results_dir, "generate", {
+                "versions_requested": versions,
+                "aspect_versions": written["aspect_versions"],
+                "entities": manifest.parameters["entities"],
+                "files": written["files"],
+                "bytes": written["bytes"],
+                "batches": batches,
+                "workers": workers,
+                "measurement": measured,
+                "versions_per_minute": round(per_minute),
+                "versions_per_cpu_minute": round(cpu_per_minute),
+            })
+        finally:
+            if out is None and not keep:
+                shutil.rmtree(target, ignore_errors=True)
+        console.print(
+            f"{written['aspect_versions']:,} aspect versions in {measured.wall_s:.1f} s wall, "
+            f"{measured.cpu_s:.1f} s CPU: "
+            f"{per_minute:,.0f} per minute ({cpu_per_minute:,.0f} per CPU-minute); result in {path}"
+        )
+
+
+def _print_summary(manifest: GeneratorManifest) -> None:
+    totals = manifest.totals
+    rows = []
+    for kind in ("aspects", "action_requests", "usage"):
+        files = manifest.files_of(kind)
+        if files:
+            rows.append({
+                "kind": kind,
+                "files": len(files),
+                "lines": sum(f.lines for f in files),
+                "malformed": sum(len(f.malformed) for f in files),
+                "records": sum(f.records for f in files),
+                "MB": round(sum(f.bytes for f in files) / 1e6, 1),
+            })
+    columns = ["kind", "files", "lines", "malformed", "records", "MB"]
+    print_table(rows, columns, title=f"Generated in {manifest.out_dir}")
+    console.print(
+        f"{totals['aspect_versions']:,} aspect versions, {totals['usage_events']:,} usage events, "
+        f"{totals['action_requests']:,} action requests; manifest: {manifest.out_dir / 'manifest.json'}"
+    )

@@ -1,0 +1,163 @@
+"""Job commands: `run`, `job land|refine|publish`, `runs`, `export-sql`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from conf.errors import InputError
+from pipelines.cli.console import console, print_json_lines, print_table, print_text, progress_bars
+from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job
+
+SQL_DIALECTS = ("databricks", "duckdb", "trino", "snowflake", "spark")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `run`, `job`, `runs` and `export-sql`."""
+    from pipelines.cli.app import state_of
+
+    @app.command("run")
+    def run_command(
+        ctx: typer.Context,
+        path: list[Path] = typer.Option(
+            None, "--path", help="File or folder to land (repeatable); default the configured landing folders."
+        ),
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    ) -> None:
+        """Land new input files and run bronze -> silver -> gold incrementally."""
+        state = state_of(ctx)
+        summary = run_with_progress(state.settings, JOB_STAGES, path, wait, progress)
+        print_summary(summary)
+
+    job_app = typer.Typer(help="Run one pipeline stage (for schedulers).", no_args_is_help=True)
+    app.add_typer(job_app, name="job")
+
+    for stage, doc in (
+        ("land", "Land new files from the landing folders into bronze."),
+        ("refine", "Turn landed bronze batches into silver state and change events."),
+        ("publish", "Publish refined batches to gold (audit events, activity, OpenMetadata events)."),
+    ):
+        _add_job_command(job_app, stage, doc)
+
+    @app.command("runs")
+    def runs_command(
+        ctx: typer.Context,
+        limit: int = typer.Option(10, "--limit", min=1, help="How many runs to list."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+    ) -> None:
+        """List recent pipeline runs (MLflow) with their key metrics."""
+        from pipelines.runtime.tracking import recent_runs
+
+        runs = recent_runs(state_of(ctx).settings, limit)
+        if as_json:
+            print_json_lines(runs)
+            return
+        rows = [
+            {
+                "run_id": r["run_id"],
+                "name": r["name"],
+                "status": r["status"],
+                "duration_s": r["metrics"].get("duration_s"),
+                "landed": r["metrics"].get("land.records_landed"),
+                "quarantined": r["metrics"].get("land.records_quarantined"),
+                "events": sum(v for k, v in r["metrics"].items() if k.startswith("events.")),
+                "audit_rows": r["metrics"].get("publish_audit.rows_out"),
+            }
+            for r in runs
+        ]
+        print_table(
+            rows,
+            ["run_id", "name", "status", "duration_s", "landed", "quarantined", "events", "audit_rows"],
+            title="Recent runs",
+        )
+
+    @app.command("export-sql")
+    def export_sql_command(
+        ctx: typer.Context,
+        dialect: str = typer.Option(..., "--dialect", help=f"One of {', '.join(SQL_DIALECTS)}."),
+        out: Path | None = typer.Option(None, "--out", help="Folder for one <view>.sql per view; default stdout."),
+    ) -> None:
+        """Write the gold view definitions transpiled to another SQL dialect."""
+        from pipelines.runtime.views import create_view_sql, load_views
+
+        if dialect not in SQL_DIALECTS:
+            raise InputError(f"--dialect: {dialect!r} is not one of {', '.join(SQL_DIALECTS)}")
+        settings = state_of(ctx).settings
+        for view in load_views():
+            statement = create_view_sql(settings, view, dialect=dialect) + ";\n"
+            if out:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / f"{view.name}.sql").write_text(statement)
+            else:
+                print_text(statement)
+        if out:
+            console.print(f"wrote {len(load_views())} views to {out}")
+
+
+def _add_job_command(job_app: typer.Typer, stage: str, doc: str) -> None:
+    from pipelines.cli.app import state_of
+
+    def command(
+        ctx: typer.Context,
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    ) -> None:
+        summary = run_with_progress(state_of(ctx).settings, (stage,), None, wait, progress)
+        print_summary(summary)
+
+    command.__doc__ = doc
+    job_app.command(stage)(command)
+
+
+def run_with_progress(settings, stages, paths, wait: float, show: bool) -> RunSummary:
+    """Run `run_job` with a bar over the stages and one over the files being landed (when `show`)."""
+    with progress_bars(show) as progress:
+        stage_task = progress.add_task("stages", total=len(stages)) if progress else None
+        state = {"file_task": None}
+
+        def on_stage(stage: str) -> None:
+            if progress:
+                if state.get("started"):
+                    progress.advance(stage_task)
+                state["started"] = True
+                progress.update(stage_task, description=f"stage: {stage}")
+
+        def on_file(path: str, done: int, total: int) -> None:
+            if progress:
+                if state["file_task"] is None:
+                    state["file_task"] = progress.add_task("landing", total=total)
+                progress.update(state["file_task"], completed=done, total=total, description=f"landing {Path(path).name}")
+
+        summary = run_job(
+            settings, stages, paths=paths, wait_seconds=wait, on_stage=on_stage, land_progress=on_file if show else None
+        )
+        if progress:
+            progress.update(stage_task, completed=len(stages), description="done")
+    return summary
+
+
+def print_summary(summary: RunSummary) -> None:
+    """Print a run's stages, the events it derived and its MLflow run id."""
+    print_table(
+        [
+            {
+                "stage": r.stage,
+                "batches": len(r.batch_ids),
+                "rows in": r.rows_in,
+                "rows out": r.rows_out,
+                "seconds": r.seconds,
+                "rows/s": r.rows_per_second,
+            }
+            for r in summary.stages
+        ],
+        ["stage", "batches", "rows in", "rows out", "seconds", "rows/s"],
+        title=f"Run {summary.run_id} ({summary.seconds} s)",
+    )
+    if summary.events_by_category:
+        print_table(
+            [{"category": k, "events": v} for k, v in summary.events_by_category.items()],
+            ["category", "events"],
+            title="Change events derived",
+        )

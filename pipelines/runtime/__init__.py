@@ -1,0 +1,1 @@
+"""Shared runtime: Spark sessions, table I/O, the run lock, tracking, maintenance and stage progress."""

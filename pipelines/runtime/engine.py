@@ -1,0 +1,235 @@
+"""Turn an engine profile into a Spark session: the only place the project creates sessions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+
+from pyspark.sql import SparkSession
+
+from conf.errors import ConfigError
+from conf.settings import Settings
+
+
+@contextlib.contextmanager
+def open_session(settings: Settings, *, register_tables: bool = True) -> Iterator[SparkSession]:
+    """Open a Spark session for the settings' engine, register every table, and stop it on exit.
+
+    Args:
+        settings: the lakehouse settings; `settings.engine.kind` picks the engine.
+        register_tables: create (if missing) and register every declared table and view.
+
+    Yields:
+        The session. For `local`, the embedded Sail server lives exactly as long as the block.
+
+    Raises:
+        ConfigError: for an engine kind this function does not know, a Spark Connect endpoint that
+            cannot be reached, or JVM Spark without the Delta jars.
+    """
+    kind = settings.engine.kind
+    if kind == "local":
+        opener = _local_session
+    elif kind == "connect":
+        opener = _connect_session
+    elif kind == "classic":
+        opener = _classic_session
+    else:
+        raise ConfigError(f"engine.kind: unknown engine {kind!r}")
+    with opener(settings) as spark:
+        _apply_conf(spark, settings)
+        if register_tables:
+            from pipelines.runtime.catalog import ensure_tables
+
+            ensure_tables(spark, settings)
+        yield spark
+
+
+@contextlib.contextmanager
+def _local_session(settings: Settings) -> Iterator[SparkSession]:
+    # The embedded engine logs sessions and shutdown to stderr; keep CLI output readable unless asked.
+    os.environ.setdefault("RUST_LOG", "error")
+    # The embedded engine reads its configuration from the environment when the server starts.
+    if settings.engine.memory_limit_mb is not None:
+        os.environ["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "fair"
+        os.environ["SAIL_RUNTIME__MEMORY_POOL__FAIR__MAX_SIZE"] = str(settings.engine.memory_limit_mb * 2**20)
+    from pysail.spark import SparkConnectServer
+
+    server = SparkConnectServer(ip="127.0.0.1", port=0)
+    server.start(background=True)
+    try:
+        _, port = server.listening_address
+        spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        try:
+            yield spark
+        finally:
+            spark.stop()
+    finally:
+        server.stop()
+
+
+# Seconds to wait for a Spark Connect endpoint to accept a connection before reporting it unreachable.
+CONNECT_PROBE_SECONDS = 10.0
+
+
+def check_reachable(connect_url: str, timeout: float = CONNECT_PROBE_SECONDS) -> None:
+    """Fail fast when no Spark Connect endpoint answers at a URL.
+
+    The Connect client retries an unreachable endpoint for minutes without a word. The probe opens
+    the client's own gRPC channel for the URL (so proxies, TLS and the URL's parameters apply as they
+    will for the session) and waits for it to connect; it sends no request.
+
+    Raises:
+        ConfigError: naming engine.connect_url (without its token) and what went wrong.
+    """
+    import grpc
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    shown = connect_url.split(";")[0]  # the parameters after ';' can hold a token
+    try:
+        builder = DefaultChannelBuilder(connect_url)
+    except ValueError as exc:  # PySparkValueError is one too
+        raise ConfigError(f"engine.connect_url: {shown!r} is not a Spark Connect URL ({exc})") from None
+    channel = builder.toChannel()
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise ConfigError(
+            f"engine.connect_url: nothing answers at {builder.endpoint} (no connection within {timeout:g} s)"
+        ) from None
+    finally:
+        channel.close()
+
+
+@contextlib.contextmanager
+def _connect_session(settings: Settings) -> Iterator[SparkSession]:
+    check_reachable(settings.engine.connect_url)
+    spark = SparkSession.builder.remote(settings.engine.connect_url).create()
+    try:
+        yield spark
+    finally:
+        if settings.engine.stop_on_exit:
+            spark.stop()
+
+
+@contextlib.contextmanager
+def _classic_session(settings: Settings) -> Iterator[SparkSession]:
+    builder = SparkSession.builder.appName("lakehouse")
+    if settings.engine.master:
+        builder = builder.master(settings.engine.master)
+    for key, value in settings.engine.spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        _check_session_catalog(spark)
+        yield spark
+    finally:
+        if settings.engine.stop_on_exit:
+            spark.stop()
+
+
+def _check_session_catalog(spark: SparkSession) -> None:
+    """Fail with one message when JVM Spark cannot load its session catalog (the Delta jars are missing).
+
+    Otherwise the first table operation fails with a JVM stack trace of hundreds of lines.
+
+    Raises:
+        ConfigError: naming the engine and the JVM's own first line.
+    """
+    try:
+        spark.catalog.currentDatabase()
+    except Exception as exc:  # the JVM's errors reach Python as several unrelated classes
+        reason = java_message(exc)
+        hint = (
+            "; the classic profile needs the delta-spark jars on the JVM classpath "
+            "(e.g. spark-submit --packages io.delta:delta-spark_2.13:<version>)"
+            if "delta" in reason.lower()
+            else ""
+        )
+        raise ConfigError(f"engine: JVM Spark cannot open its session catalog: {reason}{hint}") from None
+
+
+def java_message(exc: BaseException) -> str:
+    """The first line of what the engine said, without its stack trace (JVM or Spark Connect)."""
+    text = str(exc).strip()
+    text = text.split("\n\nJVM stacktrace:")[0].split("\n\n")[0]
+    # py4j puts the Java exception on the line after "An error occurred while calling ...", after ": ".
+    java = [line[2:] for line in text.splitlines() if line.startswith(": ")]
+    return java[0] if java else (text or type(exc).__name__)
+
+
+def _apply_conf(spark: SparkSession, settings: Settings) -> None:
+    """Set the profile's runtime Spark settings that a running session accepts."""
+    for key, value in settings.engine.spark_conf.items():
+        if key.startswith("spark.sql.") and key not in ("spark.sql.extensions", "spark.sql.catalog.spark_catalog"):
+            spark.conf.set(key, value)
+
+
+def free_loopback_port() -> int:
+    """A loopback TCP port that nothing listens on right now (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0) -> Iterator[str]:
+    """Run JVM Spark (pyspark's bundled jars) as a Spark Connect server on loopback.
+
+    One process cannot mix classic PySpark sessions with Connect sessions, so JVM Spark is reached
+    through Connect like every other engine: the same client code runs on both.
+
+    Args:
+        master: the Spark master of the server, e.g. `local[2]`.
+        startup_timeout: seconds to wait for the server's port.
+
+    Yields:
+        The `sc://` URL of the server; it is stopped when the block ends.
+
+    Raises:
+        ConfigError: when the server does not come up in time (its log tail is in the message).
+    """
+    import subprocess
+    import tempfile
+    import time
+
+    import pyspark
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    port = free_loopback_port()
+    command = [
+        os.path.join(spark_home, "bin", "spark-submit"),
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master", master,
+        "--conf", f"spark.connect.grpc.binding.port={port}",
+        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf", "spark.ui.enabled=false",
+        "--conf", "spark.sql.session.timeZone=UTC",
+        "--conf", "spark.sql.shuffle.partitions=4",
+        "spark-internal",
+    ]  # fmt: skip
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_HOME": spark_home}
+        )
+        try:
+            deadline = time.monotonic() + startup_timeout
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        tail = log.read()[-2000:]
+                        raise ConfigError(f"engine: JVM Spark Connect server on port {port} did not start:\n{tail}")
+                    time.sleep(0.2)
+            yield f"sc://127.0.0.1:{port}"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,0 +1,221 @@
+"""The HTTP audit search API (FastAPI + uvicorn) over one long-lived Spark session."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pyspark.sql import SparkSession
+from starlette.concurrency import run_in_threadpool
+
+from conf.errors import AuthError, ConfigError, RequestError
+from conf.settings import Settings
+from gold.audit import EVENT_TYPES
+from gold.auth import AUDIT_READ
+from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, SearchRequest
+from pipelines.serving.search import search
+from pipelines.serving.tokens import TokenVerifier
+
+SEARCH_PATH = "/openapi/v1/events/audit/search"
+EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
+# The embedded engine runs queries on the machine's cores; more queries in flight only queue inside it.
+DEFAULT_MAX_QUERIES = 4
+log = logging.getLogger("lakehouse.api")
+
+_BODY_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        key: {
+            "type": "array",
+            "items": {"type": "string", **({"enum": list(EVENT_TYPES)} if key == "eventTypes" else {})},
+            "description": f"Filter on {column} (empty or absent: no filter; values are OR-ed).",
+        }
+        for key, column in BODY_FILTERS.items()
+    },
+}
+_EVENT_SCHEMA = {
+    "type": "object",
+    "required": ["eventType", "timestamp", "actorUrn"],
+    "properties": {
+        "eventType": {"type": "string", "enum": list(EVENT_TYPES)},
+        "timestamp": {"type": "integer", "format": "int64"},
+        "actorUrn": {"type": "string"},
+        "sourceIP": {"type": "string", "nullable": True},
+        "eventSource": {"type": "string", "nullable": True, "enum": ["RESTLI", "OPENAPI", "GRAPHQL", "SSO_SCIM"]},
+        "userAgent": {"type": "string", "nullable": True},
+        "telemetryTraceId": {"type": "string", "nullable": True},
+        "entityUrn": {"type": "string", "nullable": True},
+        "entityType": {"type": "string", "nullable": True},
+        "aspectName": {"type": "string", "nullable": True},
+        "loginSource": {"type": "string", "nullable": True},
+        "rawUsageEvent": {"type": "object", "nullable": True},
+    },
+}
+_RESPONSE_SCHEMA = {
+    "type": "object",
+    "required": ["count", "total", "usageEvents"],
+    "properties": {
+        "nextScrollId": {"type": "string", "description": "Present only when the page is full."},
+        "count": {"type": "integer", "format": "int32"},
+        "total": {"type": "integer", "description": "The exact number of matching events."},
+        "usageEvents": {"type": "array", "items": _EVENT_SCHEMA},
+    },
+}
+_ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+
+# The query parameters as the API documents them. Requests are parsed by `SearchRequest.parse`, not by
+# the framework, so that a bad value is a 400 naming the parameter rather than a framework 422.
+_QUERY_PARAMETERS = [
+    {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+    for name, description, schema in (
+        ("startTime", "Window start, epoch ms (inclusive); -1: one day before the end.",
+         {"type": "integer", "format": "int64", "default": -1}),
+        ("endTime", "Window end, epoch ms (exclusive); -1: now.", {"type": "integer", "format": "int64", "default": -1}),
+        ("size", f"Page size 1..{MAX_SIZE}.",
+         {"type": "integer", "format": "int32", "default": DEFAULT_SIZE, "minimum": 1, "maximum": MAX_SIZE}),
+        ("scrollId", "The nextScrollId of the previous page.", {"type": "string"}),
+        ("includeRaw", "Include rawUsageEvent.", {"type": "boolean", "default": True}),
+    )
+]  # fmt: skip
+
+
+def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DEFAULT_MAX_QUERIES) -> FastAPI:
+    """Build the API application around an open session.
+
+    Args:
+        settings: the lakehouse settings (audit table name, token file).
+        spark: the session every request uses; queries from concurrent requests share it.
+        max_queries: how many searches run on the session at once; more requests wait their turn.
+
+    Raises:
+        ConfigError: when max_queries is below 1.
+    """
+    if max_queries < 1:
+        raise ConfigError(f"max_queries: {max_queries!r} must be at least 1")
+    verifier = TokenVerifier(settings.tokens_path)
+    slots = threading.BoundedSemaphore(max_queries)
+    app = FastAPI(
+        title="Metadata audit lakehouse: Audit Events Search API",
+        version="1",
+        description="DataHub's Audit Events Search API V1 served from gold.audit_events. "
+        "Every search needs `Authorization: Bearer <token>` with the audit-read role.",
+    )
+
+    @app.exception_handler(RequestError)
+    async def _bad_request(_: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    @app.exception_handler(AuthError)
+    async def _unauthorized(_: Request, exc: AuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("search failed")
+        return JSONResponse({"error": f"internal error ({type(exc).__name__})"}, status_code=500)
+
+    @app.get("/health", summary="Liveness: the server and its engine session answer.")
+    def health() -> dict[str, Any]:
+        with slots:
+            spark.sql("SELECT 1").collect()
+        return {"status": "ok"}
+
+    @app.post(
+        SEARCH_PATH,
+        summary="Search audit events",
+        openapi_extra={
+            "parameters": _QUERY_PARAMETERS,
+            # An empty body is accepted as no filters; the body DataHub documents is the same object.
+            "requestBody": {"required": False, "content": {"application/json": {"schema": _BODY_SCHEMA}}},
+        },
+        responses={
+            200: {"content": {"application/json": {"schema": _RESPONSE_SCHEMA}}},
+            400: {"description": "Bad request", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+            401: {"description": "Missing or unknown token", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+            403: {"description": "Token without audit-read", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+        },
+    )
+    async def audit_search(request: Request) -> JSONResponse:
+        authorization = request.headers.get("authorization")
+        await run_in_threadpool(verifier.authenticate, authorization, AUDIT_READ)
+        body = _decode_body(await request.body())
+        params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
+        search_request = SearchRequest.parse(params, body)
+
+        def run() -> dict[str, Any]:
+            with slots:
+                return search(spark, settings, search_request)
+
+        return JSONResponse(await run_in_threadpool(run))
+
+    return app
+
+
+def _decode_body(raw: bytes) -> Any:
+    """Decode the request body: empty means no filters; anything else must be JSON."""
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"body: not valid JSON ({exc})") from None
+
+
+def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+    """Open one session for the settings and serve the API until interrupted.
+
+    Args:
+        settings: the lakehouse settings; host and port default to settings.api.
+        host: interface to listen on.
+        port: TCP port (0 picks a free one).
+    """
+    from pipelines.runtime.engine import open_session
+
+    host = host or settings.api.host
+    port = settings.api.port if port is None else port
+    if not 0 <= port < 65536:
+        raise ConfigError(f"--port: {port!r} is not a TCP port (0..65535)")
+    # The embedded engine decodes the wide columns (raw_event) only for rows that pass the filters when
+    # filters are pushed into the Parquet reader: a search page costs a fraction of the scan without it.
+    os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")
+    with open_session(settings) as spark:
+        app = create_app(settings, spark)
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)).run()
+
+
+@contextlib.contextmanager
+def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> Iterator[str]:
+    """Run `app` on a real uvicorn server in a background thread for the length of the block.
+
+    Yields:
+        The server's base URL, e.g. `http://127.0.0.1:43121`.
+
+    Raises:
+        ConfigError: when the server does not start within `timeout` seconds.
+    """
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="lakehouse-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise ConfigError(f"api: the server on {host}:{port} did not start")
+        time.sleep(0.02)
+    bound_port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound_port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=timeout)

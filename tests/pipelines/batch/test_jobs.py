@@ -1,0 +1,104 @@
+"""The jobs as a scheduler runs them: `run`, `job land|refine|publish`, MLflow runs, the demo."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tests.pipelines.cli.test_cli import run_cli
+from tests.pipelines.batch.test_crash_resume import table_contents
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("landing")
+    shutil.copy(FIXTURES / "history-small.mcl.jsonl", folder / "history-small.mcl.jsonl")
+    from bronze.generator import generate_usage_events
+
+    generate_usage_events(folder / "usage", events=200, seed=3, start_ms=1_700_000_000_000, end_ms=1_700_600_000_000)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tracked_home(landing: Path, tmp_path_factory) -> Path:
+    """A home where one tracked `lakehouse run` landed the fixture history and usage events."""
+    home = tmp_path_factory.mktemp("tracked")
+    result = run_cli("run", "--path", str(landing), "--no-progress", home=home, env={"COLUMNS": "200"})
+    assert "Change events derived" in result.stdout
+    return home
+
+
+def test_run_is_an_mlflow_run_with_params_metrics_and_summary(tracked_home: Path):
+    runs = [json.loads(line) for line in run_cli("runs", "--json", home=tracked_home).stdout.splitlines()]
+    assert len(runs) == 1
+    run = runs[0]
+    assert run["name"] == "run" and run["status"] == "FINISHED"
+    assert run["params"]["profile"] == "local"
+    assert run["params"]["stages"] == "land,refine,publish"
+    assert run["params"]["version_before.silver.entity_change_events"] == "0"
+    assert int(run["params"]["version_after.silver.entity_change_events"]) > 0
+    metrics = run["metrics"]
+    assert metrics["land.records_read"] == 374 + 200
+    assert metrics["land.records_landed"] + metrics["land.records_quarantined"] + metrics[
+        "land.duplicates_skipped"
+    ] == metrics["land.records_read"]
+    assert metrics["events.OWNER"] > 0 and metrics["events.TECHNICAL_SCHEMA"] > 0
+    assert metrics["publish.rows_out"] > 0
+    # The publish step's two stages, each with its own rows; together the step's.
+    assert metrics["publish_audit.rows_out"] > 0 and metrics["publish_openmetadata.rows_out"] > 0
+    assert metrics["publish_audit.rows_out"] + metrics["publish_openmetadata.rows_out"] == metrics["publish.rows_out"]
+    for stage in ("land", "refine", "publish"):
+        assert metrics[f"{stage}.duration_s"] > 0
+    summary_files = list((tracked_home / "mlruns").rglob("summary.json"))
+    assert len(summary_files) == 1
+    summary = json.loads(summary_files[0].read_text())
+    assert [s["stage"] for s in summary["run"]["stages"]] == ["land", "refine", "publish"]
+
+
+def test_runs_prints_a_table(tracked_home: Path):
+    result = run_cli("runs", home=tracked_home, env={"COLUMNS": "200"})
+    assert "Recent runs" in result.stdout and "FINISHED" in result.stdout
+    run = json.loads(run_cli("runs", "--json", home=tracked_home).stdout.splitlines()[0])
+    # The audit_rows column shows the publish_audit stage's rows.
+    audit_rows = run["metrics"]["publish_audit.rows_out"]
+    row = next(line for line in result.stdout.splitlines() if "FINISHED" in line)
+    assert audit_rows > 0 and row.split("│")[-2].strip() == str(audit_rows)
+
+
+def test_stages_run_separately_give_the_tables_one_run_gives(spark, landing: Path, tracked_home: Path, tmp_path):
+    config = ["--set", "mlflow.enabled=false", "--set", f"ingest.landing_dirs=[{landing}]"]
+    for stage in ("land", "refine", "publish"):
+        run_cli(*config, "job", stage, "--no-progress", home=tmp_path)
+    expected = table_contents(spark, tracked_home)
+    actual = table_contents(spark, tmp_path)
+    for key in expected:
+        if key != "ops.stage_progress":
+            assert actual[key] == expected[key], key
+
+
+def test_a_stage_with_nothing_upstream_does_nothing(spark, tmp_path):
+    result = run_cli("--set", "mlflow.enabled=false", "job", "refine", "--no-progress", home=tmp_path, env={"COLUMNS": "200"})
+    assert "refine" in result.stdout
+    assert all(rows == [] for rows in table_contents(spark, tmp_path).values())
+
+
+def test_demo_generates_runs_and_summarises(tmp_path):
+    result = run_cli(
+        "demo", "--entities", "15", "--usage-events", "400", "--days", "3", home=tmp_path, env={"COLUMNS": "200"}
+    )
+    for heading in (
+        "Table row counts",
+        "Change events by category",
+        "Top actors, last day",
+        "Sample audit search",
+        "MLflow runs",
+    ):
+        assert heading in result.stdout, heading
+    runs = [json.loads(line) for line in run_cli("runs", "--json", home=tmp_path).stdout.splitlines()]
+    assert [r["name"] for r in runs] == ["run"]

@@ -1,0 +1,76 @@
+"""`lakehouse bench silver`, run as a real subprocess on small inputs: what its JSON result says is checked
+against the tables it wrote and against the generator's manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conf.tables import table_location
+from tests.conftest import make_settings
+from tests.pipelines.cli.test_cli import run_cli
+
+STEPS = ["sequenced", "schema_fields", "events", "skipped", "entity_status", "state", "events_merged",
+         "skipped_merged", "state_merged"]
+
+
+def run_bench(work: Path, out: Path, *args: str) -> dict:
+    """Run `lakehouse bench silver` on 2,000 versions in two batches; return its one JSON result."""
+    run_cli("bench", "silver", "--versions", "2000", "--batches", "2", "--seed", "3", "--work", str(work),
+            "--out", str(out), *args, timeout=600)
+    (path,) = out.glob("silver-*.json")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def sail_bench(tmp_path_factory) -> tuple[dict, Path]:
+    work = tmp_path_factory.mktemp("bench-sail")
+    return run_bench(work / "work", work / "out"), work / "work"
+
+
+def read_delta(spark, home: Path, key: str):
+    return spark.read.format("delta").load(str(table_location(make_settings(home), key)))
+
+
+def test_the_result_counts_what_the_tables_hold(spark, sail_bench):
+    result, work = sail_bench
+    manifest = json.loads((work / "input" / "manifest.json").read_text())
+    assert result["engine"] == "sail" and result["batches"] == 2
+    assert result["versions"] == manifest["totals"]["aspect_versions"]
+    bronze = {r.batch_id: r["count"] for r in read_delta(spark, work / "home", "bronze.aspect_snapshots")
+              .groupBy("batch_id").count().collect()}
+    events = {r.batch_id: r["count"] for r in read_delta(spark, work / "home", "silver.entity_change_events")
+              .groupBy("batch_id").count().collect()}
+    batches = result["per_batch"]
+    assert sorted(b["batch_id"] for b in batches) == sorted(bronze)
+    assert {b["batch_id"]: b["versions"] for b in batches} == bronze
+    assert {b["batch_id"]: b["events"] for b in batches} == events
+    assert result["events"] == sum(events.values()) > 0
+
+
+def test_each_batch_reports_its_steps_within_its_wall_time(sail_bench):
+    result, _ = sail_bench
+    for batch in result["per_batch"]:
+        assert list(batch["steps_s"]) == STEPS
+        assert all(seconds >= 0 for seconds in batch["steps_s"].values())
+        # Each figure is rounded to the millisecond: allow half of one per figure.
+        assert sum(batch["steps_s"].values()) <= batch["wall_s"] + 0.0005 * (len(STEPS) + 1)
+    first, last = result["per_batch"][0]["wall_s"], result["per_batch"][-1]["wall_s"]
+    assert result["last_to_first_batch"] == round(last / first, 3)
+    assert result["refine"]["wall_s"] >= first + last - 0.0015
+    assert 0 < result["peak_rss_bytes"] <= 64 * 1024**3
+
+
+def test_jvm_spark_derives_the_same_events_from_the_same_input(spark, sail_bench, tmp_path):
+    sail, work = sail_bench
+    classic = run_bench(tmp_path / "work", tmp_path / "out", "--engine", "classic")
+    assert classic["engine"] == "classic" and classic["versions"] == sail["versions"]
+    sail_ids = read_delta(spark, work / "home", "silver.entity_change_events").select("event_id")
+    batch_dirs = sorted(str(p) for p in (tmp_path / "work" / "classic" / "events").iterdir())
+    classic_ids = spark.read.parquet(*batch_dirs).select("event_id")
+    # Same generator seed, so the same input; the events are the same set on both engines.
+    assert classic_ids.count() == sail_ids.count() == classic["events"]
+    assert classic_ids.exceptAll(sail_ids).count() == 0 and sail_ids.exceptAll(classic_ids).count() == 0
+    assert [b["events"] for b in classic["per_batch"]] == [b["events"] for b in sail["per_batch"]]

@@ -1,0 +1,50 @@
+"""Command-line values: epoch milliseconds or ISO-8601 times, and JSON objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from conf.errors import InputError
+from pipelines.cli.args import parse_json_object, parse_time_ms
+
+
+@pytest.mark.parametrize(
+    ("text", "millis"),
+    [
+        ("1700000000000", 1_700_000_000_000),
+        ("-5", -5),
+        ("2023-11-14", 1_699_920_000_000),
+        ("2023-11-14T22:13:20Z", 1_700_000_000_000),
+        ("2023-11-14T23:13:20+01:00", 1_700_000_000_000),
+        # Float seconds * 1000 gives each of these 1 ms early.
+        ("1987-05-10T10:40:21.915Z", 547_641_621_915),
+        ("2039-01-12T23:59:04.595Z", 2_178_489_544_595),
+        ("9999-12-31T23:59:59.999Z", 253_402_300_799_999),
+    ],
+)
+def test_times_parse_to_whole_epoch_milliseconds(text, millis):
+    assert parse_time_ms(text, "--since") == millis
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "--since: '' is neither epoch milliseconds nor an ISO-8601 time"),
+        ("soon", "--since: 'soon' is neither epoch milliseconds nor an ISO-8601 time"),
+        ("1e12", "--since: '1e12' is neither epoch milliseconds nor an ISO-8601 time"),
+        ("99999999999999999999", "--since: '99999999999999999999' is outside the years 0001-9999"),
+        ("253402300800000", "--since: '253402300800000' is outside the years 0001-9999"),
+    ],
+)
+def test_bad_times_name_the_option_and_the_value(text, message):
+    with pytest.raises(InputError) as caught:
+        parse_time_ms(text, "--since")
+    assert str(caught.value) == message
+
+
+def test_json_objects_name_the_option_when_they_are_not_one():
+    assert parse_json_object('{"a": 1}', "--filter") == {"a": 1}
+    with pytest.raises(InputError, match=r"--filter: '\[1\]' is not a JSON object"):
+        parse_json_object("[1]", "--filter")
+    with pytest.raises(InputError, match=r"--filter: '\{' is not valid JSON"):
+        parse_json_object("{", "--filter")
