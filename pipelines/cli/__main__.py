@@ -1,5 +1,5 @@
-"""`python -m pipelines.cli.app`: the same as the `lakehouse` command."""
+"""`python -m pipelines.cli`: the same as the `lakehouse` command."""
 
-from pipelines.cli.app.app import main
+from pipelines.cli.app import main
 
 main()
