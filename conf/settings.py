@@ -103,6 +103,24 @@ class LockSettings:
 
 
 @dataclass(frozen=True)
+class AnomalySettings:
+    """The unusual-activity model: its features, training, registry name and scoring."""
+
+    model_name: str = "lakehouse-actor-anomalies"
+    alias: str = "champion"
+    granularities: tuple[str, ...] = ("hour", "day")
+    baseline_days: int = 14
+    business_hours: tuple[int, ...] = (7, 19)
+    detector: str = "robust"
+    threshold_spread: float = 3.5
+    min_history: int = 5
+    training_days: int = 56
+    score_days: int = 2
+    score_interval_minutes: int = 60
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of one lakehouse, resolved for one profile."""
 
@@ -117,6 +135,7 @@ class Settings:
     api: ApiSettings = field(default_factory=ApiSettings)
     mlflow: MlflowSettings = field(default_factory=MlflowSettings)
     locks: LockSettings = field(default_factory=LockSettings)
+    anomalies: AnomalySettings = field(default_factory=AnomalySettings)
 
     def resolve_path(self, path: str) -> Path:
         """Return `path` as an absolute path, taking a relative one as relative to home."""
@@ -353,6 +372,8 @@ def _coerce(hint: Any, value: Any, key: str, problems: list[str], bad: set[str])
         return value if isinstance(value, bool) else invalid("true or false")
     if hint is int:
         return value if isinstance(value, int) and not isinstance(value, bool) else invalid("a whole number")
+    if hint is float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else invalid("a number")
     if hint is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
@@ -416,6 +437,7 @@ def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
         problems.append(
             f"events.owner_category: {settings.events.owner_category!r} is not one of {', '.join(OWNER_CATEGORIES)}"
         )
+    problems.extend(_check_anomalies(settings.anomalies, ok))
     mlflow = settings.mlflow
     if ok("mlflow.experiment") and not mlflow.experiment.strip():
         problems.append(f"mlflow.experiment: {mlflow.experiment!r} must name an experiment")
@@ -438,3 +460,27 @@ def _is_databricks_uri(uri: str | None) -> bool:
 def _is_urn(value: str) -> bool:
     parts = value.split(":", 3)
     return len(parts) == 4 and parts[0] == "urn" and parts[1] == "li" and bool(parts[2]) and bool(parts[3])
+
+
+def _check_anomalies(anomalies: AnomalySettings, ok) -> list[str]:
+    problems = []
+    for name in ("baseline_days", "min_history", "training_days", "score_days", "score_interval_minutes"):
+        value = getattr(anomalies, name)
+        if ok(f"anomalies.{name}") and value < 1:
+            problems.append(f"anomalies.{name}: {value!r} must be at least 1")
+    if ok("anomalies.threshold_spread") and anomalies.threshold_spread <= 0:
+        problems.append(f"anomalies.threshold_spread: {anomalies.threshold_spread!r} must be positive")
+    if ok("anomalies.detector") and anomalies.detector not in ("robust", "forest", "combined"):
+        problems.append(f"anomalies.detector: {anomalies.detector!r} is not one of robust, forest, combined")
+    if ok("anomalies.granularities"):
+        unknown = [g for g in anomalies.granularities if g not in ("hour", "day")]
+        if unknown or not anomalies.granularities:
+            problems.append(f"anomalies.granularities: {list(anomalies.granularities)!r} must be hour and/or day")
+    hours = anomalies.business_hours
+    if ok("anomalies.business_hours") and not (len(hours) == 2 and 0 <= hours[0] < hours[1] <= 24):
+        problems.append(f"anomalies.business_hours: {list(hours)!r} must be [start, end) with 0 <= start < end <= 24")
+    for name in ("model_name", "alias"):
+        value = getattr(anomalies, name)
+        if ok(f"anomalies.{name}") and not value.strip():
+            problems.append(f"anomalies.{name}: {value!r} must not be empty")
+    return problems

@@ -51,6 +51,11 @@ class TableSpec:
         """The column names in table order."""
         return tuple(_split_top_level(self.columns, lambda part: part.split()[0]))
 
+    @property
+    def column_types(self) -> tuple[tuple[str, str], ...]:
+        """(name, Spark SQL type) of each column, in table order."""
+        return tuple(_split_top_level(self.columns, lambda part: tuple(part.split(None, 1))))
+
 
 def _split_top_level(ddl: str, pick) -> list[str]:
     """Split a DDL column list on the commas that are not inside <...> or (...)."""
@@ -189,6 +194,17 @@ _SPECS = (
         ("event_date",),
         "One OpenMetadata ChangeEvent per entity change set (changeDescription and entity as JSON text; "
         "entity_sequence numbers an entity's events in version order).",
+    ),
+    TableSpec(
+        "gold",
+        "actor_anomalies",
+        "actor STRING, granularity STRING, window_start BIGINT, window_end BIGINT, score DOUBLE, kind STRING, "
+        "peer_scored BOOLEAN, top_features STRING, model_name STRING, model_version STRING, "
+        "scored_at TIMESTAMP, window_date DATE",
+        ("window_date",),
+        "One actor time bucket (hour or day, [window_start, window_end) in epoch ms) the registered model "
+        "flagged as unusual: score (1.0 = at the threshold), kind, whether the actor was scored against "
+        "peers for lack of history, and top_features (JSON: feature, value, baseline, deviation).",
     ),
     TableSpec(
         "ops",

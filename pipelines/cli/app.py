@@ -31,6 +31,8 @@ COMMAND_MODULES = (
     "pipelines.bench.silver",
     "pipelines.cli.commands.generate",
     "pipelines.cli.commands.demo",
+    "pipelines.cli.commands.anomalies",
+    "pipelines.bench.anomalies",
 )
 
 app = typer.Typer(

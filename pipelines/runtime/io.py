@@ -26,6 +26,7 @@ _COMMIT_RACE_MARKERS = (
     "version already exists",
     "already exists at version",
     "transaction failed",
+    "failed to commit transaction",  # the embedded engine, when a MERGE/UPDATE lost the race
 )
 
 

@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from bronze.formats import detect_kind
 from conf.errors import InputError, LakehouseError
 from conf.settings import Settings
 from pipelines.batch import landing
+from pipelines.batch.landing.discovery import HeadLines
+from pipelines.batch.landing.staging import check_line_count
 from pipelines.runtime.io import read_table
 from pipelines.batch.landing import ALREADY_LANDED, LANDED, UNDETECTED, land_paths
 from tests.conftest import FIXTURES, make_settings, register_fresh_tables
@@ -111,10 +114,10 @@ def test_a_lone_carriage_return_does_not_split_a_record(spark, settings, tmp_pat
 def test_a_line_count_that_does_not_match_the_file_is_an_error_naming_both_counts(tmp_path):
     path = write_lines(tmp_path / "usage.jsonl", usage_lines(1, 2))
     assert landing.file_digest(path).lines == 2
-    landing._check_line_count(path, 2, "lines read", 2)
-    landing._check_line_count(path, 2, "lines read", None)  # unknown (a damaged gzip): nothing to check
+    check_line_count(path, 2, "lines read", 2)
+    check_line_count(path, 2, "lines read", None)  # unknown (a damaged gzip): nothing to check
     with pytest.raises(LakehouseError, match=r"usage\.jsonl: 3 lines read but the file has 2 lines"):
-        landing._check_line_count(path, 3, "lines read", landing.file_digest(path).lines)
+        check_line_count(path, 3, "lines read", landing.file_digest(path).lines)
 
 
 def test_a_truncated_gzip_lands_its_readable_lines_and_quarantines_the_rest(spark, settings, tmp_path):
@@ -219,6 +222,6 @@ def test_a_cut_first_line_still_shows_a_file_sink_array(tmp_path):
     path = tmp_path / "one-line.json"
     path.write_text(json.dumps([element, element]))  # one line, longer than the detection window below
     with open(path, encoding="utf-8") as handle:
-        head = landing._HeadLines(handle, max_chars=100)
-        assert landing.detect_kind(head) == "file-sink"
+        head = HeadLines(handle, max_chars=100)
+        assert detect_kind(head) == "file-sink"
         assert head.lines_given == 1 and head.error is None

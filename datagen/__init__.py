@@ -1,0 +1,1 @@
+"""Realistic DataHub test data: aspect histories in the three wire forms, and simulated actor activity."""

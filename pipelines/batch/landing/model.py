@@ -1,0 +1,141 @@
+"""What a landing batch works with: the statuses, the bronze tables it writes, one plan per input file and
+the report it returns."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from pipelines.runtime.progress import StageResult
+
+STAGE = "land"
+LANDED = "landed"
+ALREADY_LANDED = "already landed"
+UNDETECTED = "undetected"
+
+SNAPSHOTS_TABLE = "bronze.aspect_snapshots"
+USAGE_TABLE = "bronze.usage_events"
+QUARANTINE_TABLE = "bronze.quarantine"
+LEDGER_TABLE = "bronze.landed_files"
+# The tables a batch writes before its ledger rows; rows of uncommitted batches are removed from these.
+DATA_TABLES = (SNAPSHOTS_TABLE, USAGE_TABLE, QUARANTINE_TABLE)
+# The tables valid records land in, each with the name of its staging folder.
+FAMILIES = ((SNAPSHOTS_TABLE, "snapshots"), (USAGE_TABLE, "usage"))
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """What landing did with one input file.
+
+    Attributes:
+        path: the absolute path (bronze's `source_file`).
+        kind: mcl, mcp, file-sink, usage or empty; None when it could not be detected.
+        status: `landed`, `already landed` (same path and content hash in the ledger) or `undetected`.
+        content_hash: SHA-256 of the file's bytes (None when not needed).
+        records_read: non-blank lines (file-sink: array elements).
+        records_landed: rows written to bronze.aspect_snapshots or bronze.usage_events.
+        records_quarantined: rows written to bronze.quarantine.
+        duplicates_skipped: valid records already landed, or repeated earlier in the batch.
+        note: why a file was not landed.
+    """
+
+    path: str
+    kind: str | None
+    status: str
+    content_hash: str | None = None
+    records_read: int = 0
+    records_landed: int = 0
+    records_quarantined: int = 0
+    duplicates_skipped: int = 0
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class LandingReport:
+    """One landing batch: per-file results and totals.
+
+    Attributes:
+        batch_id: the batch id (committed only when `committed`).
+        files: one result per input file, in landing order.
+        seconds: wall time of the landing.
+        discarded_batches: uncommitted batches whose rows were removed before landing.
+    """
+
+    batch_id: str
+    files: tuple[FileResult, ...]
+    seconds: float = 0.0
+    discarded_batches: tuple[str, ...] = ()
+
+    @property
+    def committed(self) -> bool:
+        """True when the batch landed at least one file (its ledger rows exist)."""
+        return any(f.status == LANDED for f in self.files)
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Sums over the files: records read/landed/quarantined/duplicates, files landed/skipped."""
+        return {
+            "records_read": sum(f.records_read for f in self.files),
+            "records_landed": sum(f.records_landed for f in self.files),
+            "records_quarantined": sum(f.records_quarantined for f in self.files),
+            "duplicates_skipped": sum(f.duplicates_skipped for f in self.files),
+            "files_landed": sum(f.status == LANDED for f in self.files),
+            "files_already_landed": sum(f.status == ALREADY_LANDED for f in self.files),
+            "files_undetected": sum(f.status == UNDETECTED for f in self.files),
+        }
+
+    def reconciliation(self) -> str:
+        """The batch's `read = landed + quarantined + duplicates` line, as printed after a landing."""
+        t = self.totals
+        return (
+            f"batch {self.batch_id}: {t['records_read']} records read = {t['records_landed']} landed + "
+            f"{t['records_quarantined']} quarantined + {t['duplicates_skipped']} duplicates skipped"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain JSON-able data."""
+        return {
+            "batch_id": self.batch_id,
+            "committed": self.committed,
+            "seconds": self.seconds,
+            "discarded_batches": list(self.discarded_batches),
+            "totals": self.totals,
+            "files": [asdict(f) for f in self.files],
+        }
+
+    def as_stage_result(self) -> StageResult:
+        """The landing as a pipeline stage result (metrics: the totals)."""
+        totals = self.totals
+        return StageResult(
+            stage=STAGE,
+            batch_ids=(self.batch_id,) if self.committed else (),
+            rows_in=totals["records_read"],
+            rows_out=totals["records_landed"],
+            metrics={k: float(v) for k, v in totals.items()},
+        )
+
+
+@dataclass
+class FilePlan:
+    """One input file on its way through the batch."""
+
+    index: int
+    path: Path
+    kind: str | None
+    explicit: bool = False  # named on its own, not found in a folder
+    status: str = LANDED
+    note: str | None = None
+    digest_future: Future | None = None  # of a FileDigest
+    lines_future: Future | None = None  # of the line count of a gzip file (plain files: in the digest)
+    content_hash: str | None = None
+    family: str | None = None  # the table the file's records land in
+    staged: Path | None = None
+    schema: StructType | None = None  # of the staged Parquet (an empty part writes no file to read it from)
+    records_read: int = 0
+    records_quarantined: int = 0
+    partitions: list[tuple[int, int]] = field(default_factory=list)  # (read partition, rows) in file order
+    rejected: list[tuple[int, str, str]] = field(default_factory=list)  # (line, raw text, reason) found in Python

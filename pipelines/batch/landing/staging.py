@@ -1,0 +1,175 @@
+"""Staging one planned file: parse and validate its records (bronze.records) and write them as Parquet
+under the batch's scratch folder, counting what was read and quarantined.
+
+JSON-lines files are read by the engine when it can number their lines exactly (its read partitions are
+put in file order by checking their first and last lines against the file); otherwise, and for
+file-sink arrays, a numbered copy written in Python is staged instead. The lines staged must be as many as
+the file has, or the landing stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructField, StructType
+
+from bronze.formats import EMPTY, FILE_SINK, USAGE
+from bronze.records import (
+    order_partitions,
+    parse_snapshot_lines,
+    parse_usage_lines,
+    to_lines,
+    to_numbered_lines,
+    to_partition_summary,
+)
+from conf.errors import InputError, LakehouseError
+from conf.settings import Settings
+from pipelines.batch.landing.files import FileDigest, LineScanner, NumberedCopy, convert_file_sink, number_lines
+from pipelines.batch.landing.model import FAMILIES, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
+
+log = logging.getLogger("lakehouse.landing")
+# The engine reads a path as a glob pattern: with one of these in it, it may read another file, or none.
+_GLOB_CHARACTERS = re.compile(r"[*?\[\]{}\\]")
+
+
+def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path) -> None:
+    """Parse, validate and stage one file; fill in its counts and the file order of its read partitions.
+
+    Raises:
+        InputError: for a file named explicitly of which not one line can be read.
+        LakehouseError: when the lines staged are not the file's lines (see `check_line_count`).
+    """
+    if plan.kind == EMPTY:
+        return
+    plan.family = USAGE_TABLE if plan.kind == USAGE else SNAPSHOTS_TABLE
+    numbered = scratch / "input" / f"{plan.index:05d}.txt"
+    if plan.kind == FILE_SINK:
+        copy, plan.rejected = convert_file_sink(plan.path, numbered, settings.ingest.max_record_bytes)
+        _stage_copy(spark, settings, plan, scratch, numbered, copy)
+        return
+    ordered = _stage_engine_read(spark, settings, plan, scratch)
+    if ordered is None:
+        # Number the lines here (undecodable bytes become U+FFFD; a damaged gzip gives the lines before
+        # the damage) and stage the numbered copy, which has a safe name, instead.
+        copy = number_lines(plan.path, numbered)
+        check_line_count(plan.path, copy.lines, "lines read", None if copy.error else _file_lines(plan))
+        _stage_copy(spark, settings, plan, scratch, numbered, copy)
+        ordered = []
+    plan.partitions = ordered
+
+
+def _stage_engine_read(
+    spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path
+) -> list[tuple[int, int]] | None:
+    """Stage a JSON-lines file as the engine reads it; return its read partitions in file order.
+
+    Returns:
+        (partition, rows) in file order, or None when the engine's read cannot be used and the caller
+        must number the lines itself: a path the engine would take as a glob pattern, a file it cannot
+        read (bytes that are not UTF-8, a gzip it cannot decompress), or a read that is not exactly the
+        file's lines (another count, e.g. a lone carriage return splits a line; partitions, or a first
+        and last line, that do not match the file).
+    """
+    source = str(plan.path)
+    if _GLOB_CHARACTERS.search(source):
+        return None
+    try:
+        summary = _stage_lines(settings, plan, scratch, to_lines(spark.read.text(source), plan.index, source))
+    except Exception as exc:  # noqa: BLE001 - the Python pass reads what can be read and says why the rest cannot
+        # Logged, so that a failure unrelated to the file (which the Python pass then meets again) is
+        # seen with its first cause.
+        log.warning("%s: the engine could not read it (%s); numbering its lines in Python", source, exc)
+        return None
+    if sum(int(r.rows) for r in summary) != _file_lines(plan):
+        return None
+    return _file_order(plan.path, summary, plan.digest_future.result())
+
+
+def _stage_copy(
+    spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path, numbered: Path, copy: NumberedCopy
+) -> None:
+    """Stage the numbered copy of a file, quarantining where reading the file stopped early.
+
+    Raises:
+        InputError: for a file named explicitly of which nothing can be read.
+        LakehouseError: when the rows staged are not the lines of the copy.
+    """
+    if copy.error is not None:
+        if not (copy.lines or copy.lines_read or copy.cut_text or plan.rejected):
+            # Nothing of the file can be read: reported as detection reports a corrupt gzip.
+            message = f"{plan.path}: cannot be read ({copy.error})"
+            if plan.explicit:
+                raise InputError(message)
+            plan.status, plan.note = UNDETECTED, message
+            return
+        limit = settings.ingest.max_record_bytes
+        reason = f"record: file truncated or corrupt after line {copy.lines_read} ({copy.error})"
+        plan.rejected.append((copy.cut_line or copy.lines_read + 1, copy.cut_text[:limit], reason))
+    # Only a line feed ends a line of the copy: the engine would also end one at a lone carriage return.
+    text_df = spark.read.option("lineSep", "\n").text(str(numbered))
+    summary = _stage_lines(settings, plan, scratch, to_numbered_lines(text_df, plan.index, str(plan.path)))
+    check_line_count(plan.path, sum(int(r.rows) for r in summary), "lines staged", copy.lines)
+
+
+def _file_lines(plan: FilePlan) -> int | None:
+    """How many lines the plan's file has (decompressed); None when that is unknown (a damaged gzip)."""
+    if plan.lines_future is not None:
+        return plan.lines_future.result()
+    return plan.digest_future.result().lines
+
+
+def check_line_count(path: Path, got: int, what: str, expected: int | None) -> None:
+    """Fail unless `got` lines of a file are `expected` (when known): no line may be lost or made up.
+
+    Raises:
+        LakehouseError: naming the file and both counts (the batch is not committed).
+    """
+    if expected is not None and got != expected:
+        raise LakehouseError(
+            f"{path}: {got} {what} but the file has {expected} lines; the batch is not committed, so that "
+            "no record is lost silently"
+        )
+
+
+def _stage_lines(settings: Settings, plan: FilePlan, scratch: Path, lines_df: DataFrame) -> list:
+    """Validate `lines_df`, write it to the plan's staging folder, count it; return its partition summary."""
+    limit = settings.ingest.max_record_bytes
+    if plan.family == USAGE_TABLE:
+        staged_df = parse_usage_lines(lines_df, max_record_bytes=limit)
+    else:
+        staged_df = parse_snapshot_lines(
+            lines_df, plan.kind, default_actor=settings.ingest.default_actor, max_record_bytes=limit
+        )
+    plan.staged = scratch / dict(FAMILIES)[plan.family] / f"{plan.index:05d}"
+    staged_df.write.mode("overwrite").parquet(str(plan.staged))
+    # Read back as nullable: the parts of one family differ there (text reads have a non-null row id).
+    plan.schema = StructType([StructField(f.name, f.dataType, nullable=True) for f in staged_df.schema.fields])
+    summary = []
+    if has_staged_files(plan.staged):
+        read_df = lines_df.sparkSession.read.schema(plan.schema).parquet(str(plan.staged))
+        summary = to_partition_summary(read_df).collect()
+    plan.records_read = sum(int(r.records_read) for r in summary) + len(plan.rejected)
+    plan.records_quarantined = sum(int(r.records_quarantined) for r in summary) + len(plan.rejected)
+    return summary
+
+
+def _file_order(path: Path, summary: list, digest: FileDigest) -> list[tuple[int, int]] | None:
+    """The read partitions of a text-read file as (partition, rows) in file order; None if unverifiable."""
+    parts = [(int(r.partition), int(r.rows), r.first_crc, r.last_crc) for r in summary if r.partition is not None]
+    if len(parts) <= 1 and not digest.newlines:
+        # A gzip file is read as one partition, front to back; checking its last line means decompressing it.
+        return [(p[0], p[1]) for p in parts]
+    with LineScanner(path, digest) as scanner:
+        order = order_partitions(parts, scanner.crc_at)
+    if order is None:
+        return None
+    rows = {p[0]: p[1] for p in parts}
+    return [(partition, rows[partition]) for partition in order]
+
+
+def has_staged_files(folder: Path) -> bool:
+    """Whether a staging folder holds any Parquet file (writing no rows may write no file)."""
+    return folder.is_dir() and any(p.suffix == ".parquet" for p in folder.iterdir())
