@@ -84,14 +84,14 @@ def _robust_stats(matrix: np.ndarray, features: tuple[str, ...]) -> tuple[np.nda
 def _deviations(model: ActivityModel, features_df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return each row's z-scores against its baseline, the baselines, and whether the peers were used."""
     matrix = to_matrix(features_df, model.features)
-    medians = np.empty_like(matrix)
-    scales = np.empty_like(matrix)
-    peer_scored = np.zeros(len(features_df), dtype=bool)
-    for i, actor in enumerate(features_df["actor"].to_numpy()):
-        known = actor in model.actor_medians
-        medians[i] = model.actor_medians[actor] if known else model.peer_median
-        scales[i] = model.actor_scales[actor] if known else model.peer_scale
-        peer_scored[i] = not known
+    known_actors = list(model.actor_medians)
+    # Row k of the stacked baselines is known_actors[k]; the last row holds the peers'.
+    stacked_medians = np.vstack([*(model.actor_medians[a] for a in known_actors), model.peer_median])
+    stacked_scales = np.vstack([*(model.actor_scales[a] for a in known_actors), model.peer_scale])
+    index = pd.Index(known_actors).get_indexer(features_df["actor"].to_numpy())
+    peer_scored = index < 0
+    index = np.where(peer_scored, len(known_actors), index)
+    medians, scales = stacked_medians[index], stacked_scales[index]
     # Only more than usual is unusual here: fewer events than the baseline is not a finding.
     return np.maximum((matrix - medians) / scales, 0.0), medians, peer_scored
 
@@ -143,9 +143,12 @@ def fit(
     peer_median, peer_scale = _robust_stats(matrix, features)
     actor_medians: dict[str, np.ndarray] = {}
     actor_scales: dict[str, np.ndarray] = {}
-    actors = features_df["actor"].to_numpy()
-    for actor in pd.unique(actors):
-        rows = matrix[actors == actor]
+    codes, actors = pd.factorize(features_df["actor"].to_numpy())
+    order = np.argsort(codes, kind="stable")
+    # One sort, then each actor's rows are one slice: no pass over all rows per actor.
+    starts = np.searchsorted(codes[order], np.arange(len(actors) + 1))
+    for code, actor in enumerate(actors):
+        rows = matrix[order[starts[code] : starts[code + 1]]]
         if len(rows) >= min_history:
             actor_medians[actor], actor_scales[actor] = _robust_stats(rows, features)
     model = ActivityModel(
@@ -168,13 +171,15 @@ def fit(
     return model
 
 
-def score(model: ActivityModel, features_df: pd.DataFrame, top: int = 3) -> pd.DataFrame:
+def score(model: ActivityModel, features_df: pd.DataFrame, top: int = 3, explain_all: bool = False) -> pd.DataFrame:
     """Score feature rows: one output row per input row, in the same order.
 
     Args:
         model: a trained model.
         features_df: feature rows to score.
         top: how many contributing features to explain each row with.
+        explain_all: explain every row; by default only the flagged rows get top_features (the others an
+            empty list).
 
     Returns:
         actor, bucket_start, score (1.0 = at the threshold), is_anomaly, peer_scored, kind and
@@ -187,29 +192,33 @@ def score(model: ActivityModel, features_df: pd.DataFrame, top: int = 3) -> pd.D
     else:
         forest = -model.forest.score_samples(deviations) / model.forest_threshold
         combined = forest if model.detector == "forest" else np.maximum(robust, forest)
-    raw = features_df.loc[:, list(model.features)].astype("float64").fillna(0.0).to_numpy()
-    shares = np.array([name in SHARE_FEATURES for name in model.features])
-    baselines = np.where(shares, medians, np.expm1(medians))
+    flagged = combined >= 1.0
     order = np.argsort(-deviations, axis=1)[:, :top]
-    explanations = [
-        [
-            {
-                "feature": model.features[j],
-                "value": float(raw[i, j]),
-                "baseline": round(float(baselines[i, j]), 3),
-                "deviation": round(float(deviations[i, j]), 3),
-            }
-            for j in order[i]
-        ]
-        for i in range(len(features_df))
-    ]
-    kinds = [FEATURE_KINDS.get(model.features[order[i][0]], "volume_spike") for i in range(len(features_df))]
+    kinds = np.array([FEATURE_KINDS.get(name, "volume_spike") for name in model.features], dtype=object)[order[:, 0]]
+    explanations: list[list[dict]] = [[] for _ in range(len(features_df))]
+    # Explaining every row costs more than scoring them; only flagged rows are shown to anyone.
+    rows_to_explain = np.flatnonzero(np.ones_like(flagged) if explain_all else flagged)
+    if len(rows_to_explain):
+        raw = features_df.loc[:, list(model.features)].astype("float64").fillna(0.0).to_numpy()[rows_to_explain]
+        shares = np.array([name in SHARE_FEATURES for name in model.features])
+        baselines = np.where(shares, medians[rows_to_explain], np.expm1(medians[rows_to_explain]))
+        picked = deviations[rows_to_explain]
+        for k, i in enumerate(rows_to_explain):
+            explanations[i] = [
+                {
+                    "feature": model.features[j],
+                    "value": float(raw[k, j]),
+                    "baseline": round(float(baselines[k, j]), 3),
+                    "deviation": round(float(picked[k, j]), 3),
+                }
+                for j in order[i]
+            ]
     return pd.DataFrame(
         {
             "actor": features_df["actor"].to_numpy(),
             "bucket_start": features_df["bucket_start"].to_numpy(),
             "score": np.round(combined, 6),
-            "is_anomaly": combined >= 1.0,
+            "is_anomaly": flagged,
             "peer_scored": peer_scored,
             "kind": kinds,
             "top_features": explanations,

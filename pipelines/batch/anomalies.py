@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import mlflow.pyfunc
 import pandas as pd
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,7 +25,6 @@ from pipelines.runtime.tracking import tracked_run
 
 DAY_MS = 86_400_000
 TABLE = "gold.actor_anomalies"
-FEATURE_ROWS_PER_SLICE = 250_000
 log = logging.getLogger("lakehouse.anomalies")
 
 
@@ -104,32 +106,31 @@ def read_events(spark: SparkSession, settings: Settings, since_ms: int, until_ms
     )
 
 
-def features_for(events_df: DataFrame, settings: Settings, granularity: str) -> pd.DataFrame:
-    """Compute one granularity's feature rows with the settings' baseline and business hours."""
+def features_for(events_df: DataFrame, settings: Settings, granularity: str, since_ms: int | None = None) -> pd.DataFrame:
+    """Compute one granularity's feature rows with the settings' baseline and business hours.
+
+    The rows are written once as Parquet under `<home>/_scratch/anomalies` and read back with pyarrow:
+    a million feature rows exceed what one Spark Connect response may carry (128 MiB), and collecting
+    them in slices recomputed the whole feature query once per slice.
+
+    Args:
+        events_df: the change events, the history before `since_ms` included (baselines read it).
+        settings: the lakehouse settings.
+        granularity: hour or day.
+        since_ms: return only the buckets starting at or after it (default: every bucket).
+    """
     width = bucket_width_ms(granularity)
     baseline = max(1, settings.anomalies.baseline_days * DAY_MS // width)
     hours = settings.anomalies.business_hours
-    features_df = to_actor_features(
-        events_df, granularity, baseline_buckets=baseline, business_hours=(hours[0], hours[1])
-    ).cache()
+    features_df = to_actor_features(events_df, granularity, baseline_buckets=baseline, business_hours=(hours[0], hours[1]))
+    if since_ms is not None:
+        features_df = features_df.where(F.col("bucket_start") >= since_ms)
+    folder = settings.home / "_scratch" / "anomalies" / f"{granularity}-{uuid.uuid4().hex}"
     try:
-        return collect_in_slices(features_df, "actor", FEATURE_ROWS_PER_SLICE)
+        features_df.write.mode("overwrite").parquet(str(folder))
+        return pq.read_table(folder).to_pandas()
     finally:
-        features_df.unpersist()
-
-
-def collect_in_slices(df: DataFrame, key: str, rows_per_slice: int) -> pd.DataFrame:
-    """Collect a DataFrame to pandas in slices of about `rows_per_slice` rows, split by a hash of `key`.
-
-    One Spark Connect response must stay under the client's message size limit (128 MiB), which a
-    million feature rows exceed.
-    """
-    total = df.count()
-    slices = max(1, -(-total // rows_per_slice))
-    if slices == 1:
-        return df.toPandas()
-    parts = [df.where(F.pmod(F.xxhash64(key), F.lit(slices)) == i).toPandas() for i in range(slices)]
-    return pd.concat(parts, ignore_index=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def train(spark: SparkSession, settings: Settings, now_ms: int | None = None) -> TrainResult:
@@ -234,8 +235,7 @@ def score_window(spark: SparkSession, settings: Settings, now_ms: int | None = N
     events_df = read_events(spark, settings, window_start - cfg.training_days * DAY_MS, now_ms).cache()
     parts = []
     for granularity in cfg.granularities:
-        rows = features_for(events_df, settings, granularity)
-        parts.append(rows[rows["bucket_start"] >= window_start])
+        parts.append(features_for(events_df, settings, granularity, since_ms=window_start))
     events_df.unpersist()
     features = pd.concat(parts, ignore_index=True)
     scored = model.score(features) if len(features) else pd.DataFrame()

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from conf.errors import ConfigError
 from conf.settings import Settings
 from datagen.actor_activity import DAY_MS, simulate_activity
-from pipelines.batch.anomalies import list_anomalies, load_model, score_window, train
+from pipelines.batch.anomalies import features_for, list_anomalies, load_model, read_events, score_window, train
 from pipelines.bench.anomalies import _as_silver_events
 from pipelines.runtime.io import append, read_table
 
@@ -87,9 +87,15 @@ def test_training_needs_mlflow(spark, settings):
         train(spark, off, NOW)
 
 
-def test_collecting_in_slices_returns_every_row_once(spark: SparkSession):
-    from pipelines.batch.anomalies import collect_in_slices
+def test_features_of_a_window_are_one_row_per_active_actor_day_and_leave_no_scratch(spark, settings, history):
+    since = START + 14 * DAY_MS
+    events = history.events.to_pandas()
+    active = events[events["actor"].notna() & (events["event_time"] >= since)]
+    expected = set(zip(active["actor"], active["event_time"] // DAY_MS * DAY_MS))
+    events_df = read_events(spark, settings, START, NOW)
 
-    df = spark.createDataFrame([(f"urn:li:corpuser:u{i}", i) for i in range(10)], "actor STRING, n INT")
-    collected = collect_in_slices(df, "actor", rows_per_slice=3)
-    assert sorted(collected["n"].tolist()) == list(range(10))
+    rows = features_for(events_df, settings, "day", since_ms=since)
+
+    assert set(zip(rows["actor"], rows["bucket_start"])) == expected
+    assert len(rows) == len(expected)
+    assert list((settings.home / "_scratch" / "anomalies").iterdir()) == []
