@@ -22,6 +22,7 @@ from conf.settings import Settings
 from gold.audit import EVENT_TYPES
 from gold.auth import AUDIT_READ
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, SearchRequest
+from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.search import search
 from pipelines.serving.tokens import TokenVerifier
 
@@ -159,6 +160,7 @@ def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DE
 
         return JSONResponse(await run_in_threadpool(run))
 
+    app.include_router(anomalies_router(settings, verifier))
     return app
 
 

@@ -1,0 +1,127 @@
+"""GET /api/v1/anomalies: the actor hours and days the model flagged, read from gold.actor_anomalies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from conf.errors import InputError, RequestError
+from conf.settings import Settings
+from conf.tables import table_location
+from gold.anomaly_features import BUCKET_MS
+from gold.auth import AUDIT_READ
+from pipelines.cli.args import parse_time_ms
+from pipelines.serving.tokens import TokenVerifier
+
+ANOMALIES_PATH = "/api/v1/anomalies"
+TABLE = "gold.actor_anomalies"
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+_PARAMETERS = ("since", "until", "actor", "granularity", "kind", "limit")
+
+
+@dataclass(frozen=True)
+class AnomalyQuery:
+    """A validated anomalies request: a window on window_start, optional filters and a row limit."""
+
+    since_ms: int | None = None
+    until_ms: int | None = None
+    actor: str | None = None
+    granularity: str | None = None
+    kind: str | None = None
+    limit: int = DEFAULT_LIMIT
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> AnomalyQuery:
+        """Build a query from URL parameters.
+
+        Raises:
+            RequestError: naming the parameter and the value, for an unknown parameter or a bad value.
+        """
+        unknown = sorted(set(params) - set(_PARAMETERS))
+        if unknown:
+            raise RequestError(f"{unknown[0]}: unknown parameter (known: {', '.join(_PARAMETERS)})")
+        try:
+            since = parse_time_ms(params["since"], "since") if params.get("since") else None
+            until = parse_time_ms(params["until"], "until") if params.get("until") else None
+        except InputError as exc:
+            raise RequestError(str(exc)) from None
+        if since is not None and until is not None and since >= until:
+            raise RequestError(f"since: {params['since']!r} is not before until ({params['until']!r})")
+        granularity = params.get("granularity") or None
+        if granularity is not None and granularity not in BUCKET_MS:
+            raise RequestError(f"granularity: {granularity!r} is not one of {', '.join(BUCKET_MS)}")
+        raw_limit = params.get("limit", str(DEFAULT_LIMIT))
+        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+            raise RequestError(f"limit: {raw_limit!r} is not a whole number from 1 to {MAX_LIMIT}")
+        return cls(since, until, params.get("actor") or None, granularity, params.get("kind") or None, int(raw_limit))
+
+
+def read_anomalies(location: Path, query: AnomalyQuery) -> list[dict[str, Any]]:
+    """Return the flagged windows matching `query` from the table's latest version, highest score first.
+
+    Ties are broken by actor and window start, so a page is stable. An absent table holds nothing yet.
+    """
+    if not (location / "_delta_log").is_dir():
+        return []
+    dataset = DeltaTable(str(location)).to_pyarrow_dataset()
+    conditions = [
+        (ds.field("window_start") >= query.since_ms) if query.since_ms is not None else None,
+        (ds.field("window_start") < query.until_ms) if query.until_ms is not None else None,
+        (ds.field("actor") == query.actor) if query.actor else None,
+        (ds.field("granularity") == query.granularity) if query.granularity else None,
+        (ds.field("kind") == query.kind) if query.kind else None,
+    ]
+    condition = None
+    for part in (c for c in conditions if c is not None):
+        condition = part if condition is None else condition & part
+    table = dataset.to_table(filter=condition)
+    order = pc.sort_indices(table, sort_keys=[("score", "descending"), ("actor", "ascending"), ("window_start", "ascending")])
+    rows = table.take(order[: query.limit]).to_pylist()
+    return [_as_json(row) for row in rows]
+
+
+def _as_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "actor": row["actor"],
+        "granularity": row["granularity"],
+        "windowStart": row["window_start"],
+        "windowEnd": row["window_end"],
+        "score": row["score"],
+        "kind": row["kind"],
+        "peerScored": row["peer_scored"],
+        "topFeatures": json.loads(row["top_features"]) if row["top_features"] else [],
+        "modelName": row["model_name"],
+        "modelVersion": row["model_version"],
+        "scoredAt": row["scored_at"].isoformat() if row["scored_at"] is not None else None,
+    }
+
+
+def anomalies_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
+    """Return the router of the anomalies endpoint, authenticated like the audit search (audit-read)."""
+    router = APIRouter()
+    location = table_location(settings, TABLE)
+
+    @router.get(
+        ANOMALIES_PATH,
+        summary="List unusual actor activity",
+        description="Actor hours and days the registered model flagged (gold.actor_anomalies), highest score "
+        f"first. Parameters: since/until (epoch ms or ISO-8601, on the window start), actor, granularity "
+        f"(hour or day), kind, limit (1..{MAX_LIMIT}, default {DEFAULT_LIMIT}).",
+    )
+    async def list_anomalies(request: Request) -> JSONResponse:
+        await run_in_threadpool(verifier.authenticate, request.headers.get("authorization"), AUDIT_READ)
+        query = AnomalyQuery.parse(dict(request.query_params))
+        rows = await run_in_threadpool(read_anomalies, location, query)
+        return JSONResponse({"count": len(rows), "anomalies": rows})
+
+    return router
