@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean browser
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/lakehouse demo
 
-test: $(STAMP)
+# The browser tests drive Debian's Chromium through its chromedriver; installed once, when missing.
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update && apt-get install -y chromium chromium-driver)
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 clean:

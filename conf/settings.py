@@ -6,7 +6,7 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,24 @@ class ApiSettings:
     tokens_file: str = "auth/tokens.json"
 
 
+SERVE_ENGINES = ("inprocess", "spark")
+# The Audit Events Search contract's largest page size.
+SEARCH_MAX_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How the HTTP API answers searches: the engine, its concurrency bounds and request limits."""
+
+    engine: str = "inprocess"
+    query_slots: int = 4
+    queue_depth: int = 32
+    queue_timeout_seconds: float = 5.0
+    version_check_seconds: float = 1.0
+    max_body_bytes: int = 1048576
+    max_size: int = 10000
+
+
 @dataclass(frozen=True)
 class MlflowSettings:
     """MLflow run tracking."""
@@ -100,6 +118,33 @@ class LockSettings:
     """The run lock that keeps two pipeline runs apart."""
 
     stale_after_seconds: int = 3600
+
+
+@dataclass(frozen=True)
+class SubscriptionSettings:
+    """Webhook delivery of change events to subscriptions."""
+
+    max_events_per_post: int = 500
+    max_concurrent: int = 8
+    max_concurrent_per_host: int = 4
+    request_timeout_ms: int = 10000
+    retry_initial_ms: int = 500
+    retry_max_ms: int = 60000
+    retry_budget_ms: int = 30000
+    pause_after_seconds: int = 3600
+    allowed_hosts: tuple[str, ...] = ()
+    key_file: str = "auth/subscriptions.key"
+    link_base_url: str | None = None
+    error_excerpt_chars: int = 500
+
+
+@dataclass(frozen=True)
+class AuditChainSettings:
+    """The tamper-evident hash chain over published audit tables (docs/audit-trail.md)."""
+
+    signing: str = "none"
+    key_file: str = "auth/audit-chain.key"
+    max_examples: int = 10
 
 
 @dataclass(frozen=True)
@@ -121,6 +166,20 @@ class AnomalySettings:
 
 
 @dataclass(frozen=True)
+class WatchSettings:
+    """Watch mode (`lakehouse run --watch`): how landing folders are watched and micro-batches triggered."""
+
+    max_wait_seconds: float = 2.0
+    max_files: int = 100
+    max_bytes: int = 268435456
+    polling: bool = False
+    poll_interval_seconds: float = 1.0
+    retry_attempts: int = 5
+    retry_backoff_seconds: float = 1.0
+    heartbeat_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of one lakehouse, resolved for one profile."""
 
@@ -133,9 +192,13 @@ class Settings:
     ingest: IngestSettings = field(default_factory=IngestSettings)
     events: EventSettings = field(default_factory=EventSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)
     mlflow: MlflowSettings = field(default_factory=MlflowSettings)
     locks: LockSettings = field(default_factory=LockSettings)
     anomalies: AnomalySettings = field(default_factory=AnomalySettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    subscriptions: SubscriptionSettings = field(default_factory=SubscriptionSettings)
+    audit_chain: AuditChainSettings = field(default_factory=AuditChainSettings)
 
     def resolve_path(self, path: str) -> Path:
         """Return `path` as an absolute path, taking a relative one as relative to home."""
@@ -429,6 +492,7 @@ def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
             problems.append(f"{key}: {value!r} must be greater than 0")
     if ok("api.port") and not 0 < settings.api.port < 65536:
         problems.append(f"api.port: {settings.api.port!r} is not a TCP port (1..65535)")
+    problems.extend(_check_serve(settings.serve, ok))
     if ok("ingest.default_actor") and not _is_urn(settings.ingest.default_actor):
         problems.append(f"ingest.default_actor: {settings.ingest.default_actor!r} is not an urn:li:<type>:<id>")
     if ok("ingest.landing_dirs") and not settings.ingest.landing_dirs:
@@ -438,6 +502,12 @@ def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
             f"events.owner_category: {settings.events.owner_category!r} is not one of {', '.join(OWNER_CATEGORIES)}"
         )
     problems.extend(_check_anomalies(settings.anomalies, ok))
+    if ok("audit_chain.signing") and settings.audit_chain.signing not in ("none", "hmac", "ed25519"):
+        problems.append(f"audit_chain.signing: {settings.audit_chain.signing!r} is not one of none, hmac, ed25519")
+    if ok("audit_chain.max_examples") and settings.audit_chain.max_examples < 1:
+        problems.append(f"audit_chain.max_examples: {settings.audit_chain.max_examples!r} must be at least 1")
+    problems.extend(_check_watch(settings.watch, ok))
+    problems.extend(_check_subscriptions(settings.subscriptions, ok))
     mlflow = settings.mlflow
     if ok("mlflow.experiment") and not mlflow.experiment.strip():
         problems.append(f"mlflow.experiment: {mlflow.experiment!r} must name an experiment")
@@ -462,6 +532,55 @@ def _is_urn(value: str) -> bool:
     return len(parts) == 4 and parts[0] == "urn" and parts[1] == "li" and bool(parts[2]) and bool(parts[3])
 
 
+def _check_subscriptions(subscriptions: SubscriptionSettings, ok) -> list[str]:
+    problems = []
+    at_least_one = {
+        "max_events_per_post": subscriptions.max_events_per_post,
+        "max_concurrent": subscriptions.max_concurrent,
+        "max_concurrent_per_host": subscriptions.max_concurrent_per_host,
+        "request_timeout_ms": subscriptions.request_timeout_ms,
+        "retry_initial_ms": subscriptions.retry_initial_ms,
+        "pause_after_seconds": subscriptions.pause_after_seconds,
+        "error_excerpt_chars": subscriptions.error_excerpt_chars,
+    }
+    for name, value in at_least_one.items():
+        if ok(f"subscriptions.{name}") and value < 1:
+            problems.append(f"subscriptions.{name}: {value!r} must be at least 1")
+    if ok("subscriptions.retry_max_ms", "subscriptions.retry_initial_ms") and (
+        subscriptions.retry_max_ms < subscriptions.retry_initial_ms
+    ):
+        problems.append(
+            f"subscriptions.retry_max_ms: {subscriptions.retry_max_ms!r} is below subscriptions.retry_initial_ms "
+            f"({subscriptions.retry_initial_ms!r})"
+        )
+    if ok("subscriptions.retry_budget_ms") and subscriptions.retry_budget_ms < 0:
+        problems.append(f"subscriptions.retry_budget_ms: {subscriptions.retry_budget_ms!r} must be 0 or more")
+    if ok("subscriptions.allowed_hosts"):
+        for i, host in enumerate(subscriptions.allowed_hosts):
+            bare = host[2:] if host.startswith("*.") else host
+            if not bare or "/" in bare or ":" in bare or " " in bare:
+                problems.append(f"subscriptions.allowed_hosts[{i}]: {host!r} is not a host name or *.domain pattern")
+    if ok("subscriptions.key_file") and not subscriptions.key_file.strip():
+        problems.append(f"subscriptions.key_file: {subscriptions.key_file!r} must name a file")
+    link = subscriptions.link_base_url
+    if ok("subscriptions.link_base_url") and link is not None and not link.startswith(("http://", "https://")):
+        problems.append(f"subscriptions.link_base_url: {link!r} is not an http or https URL")
+    return problems
+
+
+def _check_watch(watch: WatchSettings, ok) -> list[str]:
+    problems = []
+    for name in ("max_wait_seconds", "max_files", "max_bytes", "poll_interval_seconds", "heartbeat_seconds"):
+        value = getattr(watch, name)
+        if ok(f"watch.{name}") and value <= 0:
+            problems.append(f"watch.{name}: {value!r} must be greater than 0")
+    for name in ("retry_attempts", "retry_backoff_seconds"):
+        value = getattr(watch, name)
+        if ok(f"watch.{name}") and value < 0:
+            problems.append(f"watch.{name}: {value!r} must be 0 or more")
+    return problems
+
+
 def _check_anomalies(anomalies: AnomalySettings, ok) -> list[str]:
     problems = []
     for name in ("baseline_days", "min_history", "training_days", "score_days", "score_interval_minutes"):
@@ -483,4 +602,26 @@ def _check_anomalies(anomalies: AnomalySettings, ok) -> list[str]:
         value = getattr(anomalies, name)
         if ok(f"anomalies.{name}") and not value.strip():
             problems.append(f"anomalies.{name}: {value!r} must not be empty")
+    return problems
+
+
+def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
+    """Return the problems with the serve section's values."""
+    problems = []
+    if ok("serve.engine") and serve.engine not in SERVE_ENGINES:
+        problems.append(f"serve.engine: {serve.engine!r} is not one of {', '.join(SERVE_ENGINES)}")
+    for name, value, least in (
+        ("query_slots", serve.query_slots, 1),
+        ("queue_depth", serve.queue_depth, 0),
+        ("max_body_bytes", serve.max_body_bytes, 1024),
+        ("max_size", serve.max_size, 1),
+    ):
+        if ok(f"serve.{name}") and value < least:
+            problems.append(f"serve.{name}: {value!r} must be at least {least}")
+    if ok("serve.max_size") and serve.max_size > SEARCH_MAX_SIZE:
+        problems.append(f"serve.max_size: {serve.max_size!r} is above the search contract's limit {SEARCH_MAX_SIZE}")
+    if ok("serve.queue_timeout_seconds") and serve.queue_timeout_seconds <= 0:
+        problems.append(f"serve.queue_timeout_seconds: {serve.queue_timeout_seconds!r} must be above 0")
+    if ok("serve.version_check_seconds") and serve.version_check_seconds < 0:
+        problems.append(f"serve.version_check_seconds: {serve.version_check_seconds!r} must be at least 0")
     return problems

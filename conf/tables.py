@@ -159,6 +159,8 @@ _SPECS = (
         "source_order_key STRING, batch_id STRING, source_file STRING, line_number BIGINT, event_date DATE",
         ("event_date",),
         "One DataHub Entity Change Event (ECE V1) with its typed lineage columns.",
+        # Written only by insert-only MERGEs: Delta refuses any UPDATE/DELETE of a stored event.
+        (("delta.appendOnly", "true"),),
     ),
     TableSpec(
         "gold",
@@ -194,6 +196,7 @@ _SPECS = (
         ("event_date",),
         "One OpenMetadata ChangeEvent per entity change set (changeDescription and entity as JSON text; "
         "entity_sequence numbers an entity's events in version order).",
+        (("delta.appendOnly", "true"),),
     ),
     TableSpec(
         "gold",
@@ -213,6 +216,49 @@ _SPECS = (
         "rows_out BIGINT, run_id STRING, processed_at TIMESTAMP",
         (),
         "Which upstream batch (or table version) a pipeline stage has consumed.",
+    ),
+    TableSpec(
+        "ops",
+        "subscriptions",
+        "subscription_id STRING, name STRING, url STRING, format STRING, categories ARRAY<STRING>, "
+        "operations ARRAY<STRING>, entity_types ARRAY<STRING>, entity_prefixes ARRAY<STRING>, "
+        "actors ARRAY<STRING>, om_filter STRING, secret_ciphertext STRING, start_after TIMESTAMP, "
+        "created_at TIMESTAMP, paused BOOLEAN, failing_since TIMESTAMP, next_attempt_at TIMESTAMP, "
+        "last_error STRING, last_error_at TIMESTAMP, last_delivered_at TIMESTAMP",
+        (),
+        "One webhook subscription: its target, payload format, filters (empty arrays select everything; "
+        "om_filter an OpenMetadata eventFilter as JSON), its secret encrypted with the home's key file, "
+        "start_after (batches refined after it are delivered), and its delivery state.",
+    ),
+    TableSpec(
+        "ops",
+        "subscription_cursors",
+        "subscription_id STRING, batch_id STRING, batch_offset BIGINT, batch_complete BOOLEAN, "
+        "events_delivered BIGINT, committed_at TIMESTAMP",
+        (),
+        "One acknowledged step of a subscription's delivery, appended after the receiver answered 2xx "
+        "(or the events were dead-lettered): the first batch_offset selected events of batch_id are done.",
+    ),
+    TableSpec(
+        "ops",
+        "subscription_dead_letters",
+        "subscription_id STRING, subscription STRING, event_id STRING, entity_urn STRING, batch_id STRING, "
+        "status INT, error STRING, payload STRING, failed_at TIMESTAMP",
+        (),
+        "One event a receiver refused for good (a 4xx other than 408/429): the status, the start of the "
+        "answer's body, and the event as it was sent.",
+    ),
+    TableSpec(
+        "ops",
+        "audit_chain",
+        "seq BIGINT, table_key STRING, batch_id STRING, delta_version BIGINT, row_count BIGINT, "
+        "batch_digest STRING, prev_digest STRING, link_digest STRING, signature STRING, key_id STRING, "
+        "recorded_at_ms BIGINT",
+        (),
+        "One link of the audit hash chain: the SHA-256 of one batch's rows in one published table "
+        "(canonical form: docs/audit-trail.md) as of delta_version, linked to the previous link's digest; "
+        "signature (HMAC-SHA256 or Ed25519 of link_digest) and key_id when signing is on.",
+        (("delta.appendOnly", "true"),),
     ),
 )
 

@@ -16,12 +16,13 @@ from typing import Any
 from sqlglot import exp
 
 from conf.errors import RequestError
+from conf.settings import SEARCH_MAX_SIZE
 from gold.audit import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
 
 DAY_MS = 86_400_000
 DEFAULT_TIME = -1
 DEFAULT_SIZE = 10
-MAX_SIZE = 10_000
+MAX_SIZE = SEARCH_MAX_SIZE
 MAX_FILTER_VALUES = 1_000
 MAX_FILTER_VALUE_CHARS = 4_096
 # 9999-12-31T23:59:59.999Z: the last instant a date partition can name.
@@ -36,7 +37,9 @@ BODY_FILTERS = {
 # The page columns read from the table; raw_event only when the caller wants the raw document.
 RESULT_COLUMNS = AUDIT_COLUMNS[: AUDIT_COLUMNS.index("raw_event")]
 HISTOGRAM_BUCKETS = 128
-_SCROLL_VERSION = 1
+_SCROLL_VERSION = 2
+# The table version of a scroll id that pins none (the Spark engine reads the latest version).
+UNPINNED = -1
 _SCROLL_CHECK_CHARS = 16
 
 
@@ -50,6 +53,7 @@ class ScrollKey:
     event_id: str
     start_time: int
     end_time: int
+    table_version: int = UNPINNED
 
 
 @dataclass(frozen=True)
@@ -78,12 +82,13 @@ class SearchRequest:
     actor_urns: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any] | None = None, body: Any = None) -> SearchRequest:
+    def parse(cls, params: Mapping[str, Any] | None = None, body: Any = None, max_size: int = MAX_SIZE) -> SearchRequest:
         """Validate query parameters (strings or typed values) and the decoded JSON body.
 
         Args:
             params: startTime, endTime, size, scrollId, includeRaw; other keys are ignored, as DataHub does.
             body: the decoded JSON body: None (no body) or an object with the list filters.
+            max_size: the largest page size the server allows (at most MAX_SIZE).
 
         Raises:
             RequestError: naming the parameter or body field and the bad value.
@@ -91,7 +96,7 @@ class SearchRequest:
         params = params or {}
         start_time = _parse_time(params.get("startTime"), "startTime")
         end_time = _parse_time(params.get("endTime"), "endTime")
-        size = _parse_size(params.get("size"))
+        size = _parse_size(params.get("size"), max_size)
         include_raw = _parse_bool(params.get("includeRaw"), "includeRaw", default=True)
         scroll_id = params.get("scrollId")
         if scroll_id is not None and not isinstance(scroll_id, str):
@@ -155,12 +160,12 @@ def _parse_time(value: Any, name: str) -> int:
     return millis
 
 
-def _parse_size(value: Any) -> int:
+def _parse_size(value: Any, max_size: int) -> int:
     if value is None or value == "":
-        return DEFAULT_SIZE
+        return min(DEFAULT_SIZE, max_size)
     size = _parse_int(value, "size")
-    if not 1 <= size <= MAX_SIZE:
-        raise RequestError(f"size: {size} is out of range (1..{MAX_SIZE})")
+    if not 1 <= size <= max_size:
+        raise RequestError(f"size: {size} is out of range (1..{max_size}); the server's limit is {max_size}")
     return size
 
 
@@ -217,7 +222,8 @@ def _describe(value: Any) -> str:
 def encode_scroll_id(key: ScrollKey) -> str:
     """Return the opaque scroll id of a sort key: urlsafe base64 of JSON plus a checksum."""
     payload = json.dumps(
-        [_SCROLL_VERSION, key.timestamp, key.event_type, key.actor_urn, key.event_id, key.start_time, key.end_time],
+        [_SCROLL_VERSION, key.timestamp, key.event_type, key.actor_urn, key.event_id, key.start_time, key.end_time,
+         key.table_version],
         separators=(",", ":"),
     )
     check = hashlib.sha256(payload.encode()).hexdigest()[:_SCROLL_CHECK_CHARS]
@@ -244,16 +250,18 @@ def decode_scroll_id(scroll_id: str) -> ScrollKey:
     except ValueError:
         raise problem from None
     # The checksum only catches damage, not forgery: check the shape and ranges as for any input.
-    if not isinstance(fields, list) or len(fields) != 7:
+    if not isinstance(fields, list) or len(fields) != 8:
         raise problem
-    version, timestamp, event_type, actor_urn, event_id, start_time, end_time = fields
+    version, timestamp, event_type, actor_urn, event_id, start_time, end_time, table_version = fields
     ints = (timestamp, start_time, end_time)
     strings = (event_type, actor_urn, event_id)
     if version != _SCROLL_VERSION or not all(type(v) is int for v in ints) or not all(isinstance(v, str) for v in strings):
         raise problem
     if not all(0 <= v <= MAX_TIME_MS for v in ints):
         raise problem
-    return ScrollKey(timestamp, event_type, actor_urn, event_id, start_time, end_time)
+    if type(table_version) is not int or table_version < UNPINNED:
+        raise problem
+    return ScrollKey(timestamp, event_type, actor_urn, event_id, start_time, end_time, table_version)
 
 
 def _utc_date(millis: int) -> str:
@@ -314,7 +322,7 @@ def to_match_condition(request: SearchRequest, now_ms: int, since_ms: int | None
         values = getattr(resolved, field_name)
         if values:
             conditions.append(_in_list(column, values))
-    return exp.and_(*conditions)
+    return exp.and_(*conditions, copy=False)
 
 
 def _check_now(now_ms: int) -> None:
@@ -322,36 +330,50 @@ def _check_now(now_ms: int) -> None:
         raise RequestError(f"now_ms: {now_ms!r} is not epoch milliseconds")
 
 
-def build_search_sql(request: SearchRequest, table_name: str, now_ms: int, since_ms: int | None = None) -> str:
-    """Return the Spark SQL of one search page, in page order, built as a sqlglot tree.
+def _source(table: str | exp.Expression) -> exp.Expression:
+    """The FROM source: a table or view name, or a table expression (e.g. a DuckDB read_parquet call)."""
+    return exp.to_table(table, dialect="spark") if isinstance(table, str) else exp.Table(this=table.copy())
+
+
+def build_search_sql(
+    request: SearchRequest,
+    table_name: str | exp.Expression,
+    now_ms: int,
+    since_ms: int | None = None,
+    dialect: str = "spark",
+) -> str:
+    """Return the SQL of one search page, in page order, built as a sqlglot tree.
 
     Every caller value is a literal node of the tree; nothing the caller sends becomes SQL text.
 
     Args:
         request: the validated request (its scroll key selects the rows after the previous page).
-        table_name: the audit events table (or view), possibly qualified.
+        table_name: the audit events table (or view), possibly qualified, or a table expression.
         now_ms: the current time, for the default window.
         since_ms: read only events at or after this time. Rows are ordered newest first, so when this
             slice of the window holds a full page, that page is the window's page; see `page_upper_bound`.
+        dialect: the sqlglot dialect to render: "spark" (the pipeline engine) or "duckdb" (the serving engine).
     """
     _check_now(now_ms)
     where = to_match_condition(request, now_ms, since_ms)
     if request.scroll is not None:
-        where = exp.and_(where, _after_key(request.scroll))
+        where = exp.and_(where, _after_key(request.scroll), copy=False)
     columns = RESULT_COLUMNS + (("raw_event",) if request.include_raw else ())
     query = (
         exp.select(*[exp.column(c) for c in columns])
-        .from_(exp.to_table(table_name, dialect="spark"))
-        .where(where)
+        # Every node is built for this query alone: no copies (a read_parquet source lists many files).
+        .from_(_source(table_name), copy=False)
+        .where(where, copy=False)
         .order_by(
             exp.Ordered(this=exp.column("timestamp"), desc=True),
             exp.Ordered(this=exp.column("event_type")),
             exp.Ordered(this=_sort_actor()),
             exp.Ordered(this=exp.column("event_id")),
+            copy=False,
         )
-        .limit(request.size)
+        .limit(request.size, copy=False)
     )
-    return query.sql(dialect="spark")
+    return query.sql(dialect=dialect)
 
 
 def histogram_width(request: SearchRequest, now_ms: int) -> int:
@@ -360,11 +382,14 @@ def histogram_width(request: SearchRequest, now_ms: int) -> int:
     return max(1, -(-(resolved.end_time - resolved.start_time) // HISTOGRAM_BUCKETS))
 
 
-def build_histogram_sql(request: SearchRequest, table_name: str, now_ms: int) -> str:
-    """Return the Spark SQL counting the matching events per time bucket of the window (paging aside).
+def build_histogram_sql(
+    request: SearchRequest, table_name: str | exp.Expression, now_ms: int, dialect: str = "spark"
+) -> str:
+    """Return the SQL counting the matching events per time bucket of the window (paging aside).
 
     Result columns: `bucket` (0 = the window's first `histogram_width` ms) and `n`. Their sum is the
     exact total; `choose_since` uses them to pick the slice of the window that holds the page.
+    `dialect` is the sqlglot dialect rendered, as for `build_search_sql`.
     """
     _check_now(now_ms)
     resolved = request.with_window(now_ms)
@@ -372,11 +397,11 @@ def build_histogram_sql(request: SearchRequest, table_name: str, now_ms: int) ->
     bucket = exp.func("FLOOR", exp.Div(this=exp.paren(offset), expression=exp.Literal.number(histogram_width(request, now_ms))))
     query = (
         exp.select(exp.alias_(exp.cast(bucket, "bigint"), "bucket"), exp.alias_(exp.Count(this=exp.Star()), "n"))
-        .from_(exp.to_table(table_name, dialect="spark"))
-        .where(to_match_condition(request, now_ms))
-        .group_by(exp.Literal.number(1))
+        .from_(_source(table_name), copy=False)
+        .where(to_match_condition(request, now_ms), copy=False)
+        .group_by(exp.Literal.number(1), copy=False)
     )
-    return query.sql(dialect="spark")
+    return query.sql(dialect=dialect)
 
 
 def choose_since(histogram: Mapping[int, int], request: SearchRequest, now_ms: int) -> int | None:
@@ -447,13 +472,16 @@ def _raw_document(text: str | None) -> Any:
         return text
 
 
-def to_response(rows: Sequence[Mapping[str, Any]], total: int, request: SearchRequest) -> dict[str, Any]:
+def to_response(
+    rows: Sequence[Mapping[str, Any]], total: int, request: SearchRequest, table_version: int = UNPINNED
+) -> dict[str, Any]:
     """Shape DataHub's audit search response from one page of rows (already in page order).
 
     Args:
         rows: the page's rows with the gold.audit_events column names (rows without an event id are skipped).
         total: the exact count of matching events.
         request: the request, with its window resolved (`with_window`) so later pages keep it.
+        table_version: the table version the page was read from, pinned in the scroll id (UNPINNED: none).
 
     Returns:
         `{nextScrollId (only when the page is full), count, total, usageEvents}`.
@@ -470,6 +498,7 @@ def to_response(rows: Sequence[Mapping[str, Any]], total: int, request: SearchRe
                 event_id=last["event_id"],
                 start_time=request.start_time,
                 end_time=request.end_time,
+                table_version=table_version,
             )
         )
     response["count"] = len(page)

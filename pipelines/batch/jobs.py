@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,7 @@ def run_job(
     wait_seconds: float = 0.0,
     on_stage: Callable[[str], None] | None = None,
     land_progress: Any = None,
+    spark: SparkSession | None = None,
 ) -> RunSummary:
     """Run pipeline stages in order under the run lock, as one MLflow run.
 
@@ -82,6 +84,8 @@ def run_job(
         wait_seconds: how long to wait for another run's lock.
         on_stage: called with each stage's name as it starts (progress display).
         land_progress: passed to landing to report per-file progress.
+        spark: an open session (tables registered) to run in; default a new one for this run. A
+            long-running caller (watch mode) keeps one session across its micro-batches.
 
     Returns:
         The run summary.
@@ -98,7 +102,7 @@ def run_job(
     started = time.monotonic()
     with run_lock(settings, owner=f"lakehouse {name}", wait_seconds=wait_seconds):
         with tracked_run(settings, name, tags={"profile": settings.profile}) as tracker:
-            with open_session(settings) as spark:
+            with contextlib.nullcontext(spark) if spark is not None else open_session(settings) as spark:
                 maintenance = maintenance_for(settings, spark)
                 versions_before = {key: maintenance.version(key) for key in TABLES}
                 tracker.log_params(
@@ -129,7 +133,7 @@ def run_job(
                     **{f"version_after.{k}": v for k, v in versions_after.items()},
                 }
             )
-            tracker.log_metrics(_run_metrics(summary))
+            tracker.log_metrics(run_metrics(summary))
             tracker.summary["run"] = summary.as_dict()
     return summary
 
@@ -195,7 +199,8 @@ def _events_by_category(spark: SparkSession, settings: Settings, batch_ids: list
     return {r.category: r["count"] for r in sorted(rows, key=lambda r: r.category)}
 
 
-def _run_metrics(summary: RunSummary) -> dict[str, float]:
+def run_metrics(summary: RunSummary) -> dict[str, float]:
+    """A run's MLflow metrics: durations, rows per stage and sub-stage, events per category."""
     metrics: dict[str, float] = {"duration_s": summary.seconds}
     for report in summary.stages:
         metrics[f"{report.stage}.duration_s"] = report.seconds

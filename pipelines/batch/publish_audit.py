@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
+from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.io import insert_row, merge, read_table, replace_where
 from pipelines.runtime.maintenance import maintenance_for
@@ -51,6 +52,8 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
         merge_audit_events(spark, settings, audit_df, days)
         crash_point("publish_audit.merged")
         refresh_actor_activity(spark, settings, days, batch_ids)
+    # Linked before progress: a re-run after a crash links what is missing and nothing twice.
+    link_batches(spark, settings, AUDIT_TABLE, batch_ids)
     for batch_id in batch_ids:
         counts = per_batch.get(batch_id, {"rows_in": 0, "rows_out": 0})
         record_progress(

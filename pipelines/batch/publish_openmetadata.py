@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from conf.settings import Settings
 from gold.openmetadata import to_openmetadata_events
+from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.io import insert_missing, read_table
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
@@ -66,6 +67,9 @@ def publish_openmetadata(spark: SparkSession, settings: Settings, run_id: str | 
     if days:
         merge_change_events(spark, settings, staged_df, sorted(days))
     crash_point("publish_openmetadata.merged")
+    # Linked before progress: a re-run after a crash links what is missing and nothing twice.
+    for table_key in (SOURCE_TABLE, TARGET_TABLE):
+        link_batches(spark, settings, table_key, batch_ids)
     for batch_id in batch_ids:
         record_progress(
             spark,

@@ -1,6 +1,6 @@
 """`lakehouse bench silver`: generate aspect versions, land them, refine them, and write the measured figures.
 
-Generation uses `bronze.generator.generate_aspect_versions` (reported, not counted). Landing is
+Generation uses `datagen.history.generate_aspect_versions` (reported, not counted). Landing is
 measured on its own: the project's landing (`pipelines.batch.landing.land_paths`) when it exists, otherwise
 the bench's own JSON-lines loader. Refine is measured per batch, and on the embedded engine per step
 of the batch too (`steps_s`: the wall time of each staged part and write, `pipelines.batch.refine.STEP_NAMES`).
@@ -78,7 +78,7 @@ def run_silver_bench(
         raise InputError(f"--batches: {batches!r} must be between 1 and --versions ({versions})")
     folder = Path(work) if work else Path(tempfile.mkdtemp(prefix="bench-silver-"))
     try:
-        from bronze.generator import generate_aspect_versions
+        from datagen.history import generate_aspect_versions
 
         input_dir = folder / "input"
         wanted = {"versions": versions, "seed": seed, "batches": batches}

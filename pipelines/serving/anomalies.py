@@ -29,6 +29,34 @@ MAX_LIMIT = 1000
 _PARAMETERS = ("since", "until", "actor", "granularity", "kind", "limit")
 
 
+def parse_window(params: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """Return the optional (since, until) window in epoch ms from the `since` and `until` parameters.
+
+    Raises:
+        RequestError: naming the parameter, for a value that is not a time or a window that is empty.
+    """
+    try:
+        since = parse_time_ms(params["since"], "since") if params.get("since") else None
+        until = parse_time_ms(params["until"], "until") if params.get("until") else None
+    except InputError as exc:
+        raise RequestError(str(exc)) from None
+    if since is not None and until is not None and since >= until:
+        raise RequestError(f"since: {params['since']!r} is not before until ({params['until']!r})")
+    return since, until
+
+
+def parse_limit(params: Mapping[str, str], default: int, maximum: int) -> int:
+    """Return the `limit` parameter, `default` when absent.
+
+    Raises:
+        RequestError: for a value that is not a whole number from 1 to `maximum`.
+    """
+    raw = params.get("limit") or str(default)
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise RequestError(f"limit: {raw!r} is not a whole number from 1 to {maximum}")
+    return int(raw)
+
+
 @dataclass(frozen=True)
 class AnomalyQuery:
     """A validated anomalies request: a window on window_start, optional filters and a row limit."""
@@ -50,20 +78,12 @@ class AnomalyQuery:
         unknown = sorted(set(params) - set(_PARAMETERS))
         if unknown:
             raise RequestError(f"{unknown[0]}: unknown parameter (known: {', '.join(_PARAMETERS)})")
-        try:
-            since = parse_time_ms(params["since"], "since") if params.get("since") else None
-            until = parse_time_ms(params["until"], "until") if params.get("until") else None
-        except InputError as exc:
-            raise RequestError(str(exc)) from None
-        if since is not None and until is not None and since >= until:
-            raise RequestError(f"since: {params['since']!r} is not before until ({params['until']!r})")
+        since, until = parse_window(params)
         granularity = params.get("granularity") or None
         if granularity is not None and granularity not in BUCKET_MS:
             raise RequestError(f"granularity: {granularity!r} is not one of {', '.join(BUCKET_MS)}")
-        raw_limit = params.get("limit", str(DEFAULT_LIMIT))
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
-            raise RequestError(f"limit: {raw_limit!r} is not a whole number from 1 to {MAX_LIMIT}")
-        return cls(since, until, params.get("actor") or None, granularity, params.get("kind") or None, int(raw_limit))
+        return cls(since, until, params.get("actor") or None, granularity, params.get("kind") or None,
+                   parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT))
 
 
 def read_anomalies(location: Path, query: AnomalyQuery) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The HTTP audit search API (FastAPI + uvicorn) over one long-lived Spark session."""
+"""The HTTP audit search API (FastAPI + uvicorn) over the serving engine (in-process, or a Spark session)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,14 @@ from gold.audit import EVENT_TYPES
 from gold.auth import AUDIT_READ
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
-from pipelines.serving.search import search
+from pipelines.serving.report import report_router
+from pipelines.serving.admission import Admission, OverloadedError
+from pipelines.serving.engine import SearchEngine, open_engine
+from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.tokens import TokenVerifier
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
 EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
-# The embedded engine runs queries on the machine's cores; more queries in flight only queue inside it.
-DEFAULT_MAX_QUERIES = 4
 log = logging.getLogger("lakehouse.api")
 
 _BODY_SCHEMA = {
@@ -90,21 +91,32 @@ _QUERY_PARAMETERS = [
 ]  # fmt: skip
 
 
-def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DEFAULT_MAX_QUERIES) -> FastAPI:
-    """Build the API application around an open session.
+def create_app(
+    settings: Settings,
+    spark: SparkSession | None = None,
+    *,
+    max_queries: int | None = None,
+    engine: SearchEngine | None = None,
+) -> FastAPI:
+    """Build the API application around a serving engine.
 
     Args:
-        settings: the lakehouse settings (audit table name, token file).
-        spark: the session every request uses; queries from concurrent requests share it.
-        max_queries: how many searches run on the session at once; more requests wait their turn.
+        settings: the lakehouse settings (audit table, token file, the serve section).
+        spark: an open session; needed when serve.engine is spark.
+        max_queries: searches that run at once (default serve.query_slots); serve.queue_depth more wait,
+            the rest get 503.
+        engine: the engine to search with (default: the one serve.engine names).
 
     Raises:
-        ConfigError: when max_queries is below 1.
+        ConfigError: when max_queries is below 1, or the engine cannot be opened.
     """
-    if max_queries < 1:
-        raise ConfigError(f"max_queries: {max_queries!r} must be at least 1")
+    serve_settings = settings.serve
+    slots = serve_settings.query_slots if max_queries is None else max_queries
+    if slots < 1:
+        raise ConfigError(f"max_queries: {slots!r} must be at least 1")
+    admission = Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
+    search_engine = engine or open_engine(settings, spark)
     verifier = TokenVerifier(settings.tokens_path)
-    slots = threading.BoundedSemaphore(max_queries)
     app = FastAPI(
         title="Metadata audit lakehouse: Audit Events Search API",
         version="1",
@@ -114,7 +126,12 @@ def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DE
 
     @app.exception_handler(RequestError)
     async def _bad_request(_: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=400)
+        # 400, or the subclass's own status (410 for a scroll over a vacuumed version).
+        return JSONResponse({"error": str(exc)}, status_code=getattr(exc, "status", 400))
+
+    @app.exception_handler(OverloadedError)
+    async def _overloaded(_: Request, exc: OverloadedError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(AuthError)
     async def _unauthorized(_: Request, exc: AuthError) -> JSONResponse:
@@ -126,11 +143,11 @@ def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DE
         log.exception("search failed")
         return JSONResponse({"error": f"internal error ({type(exc).__name__})"}, status_code=500)
 
-    @app.get("/health", summary="Liveness: the server and its engine session answer.")
+    @app.get("/health", summary="Liveness: the server and its serving engine answer; the home's watcher status.")
     def health() -> dict[str, Any]:
-        with slots:
-            spark.sql("SELECT 1").collect()
-        return {"status": "ok"}
+        from pipelines.batch.watch_status import watch_status
+
+        return {"status": "ok", **search_engine.health(), "watch": watch_status(settings)}
 
     @app.post(
         SEARCH_PATH,
@@ -145,23 +162,47 @@ def create_app(settings: Settings, spark: SparkSession, *, max_queries: int = DE
             400: {"description": "Bad request", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
             401: {"description": "Missing or unknown token", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
             403: {"description": "Token without audit-read", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+            410: {"description": "The scroll's table version was vacuumed: restart the search",
+                  "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+            503: {"description": "Busy: every query slot and queue place taken (see Retry-After)",
+                  "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
         },
     )
     async def audit_search(request: Request) -> JSONResponse:
         authorization = request.headers.get("authorization")
         await run_in_threadpool(verifier.authenticate, authorization, AUDIT_READ)
-        body = _decode_body(await request.body())
+        body = _decode_body(await _read_body(request, serve_settings.max_body_bytes))
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
-        search_request = SearchRequest.parse(params, body)
+        search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size)
 
         def run() -> dict[str, Any]:
-            with slots:
-                return search(spark, settings, search_request)
+            with admission.slot():
+                return search_engine.search(search_request)
 
-        return JSONResponse(await run_in_threadpool(run))
+        with admission.admit():
+            return JSONResponse(await run_in_threadpool(run))
 
     app.include_router(anomalies_router(settings, verifier))
+    # The regulator report download (docs/audit-trail.md).
+    app.include_router(report_router(settings, verifier, spark))
+    mount_explorer(app, settings, verifier, spark)
     return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """Read the request body, refusing one above `limit` bytes before reading it all."""
+    too_large = f"body: larger than the limit of {limit} bytes (serve.max_body_bytes)"
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(too_large)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(too_large)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _decode_body(raw: bytes) -> Any:
@@ -175,7 +216,7 @@ def _decode_body(raw: bytes) -> Any:
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
-    """Open one session for the settings and serve the API until interrupted.
+    """Serve the API until interrupted, with the engine serve.engine names (a session only for spark).
 
     Args:
         settings: the lakehouse settings; host and port default to settings.api.
@@ -191,9 +232,12 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     # The embedded engine decodes the wide columns (raw_event) only for rows that pass the filters when
     # filters are pushed into the Parquet reader: a search page costs a fraction of the scan without it.
     os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")
+    config = {"host": host, "port": port, "log_level": "warning", "access_log": False}
+    if settings.serve.engine != "spark":
+        uvicorn.Server(uvicorn.Config(create_app(settings), **config)).run()
+        return
     with open_session(settings) as spark:
-        app = create_app(settings, spark)
-        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)).run()
+        uvicorn.Server(uvicorn.Config(create_app(settings, spark), **config)).run()
 
 
 @contextlib.contextmanager

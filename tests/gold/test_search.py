@@ -126,16 +126,21 @@ def _forged_scroll_id(fields) -> str:
         5,
         None,
         {"timestamp": 5},
-        [1, 5, "LogInEvent", "a", "id", 0],
-        [1, 5, "LogInEvent", "a", "id", 0, 10, "extra"],
-        [1, 10**26, "LogInEvent", "a", "id", 0, 10],
-        [1, 5, "LogInEvent", "a", "id", -7, 10],
-        [1, 5, "LogInEvent", "a", "id", 0, 10**26],
+        [2, 5, "LogInEvent", "a", "id", 0, 10],
+        [2, 5, "LogInEvent", "a", "id", 0, 10, 3, "extra"],
+        [1, 5, "LogInEvent", "a", "id", 0, 10, 3],
+        [2, 10**26, "LogInEvent", "a", "id", 0, 10, 3],
+        [2, 5, "LogInEvent", "a", "id", -7, 10, 3],
+        [2, 5, "LogInEvent", "a", "id", 0, 10**26, 3],
+        [2, 5, "LogInEvent", "a", "id", 0, 10, -2],
+        [2, 5, "LogInEvent", "a", "id", 0, 10, "3"],
+        [2, 5, "LogInEvent", "a", "id", 0, 10, 1.5],
     ],
 )
 def test_a_forged_scroll_id_with_a_valid_checksum_is_rejected(fields):
-    good = encode_scroll_id(ScrollKey(5, "LogInEvent", "a", "id", 0, 10))
-    assert decode_scroll_id(_forged_scroll_id([1, 5, "LogInEvent", "a", "id", 0, 10])) == decode_scroll_id(good)
+    good = encode_scroll_id(ScrollKey(5, "LogInEvent", "a", "id", 0, 10, table_version=3))
+    assert decode_scroll_id(_forged_scroll_id([2, 5, "LogInEvent", "a", "id", 0, 10, 3])) == decode_scroll_id(good)
+    assert decode_scroll_id(good).table_version == 3
     with pytest.raises(RequestError, match="scrollId"):
         decode_scroll_id(_forged_scroll_id(fields))
 
@@ -151,7 +156,7 @@ def test_a_tampered_scroll_id_does_not_decode(mangle):
     elif mangle == "not-base64":
         bad = "%%%***"
     elif mangle == "no-checksum":
-        bad = base64.urlsafe_b64encode(b'[1,5,"LogInEvent","a","id",0,10]').decode()
+        bad = base64.urlsafe_b64encode(b'[2,5,"LogInEvent","a","id",0,10,3]').decode()
     else:
         bad = base64.urlsafe_b64encode(b"{not json|0123456789abcdef").decode()
     with pytest.raises(RequestError, match="scrollId"):

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search audit events and print the API's JSON response."""
         from gold.search import SearchRequest
-        from pipelines.serving.search import search
+        from pipelines.serving.engine import open_engine
 
         params = {
             "startTime": parse_time_ms(start_time, "--start-time") if start_time else None,
@@ -61,10 +61,14 @@ def register(app: typer.Typer) -> None:
                 decoded = json.loads(body)
             except ValueError as exc:
                 raise RequestError(f"--body: not valid JSON ({exc})") from None
-        request = SearchRequest.parse(params, decoded)
         state = state_of(ctx)
-        with state.session() as spark:
-            result = search(spark, state.settings, request)
+        request = SearchRequest.parse(params, decoded, max_size=state.settings.serve.max_size)
+        if state.settings.serve.engine == "spark":
+            with state.session() as spark:
+                result = open_engine(state.settings, spark).search(request)
+        else:
+            # The in-process engine reads gold Delta directly: no Spark session to start.
+            result = open_engine(state.settings).search(request)
         sys.stdout.write(json.dumps(result) + "\n")
 
     @app.command("publish-audit")

@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         days: int = typer.Option(14, "--days", min=1, help="Days of history, ending at the next UTC midnight."),
     ) -> None:
         """Generate a realistic DataHub history, run land -> refine -> publish, and print a summary."""
-        from bronze.generator import generate_history
+        from datagen.history import generate_history
         from pipelines.cli.commands.jobs import run_with_progress, print_summary
         from pipelines.batch.jobs import JOB_STAGES
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from bronze.generator import DEFAULT_PART_SIZE, GeneratorManifest, generate_aspect_versions, generate_history
 from conf.errors import InputError
+from datagen.history import DEFAULT_PART_SIZE, generate_aspect_versions, generate_history
+from datagen.manifest import GeneratorManifest
 from pipelines.cli.args import parse_time_ms
 from pipelines.cli.console import console, print_table
 

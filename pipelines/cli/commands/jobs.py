@@ -25,9 +25,18 @@ def register(app: typer.Typer) -> None:
         ),
         wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+        watch: bool = typer.Option(
+            False, "--watch", help="Keep running: micro-batches as files arrive in the landing folders (docs/watch.md)."
+        ),
     ) -> None:
         """Land new input files and run bronze -> silver -> gold incrementally."""
         state = state_of(ctx)
+        if watch:
+            from pipelines.batch.watch import watch as watch_loop
+
+            if path:
+                raise InputError("--path: cannot be combined with --watch, which watches ingest.landing_dirs")
+            raise typer.Exit(watch_loop(state.settings))
         summary = run_with_progress(state.settings, JOB_STAGES, path, wait, progress)
         print_summary(summary)
 

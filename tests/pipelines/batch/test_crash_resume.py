@@ -50,7 +50,7 @@ RUN = ("--set", "mlflow.enabled=false", "run", "--no-progress", "--path")
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
     """A landing folder with the shared fixture history and a small generated history."""
-    from bronze.generator import generate_history
+    from datagen.history import generate_history
 
     landing = tmp_path_factory.mktemp("inputs")
     shutil.copy(FIXTURES / "history-small.mcl.jsonl", landing / "history-small.mcl.jsonl")
@@ -86,9 +86,22 @@ def test_a_run_killed_at_a_point_resumes_to_the_same_tables(spark, inputs, unint
     actual = table_contents(spark, tmp_path)
     assert expected["silver.entity_change_events"], "the uninterrupted run derived no events"
     for key in TABLES:
-        if key == "ops.stage_progress":
-            continue  # which run consumed a batch legitimately differs
+        if key in ("ops.stage_progress", "ops.audit_chain"):
+            continue  # which run consumed a batch differs; chain digests cover the (per-run) batch ids
         assert actual[key] == expected[key], f"{key} differs after a crash at {point}"
+    assert chain_shape(spark, tmp_path) == chain_shape(spark, uninterrupted), f"the chain differs after a crash at {point}"
+
+
+def chain_shape(spark, home: Path) -> list[tuple]:
+    """The chain's links as sorted (table, rows) pairs, after checking that it verifies: no link twice, none broken."""
+    from pipelines.batch.audit_chain import read_chain, verify_chain
+    from tests.conftest import register_fresh_tables
+
+    settings = make_settings(home)
+    register_fresh_tables(spark, settings)
+    result = verify_chain(spark, settings)
+    assert result.ok, result.broken
+    return sorted((link["table_key"], link["row_count"]) for link in read_chain(spark, settings))
 
 
 def test_a_second_run_of_the_same_inputs_changes_nothing(spark, inputs, uninterrupted):
@@ -113,5 +126,6 @@ def test_two_runs_started_together_do_not_corrupt_anything(spark, inputs, uninte
     expected = table_contents(spark, uninterrupted)
     actual = table_contents(spark, tmp_path)
     for key in TABLES:
-        if key != "ops.stage_progress":
+        if key not in ("ops.stage_progress", "ops.audit_chain"):
             assert actual[key] == expected[key], key
+    assert chain_shape(spark, tmp_path) == chain_shape(spark, uninterrupted)

@@ -359,7 +359,7 @@ def test_rows_of_an_unfinished_batch_are_removed_before_landing(spark, tmp_path)
 
 @pytest.mark.slow
 def test_generated_history_lands_with_exactly_the_manifest_malformed_lines(spark, settings, tmp_path):
-    from bronze.generator import generate_history
+    from datagen.history import generate_history
 
     out = tmp_path / "generated"
     manifest = generate_history(out, entities=16, seed=11, usage_events=150, action_requests=9, malformed_share=0.06,

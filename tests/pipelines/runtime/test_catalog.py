@@ -26,7 +26,7 @@ def test_declared_properties_are_in_the_create_statement(tmp_path):
     managed = dataclasses.replace(settings, catalog=dataclasses.replace(settings.catalog, managed_tables=True))
     for statement in (create_table_sql(settings, table_spec(STATE)), create_table_sql(managed, table_spec(STATE))):
         assert "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')" in statement
-    assert "TBLPROPERTIES" not in create_table_sql(settings, table_spec("silver.entity_change_events"))
+    assert "TBLPROPERTIES" not in create_table_sql(settings, table_spec("silver.skipped_snapshots"))
 
 
 def test_a_new_table_is_created_with_its_properties(spark, tmp_path):

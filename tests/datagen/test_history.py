@@ -14,15 +14,11 @@ from typing import Any
 
 import pytest
 
-from bronze.generator import (
-    ACTION_REQUEST_TYPES,
-    USAGE_EVENT_TYPES,
-    GeneratorManifest,
-    generate_aspect_versions,
-    generate_history,
-    generate_usage_events,
-)
+from bronze.formats import USAGE_EVENT_TYPES
 from conf.errors import InputError
+from datagen.action_requests import ACTION_REQUEST_TYPES
+from datagen.history import generate_aspect_versions, generate_history, generate_usage_events
+from datagen.manifest import GeneratorManifest
 from tests.conftest import FIXTURES
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))

@@ -1,0 +1,458 @@
+"""The audit hash chain on the tables: link published batches into ops.audit_chain, and verify the chain.
+
+Linking runs inside the publish stages after their MERGE and before progress is recorded; it adds a link
+only for a (table, batch) whose latest link has another digest, so a re-run after a crash adds nothing
+twice. Verification recomputes every linked batch's digest from the table as it is now and, for a batch
+that differs, compares its rows with the table at the version the link names.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import ConfigError, InputError
+from conf.settings import Settings
+from conf.tables import table_location, table_name, table_spec
+from gold.audit_chain import (
+    CHAINED_TABLES,
+    GENESIS_DIGEST,
+    BatchDigest,
+    ChainKey,
+    canonical_value,
+    diff_rows,
+    first_broken_link,
+    new_link,
+    row_hash,
+)
+from pipelines.runtime.io import append, read_table
+from pipelines.runtime.maintenance import maintenance_for
+
+CHAIN_TABLE = "ops.audit_chain"
+# Rows turned into canonical text at a time (bounds the Python objects alive at once).
+DIGEST_CHUNK_ROWS = 50_000
+
+
+def chain_key(settings: Settings) -> ChainKey:
+    """Load the signing key audit_chain.signing and audit_chain.key_file name.
+
+    Raises:
+        ConfigError: naming audit_chain.key_file when the key cannot be read or is not a key of that kind.
+    """
+    kind = settings.audit_chain.signing
+    if kind == "none":
+        return ChainKey("none")
+    path = settings.resolve_path(settings.audit_chain.key_file)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"audit_chain.key_file: {str(path)!r} cannot be read ({exc.strerror})") from None
+    if kind == "hmac":
+        if len(raw.strip()) < 16:
+            raise ConfigError(f"audit_chain.key_file: {str(path)!r} holds under 16 bytes; too short for an HMAC key")
+        return ChainKey("hmac", raw.strip())
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        private = serialization.load_pem_private_key(raw, password=None)
+        secret = private.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"audit_chain.key_file: {str(path)!r} is not an unencrypted Ed25519 PEM key ({exc})") from None
+    return ChainKey("ed25519", secret)
+
+
+def create_key(settings: Settings, kind: str) -> str:
+    """Write a new signing key of `kind` (hmac or ed25519) to audit_chain.key_file (mode 0600); return its key id.
+
+    Raises:
+        InputError: when `kind` is not hmac or ed25519, or the file exists already (never overwritten).
+    """
+    import os
+    import secrets
+
+    if kind not in ("hmac", "ed25519"):
+        raise InputError(f"--kind: {kind!r} is not one of hmac, ed25519")
+    path = settings.resolve_path(settings.audit_chain.key_file)
+    if path.exists():
+        raise InputError(f"audit_chain.key_file: {str(path)!r} exists; refusing to replace a signing key")
+    if kind == "hmac":
+        secret = secrets.token_hex(32).encode("ascii")
+        content = secret
+        key = ChainKey("hmac", secret)
+    else:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        private = Ed25519PrivateKey.generate()
+        content = private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        key = ChainKey(
+            "ed25519",
+            private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()),
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(content)
+    return str(key.key_id)
+
+
+def read_chain(spark: SparkSession, settings: Settings) -> list[dict[str, Any]]:
+    """Return every chain link as a dict, in seq order."""
+    return [row.asDict() for row in read_table(spark, settings, CHAIN_TABLE).orderBy("seq").collect()]
+
+
+def table_at(spark: SparkSession, settings: Settings, table_key: str, version: int | None = None) -> DataFrame:
+    """Return a chained table now, or as of a Delta version (time travel on its location)."""
+    if version is None:
+        return read_table(spark, settings, table_key)
+    reader = spark.read.format("delta").option("versionAsOf", int(version))
+    if settings.catalog.managed_tables:
+        return reader.table(table_name(settings, table_key))
+    return reader.load(str(table_location(settings, table_key)))
+
+
+def canonical_columns(table: pa.Table) -> dict[str, list[Any]]:
+    """Return an Arrow table's columns as lists of canonical values (gold.audit_chain.canonical_value).
+
+    Raises:
+        InputError: naming a column whose type has no canonical form (floating point, binary).
+    """
+    columns: dict[str, list[Any]] = {}
+    for name, column in zip(table.column_names, table.columns):
+        kind = column.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+            columns[name] = column.to_pylist()
+        elif pa.types.is_date(kind) or pa.types.is_decimal(kind):
+            columns[name] = pc.cast(column, pa.string()).to_pylist()
+        elif pa.types.is_map(kind):
+            columns[name] = [None if v is None else {str(k): x for k, x in v} for v in column.to_pylist()]
+        elif pa.types.is_timestamp(kind) or pa.types.is_list(kind) or pa.types.is_struct(kind):
+            columns[name] = [canonical_value(v) for v in column.to_pylist()]
+        else:
+            raise InputError(f"{name}: column type {kind} has no canonical form")
+    return columns
+
+
+def canonical_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
+    """Yield an Arrow table's rows as dicts of canonical values."""
+    columns = canonical_columns(table)
+    names = list(columns)
+    for values in zip(*columns.values()):
+        yield dict(zip(names, values))
+
+
+def _batch_tables(
+    spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str] | None, version: int | None
+) -> Iterator[tuple[str | None, pa.Table]]:
+    """Yield (batch_id, its rows as Arrow sorted by the table's key), one batch in memory at a time.
+
+    With `batch_ids` None every batch is yielded, and last the rows without a batch id (as batch None).
+    """
+    df = table_at(spark, settings, table_key, version).select(*table_spec(table_key).column_names)
+    listing_all = batch_ids is None
+    if batch_ids is None:
+        batch_ids = sorted(r.batch_id for r in df.select("batch_id").distinct().collect() if r.batch_id is not None)
+    def fetch(batch_id: str) -> pa.Table:
+        return df.filter(F.col("batch_id") == F.lit(batch_id)).toArrow().sort_by([(CHAINED_TABLES[table_key], "ascending")])
+
+    ordered = sorted(batch_ids)
+    # The engine reads the next batch while this thread hashes the current one (two cores busy, not one).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        upcoming = pool.submit(fetch, ordered[0]) if ordered else None
+        for index, batch_id in enumerate(ordered):
+            table = upcoming.result()
+            upcoming = pool.submit(fetch, ordered[index + 1]) if index + 1 < len(ordered) else None
+            if table.num_rows:
+                yield batch_id, table
+    if listing_all:
+        # Rows without a batch id belong to no link: verify reports them (the pipeline never writes one).
+        nameless = df.filter(F.col("batch_id").isNull()).toArrow()
+        if nameless.num_rows:
+            yield None, nameless.sort_by([(CHAINED_TABLES[table_key], "ascending")])
+
+
+def digest_batches(
+    spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str] | None = None, version: int | None = None
+) -> dict[str | None, tuple[int, str]]:
+    """Return batch_id -> (row count, digest) for a chained table's batches (all batches when None)."""
+    digests: dict[str, tuple[int, str]] = {}
+    for batch_id, table in _batch_tables(spark, settings, table_key, batch_ids, version):
+        hasher = BatchDigest()
+        for offset in range(0, table.num_rows, DIGEST_CHUNK_ROWS):
+            for row in canonical_rows(table.slice(offset, DIGEST_CHUNK_ROWS)):
+                hasher.add_prepared(row)
+        digests[batch_id] = (hasher.row_count, hasher.hexdigest())
+    return digests
+
+
+def _row_hashes(
+    spark: SparkSession, settings: Settings, table_key: str, batch_id: str, version: int | None
+) -> dict[str, str]:
+    """key -> row hash of one batch (a key seen twice is kept as `<key>#2`, so a duplicate counts as added)."""
+    key_column = CHAINED_TABLES[table_key]
+    hashes: dict[str, str] = {}
+    for _, table in _batch_tables(spark, settings, table_key, [batch_id], version):
+        for row in canonical_rows(table):
+            key = str(row[key_column])
+            while key in hashes:
+                key += "#2"
+            hashes[key] = row_hash(row)
+    return hashes
+
+
+def latest_links(chain: list[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """The newest link of each (table, batch)."""
+    return {(link["table_key"], link["batch_id"]): link for link in chain}
+
+
+def link_batches(spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str]) -> int:
+    """Append chain links for the batches just published to a chained table (one commit).
+
+    Also re-links earlier batches whose rows the publish legitimately took over (a MERGE that replaced
+    a stored row with a preferred one moves it to the new batch), but only when every row such a batch
+    lost now belongs to one of `batch_ids` and its other rows are unchanged; otherwise its link is left
+    as it was and `verify` reports the batch.
+
+    Args:
+        spark: the session.
+        settings: the lakehouse settings.
+        table_key: a key of CHAINED_TABLES.
+        batch_ids: the batches this publish wrote.
+
+    Returns:
+        The number of links appended (0 on a re-run after they were appended).
+    """
+    if table_key not in CHAINED_TABLES:
+        raise InputError(f"table_key: {table_key!r} is not chained (chained: {', '.join(CHAINED_TABLES)})")
+    chain = read_chain(spark, settings)
+    latest = latest_links(chain)
+    version = maintenance_for(settings, spark).version(table_key)
+    digests = digest_batches(spark, settings, table_key, sorted(batch_ids))
+    candidates = {b: digests[b] for b in sorted(batch_ids) if b in digests}
+    candidates.update(_taken_over(spark, settings, table_key, latest, batch_ids, version))
+    key = chain_key(settings)
+    head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
+    recorded_at = int(time.time() * 1000)
+    links = []
+    for batch_id, (count, digest) in candidates.items():
+        previous = latest.get((table_key, batch_id))
+        if previous is not None and previous["batch_digest"] == digest:
+            continue
+        link = new_link(len(chain) + len(links), table_key, batch_id, version, count, digest, head, recorded_at, key)
+        links.append(link)
+        head = link["link_digest"]
+    if links:
+        schema = table_spec(CHAIN_TABLE).columns
+        append(spark.createDataFrame([tuple(l[c] for c in table_spec(CHAIN_TABLE).column_names) for l in links], schema),
+               settings, CHAIN_TABLE)  # fmt: skip
+    return len(links)
+
+
+def _taken_over(
+    spark: SparkSession, settings: Settings, table_key: str, latest: Mapping[tuple[str, str], Mapping[str, Any]],
+    batch_ids: list[str], version: int,
+) -> dict[str, tuple[int, str]]:  # fmt: skip
+    """Earlier batches whose rows a publish of `batch_ids` took over, with their new (count, digest)."""
+    linked = {batch: link for (table, batch), link in latest.items() if table == table_key and batch not in batch_ids}
+    if not linked:
+        return {}
+    counts = {
+        r.batch_id: int(r.n)
+        for r in read_table(spark, settings, table_key).groupBy("batch_id").agg(F.count(F.lit(1)).alias("n")).collect()
+    }
+    shrunk = [b for b, link in linked.items() if counts.get(b, 0) < link["row_count"]]
+    if not shrunk:
+        return {}
+    key_column = CHAINED_TABLES[table_key]
+    taken: dict[str, tuple[int, str]] = {}
+    for batch_id in sorted(shrunk):
+        link = linked[batch_id]
+        try:
+            recorded = _row_hashes(spark, settings, table_key, batch_id, link["delta_version"])
+        except Exception:  # noqa: BLE001 - the linked version was vacuumed: the takeover cannot be proven
+            continue
+        diff = diff_rows(recorded, _row_hashes(spark, settings, table_key, batch_id, None))
+        if diff.added or diff.changed:
+            continue
+        moved = (
+            read_table(spark, settings, table_key)
+            .filter(F.col(key_column).isin(list(diff.missing)) & F.col("batch_id").isin(batch_ids))
+            .select(key_column)
+            .distinct()
+            .count()
+        )
+        if moved == len(diff.missing):
+            taken.update(digest_batches(spark, settings, table_key, [batch_id]) or {batch_id: (0, BatchDigest().hexdigest())})
+    return taken
+
+
+@dataclass(frozen=True)
+class BrokenLink:
+    """The first link verification found broken."""
+
+    seq: int
+    table_key: str | None
+    batch_id: str | None
+    reason: str
+    missing: int = 0
+    added: int = 0
+    changed: int = 0
+    examples: tuple[str, ...] = ()
+    commits_after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What `verify` found: OK with the head digest, or the first broken link."""
+
+    head_digest: str
+    links: int
+    batches_checked: int
+    rows_checked: int
+    broken: BrokenLink | None = None
+    checked_tables: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when every link and every linked batch verified."""
+        return self.broken is None
+
+
+def _recorded_date(link: Mapping[str, Any]) -> date:
+    return datetime.fromtimestamp(link["recorded_at_ms"] / 1000, tz=timezone.utc).date()
+
+
+def verify_chain(
+    spark: SparkSession, settings: Settings, from_date: date | None = None, to_date: date | None = None
+) -> Verification:
+    """Verify the chain links, then recompute each linked batch's digest from its table as it is now.
+
+    Args:
+        spark: the session.
+        settings: the lakehouse settings (signing key, max_examples).
+        from_date: check only batches whose latest link was recorded on or after this UTC date.
+        to_date: ... and on or before this one. The links themselves are always checked whole.
+
+    Returns:
+        The verification; `broken` names the first bad link (by seq) with row counts and example keys.
+    """
+    if from_date and to_date and from_date > to_date:
+        raise InputError(f"--from: {from_date} is after --to {to_date}")
+    chain = read_chain(spark, settings)
+    head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
+    broken_chain = first_broken_link(chain, chain_key(settings))
+    if broken_chain is not None:
+        index, reason = broken_chain
+        link = chain[index]
+        return Verification(head, len(chain), 0, 0, BrokenLink(index, link.get("table_key"), link.get("batch_id"), reason))
+    latest = latest_links(chain)
+    in_window = {
+        k: link
+        for k, link in latest.items()
+        if (from_date is None or _recorded_date(link) >= from_date) and (to_date is None or _recorded_date(link) <= to_date)
+    }
+    failures: list[BrokenLink] = []
+    batches = rows = 0
+    tables = tuple(sorted({table for table, _ in in_window}))
+    for table_key in tables:
+        windowed = {batch: link for (table, batch), link in in_window.items() if table == table_key}
+        chained = frozenset(int(link["delta_version"]) for link in chain if link["table_key"] == table_key)
+        try:
+            current = digest_batches(spark, settings, table_key)
+        except Exception as exc:  # noqa: BLE001 - a data file replaced on disk no longer matches the Delta log
+            first = min(windowed.values(), key=lambda link: link["seq"])
+            failures.append(BrokenLink(
+                int(first["seq"]), table_key, None,
+                f"the table cannot be read as it is now (a data file was replaced or removed): {_first_line(exc)}",
+                commits_after=_commits_after(spark, settings, table_key, int(first["delta_version"]), chained),
+            ))  # fmt: skip
+            continue
+        for batch_id, link in windowed.items():
+            count, digest = current.get(batch_id, (0, BatchDigest().hexdigest()))
+            batches += 1
+            rows += count
+            if digest != link["batch_digest"]:
+                failures.append(_explain(spark, settings, link, count, chained))
+        if from_date is None and to_date is None:
+            linked = {batch for (table, batch) in latest if table == table_key}
+            for batch_id in sorted(set(current) - linked, key=lambda b: (b is None, b or "")):
+                failures.append(
+                    BrokenLink(-1, table_key, batch_id, "rows of a batch the chain never linked (forged or unpublished)",
+                               added=current[batch_id][0])  # fmt: skip
+                )
+    if failures:
+        first = min(failures, key=lambda f: (f.seq < 0, f.seq))
+        return Verification(head, len(chain), batches, rows, first, tables)
+    return Verification(head, len(chain), batches, rows, None, tables)
+
+
+def _explain(
+    spark: SparkSession, settings: Settings, link: Mapping[str, Any], current_count: int, chained: frozenset[int]
+) -> BrokenLink:
+    """Name what changed in a batch: rows missing, added, changed against the version its link names."""
+    table_key, batch_id = link["table_key"], link["batch_id"]
+    limit = settings.audit_chain.max_examples
+    commits = _commits_after(spark, settings, table_key, int(link["delta_version"]), chained)
+    try:
+        diff = diff_rows(
+            _row_hashes(spark, settings, table_key, batch_id, int(link["delta_version"])),
+            _row_hashes(spark, settings, table_key, batch_id, None),
+        )
+    except Exception as exc:  # noqa: BLE001 - a vacuumed or unreadable version: report counts only
+        return BrokenLink(
+            int(link["seq"]), table_key, batch_id,
+            f"digest differs; version {link['delta_version']} is no longer readable ({type(exc).__name__}), "
+            f"so rows are compared by count only: {link['row_count']} recorded, {current_count} now",
+            commits_after=commits,
+        )  # fmt: skip
+    if not (diff.missing or diff.added or diff.changed):
+        reason = f"digest differs but the rows at version {link['delta_version']} match today's: that version's files were altered"
+    else:
+        reason = "rows differ from the version the chain names"
+    return BrokenLink(
+        int(link["seq"]), table_key, batch_id, reason,
+        missing=len(diff.missing), added=len(diff.added), changed=len(diff.changed),
+        examples=(diff.changed + diff.missing + diff.added)[:limit], commits_after=commits,
+    )  # fmt: skip
+
+
+def _commits_after(
+    spark: SparkSession, settings: Settings, table_key: str, version: int, chained: frozenset[int] = frozenset()
+) -> tuple[str, ...]:
+    """The operations committed to a table after `version` (`v7 UPDATE`), oldest first, but the `chained` versions.
+
+    A version a link names was written by a publish; the others after it are what changed the rows since.
+    """
+    try:
+        history = maintenance_for(settings, spark).history(table_key)
+    except Exception:  # noqa: BLE001 - history is a hint; the row comparison is the finding
+        return ()
+    return tuple(
+        f"v{c.version} {c.operation}"
+        for c in sorted(history, key=lambda c: c.version)
+        if c.version > version and c.version not in chained
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an engine error (its message without the server's stack)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
+
+
+def head_digest(spark: SparkSession, settings: Settings) -> str:
+    """The digest of the chain's newest link (all zeros for an empty chain)."""
+    rows = read_table(spark, settings, CHAIN_TABLE).orderBy(F.col("seq").desc()).limit(1).collect()
+    return rows[0]["link_digest"] if rows else GENESIS_DIGEST

@@ -1,0 +1,260 @@
+"""Regulator reports: who changed what and when, from the chained change events, as CSV, Parquet or HTML.
+
+Rows are streamed from the engine (never collected) and written as they come; the header names the
+window, the filters, the chain's head digest and how to verify it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import html
+import io
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import InputError
+from conf.settings import Settings
+from pipelines.batch.audit_chain import CHAIN_TABLE, head_digest
+from pipelines.runtime.io import read_table
+
+FORMATS = ("csv", "parquet", "html")
+EVENTS_TABLE = "silver.entity_change_events"
+REPORT_COLUMNS = (
+    "time_utc", "actor", "entity", "entity_type", "category", "operation", "modifier",
+    "old_value_summary", "new_value_summary", "event_id", "batch_id",
+)  # fmt: skip
+SUMMARY_CHARS = 200
+MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "parquet": "application/vnd.apache.parquet", "html": "text/html; charset=utf-8"}
+VERIFY_HINT = (
+    "run `lakehouse verify`: exit code 0 and the same head digest mean no linked row has changed since it "
+    "was published; the digests can be recomputed independently as docs/audit-trail.md describes"
+)
+
+
+@dataclass(frozen=True)
+class ReportQuery:
+    """One report: the window [from_ms, to_ms) in epoch ms, optional actor and entity filters, the format.
+
+    Raises:
+        InputError: naming the field when the window is empty or the format unknown.
+    """
+
+    from_ms: int
+    to_ms: int
+    actor: str | None = None
+    entity: str | None = None
+    format: str = "csv"
+
+    def __post_init__(self) -> None:
+        if self.from_ms >= self.to_ms:
+            raise InputError(f"from: {self.from_ms} must be before to ({self.to_ms})")
+        if self.format not in FORMATS:
+            raise InputError(f"format: {self.format!r} is not one of {', '.join(FORMATS)}")
+        for name in ("actor", "entity"):
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                raise InputError(f"{name}: {value!r} is blank (leave it out for no filter)")
+
+
+def _iso(millis: int) -> str:
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def summarize(value: str | None) -> str:
+    """A value cut to SUMMARY_CHARS characters, saying how long it was when cut; empty for none."""
+    if value is None:
+        return ""
+    return value if len(value) <= SUMMARY_CHARS else f"{value[:SUMMARY_CHARS]}… ({len(value)} chars)"
+
+
+def report_header(spark: SparkSession, settings: Settings, query: ReportQuery) -> dict[str, str]:
+    """The report's header: window, filters, the chain head digest and how to verify it."""
+    return {
+        "report": "metadata changes: who changed what and when",
+        "window_from_utc": _iso(query.from_ms),
+        "window_to_utc_exclusive": _iso(query.to_ms),
+        "actor_filter": query.actor or "(all)",
+        "entity_filter": query.entity or "(all)",
+        "chain_head_digest": head_digest(spark, settings),
+        "generated_at_utc": _iso(int(datetime.now(timezone.utc).timestamp() * 1000)),
+        "verify": VERIFY_HINT,
+    }
+
+
+def report_rows(spark: SparkSession, settings: Settings, query: ReportQuery) -> Iterator[dict[str, str]]:
+    """Stream the report rows (oldest first): the change events of chained batches in the window and filters."""
+    events_df = read_table(spark, settings, EVENTS_TABLE).filter(
+        (F.col("event_time") >= F.lit(query.from_ms)) & (F.col("event_time") < F.lit(query.to_ms))
+    )
+    if query.actor:
+        events_df = events_df.filter(F.col("actor") == F.lit(query.actor))
+    if query.entity:
+        events_df = events_df.filter((F.col("entity_urn") == F.lit(query.entity)) | (F.col("aspect_entity_urn") == F.lit(query.entity)))
+    linked_df = (
+        read_table(spark, settings, CHAIN_TABLE).filter(F.col("table_key") == F.lit(EVENTS_TABLE)).select("batch_id").distinct()
+    )
+    ordered = events_df.join(linked_df, "batch_id", "left_semi").orderBy("event_time", "event_id")
+    for row in ordered.toLocalIterator():
+        yield {
+            "time_utc": _iso(row.event_time),
+            "actor": row.actor or "",
+            "entity": row.entity_urn or "",
+            "entity_type": row.entity_type or "",
+            "category": row.category or "",
+            "operation": row.operation or "",
+            "modifier": row.modifier or "",
+            "old_value_summary": summarize(row.old_value),
+            "new_value_summary": summarize(row.new_value),
+            "event_id": row.event_id,
+            "batch_id": row.batch_id,
+        }
+
+
+def csv_chunks(header: Mapping[str, str], rows: Iterator[Mapping[str, str]]) -> Iterator[str]:
+    """The CSV report: `# key: value` header lines, the column names, then one line per row (RFC 4180 quoting, CRLF)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    for key, value in header.items():
+        # Comment lines, written as they are (a quoted field would hide the `#`); line breaks become spaces.
+        buffer.write(f"# {key}: {' '.join(str(value).splitlines())}\r\n")
+    writer.writerow(REPORT_COLUMNS)
+    for index, row in enumerate(rows):
+        writer.writerow([row[c] for c in REPORT_COLUMNS])
+        if index % 1000 == 0:
+            yield _drain(buffer)
+    yield _drain(buffer)
+
+
+def _drain(buffer: io.StringIO) -> str:
+    text = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return text
+
+
+def html_chunks(header: Mapping[str, str], rows: Iterator[Mapping[str, str]]) -> Iterator[str]:
+    """The HTML report: a standalone page with the header as a definition list and the rows as a table (all escaped)."""
+    esc = html.escape
+    yield (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + esc(header.get("report", "report"))
+        + "</title><style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #999;"
+        "padding:2px 6px;vertical-align:top;white-space:pre-wrap}</style></head><body>\n<dl>\n"
+    )  # fmt: skip
+    yield "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>\n" for k, v in header.items())
+    yield "</dl>\n<table>\n<thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in REPORT_COLUMNS) + "</tr></thead>\n<tbody>\n"
+    lines: list[str] = []
+    for row in rows:
+        lines.append("<tr>" + "".join(f"<td>{esc(row[c])}</td>" for c in REPORT_COLUMNS) + "</tr>\n")
+        if len(lines) >= 1000:
+            yield "".join(lines)
+            lines = []
+    yield "".join(lines) + "</tbody>\n</table>\n</body></html>\n"
+
+
+def write_parquet(header: Mapping[str, str], rows: Iterator[Mapping[str, str]], out: Path, chunk_rows: int = 10_000) -> int:
+    """Write the Parquet report (string columns; the header as the file's `lakehouse.report` metadata, JSON).
+
+    Returns:
+        The number of rows written.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([(c, pa.string()) for c in REPORT_COLUMNS], metadata={"lakehouse.report": json.dumps(dict(header))})
+    count = 0
+    with pq.ParquetWriter(str(out), schema) as writer:
+        chunk: list[Mapping[str, str]] = []
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) >= chunk_rows:
+                writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
+                count += len(chunk)
+                chunk = []
+        if chunk or count == 0:
+            writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
+            count += len(chunk)
+    return count
+
+
+def write_report(spark: SparkSession, settings: Settings, query: ReportQuery, out: Path) -> Path:
+    """Write a report to `out` (beside it first, then renamed: a failed report never leaves half a file).
+
+    Raises:
+        InputError: naming --out when the file cannot be written there.
+    """
+    out = Path(out)
+    if out.is_dir():
+        raise InputError(f"--out: {str(out)!r} is a directory")
+    partial = out.with_name(out.name + ".partial")
+    header = report_header(spark, settings, query)
+    rows = report_rows(spark, settings, query)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if query.format == "parquet":
+            write_parquet(header, rows, partial)
+        else:
+            chunks = csv_chunks(header, rows) if query.format == "csv" else html_chunks(header, rows)
+            with partial.open("w", encoding="utf-8", newline="") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+        os.replace(partial, out)
+    except OSError as exc:
+        raise InputError(f"--out: {str(out)!r} cannot be written ({exc.strerror or exc})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+    return out
+
+
+def report_filename(query: ReportQuery) -> str:
+    """The download's file name: `audit-report-<from>-<to>.<format>` (UTC dates)."""
+    start, end = (_iso(ms)[:10] for ms in (query.from_ms, query.to_ms))
+    return f"audit-report-{start}-{end}.{query.format}"
+
+
+def report_download(spark: SparkSession, settings: Settings, query: ReportQuery, scratch: Path) -> Iterator[bytes]:
+    """Yield the report's bytes as it is produced (Parquet: written to `scratch` first, then sent and removed)."""
+    header = report_header(spark, settings, query)
+    rows = report_rows(spark, settings, query)
+    if query.format == "parquet":
+        try:
+            write_parquet(header, rows, scratch)
+            with scratch.open("rb") as handle:
+                while block := handle.read(1 << 20):
+                    yield block
+        finally:
+            with contextlib.suppress(OSError):
+                scratch.unlink(missing_ok=True)
+        return
+    chunks = csv_chunks(header, rows) if query.format == "csv" else html_chunks(header, rows)
+    for chunk in chunks:
+        yield chunk.encode("utf-8")
+
+
+def parse_report_query(values: Mapping[str, Any]) -> ReportQuery:
+    """Build a query from text values (`from`, `to`: epoch ms or ISO-8601; `actor`, `entity`, `format`).
+
+    Raises:
+        InputError: naming the missing or bad field.
+    """
+    from pipelines.cli.args import parse_time_ms
+
+    for name in ("from", "to"):
+        if not values.get(name):
+            raise InputError(f"{name}: required (epoch ms or an ISO-8601 time, UTC when no zone is given)")
+    return ReportQuery(
+        from_ms=parse_time_ms(str(values["from"]), "from"),
+        to_ms=parse_time_ms(str(values["to"]), "to"),
+        actor=values.get("actor"),
+        entity=values.get("entity"),
+        format=str(values.get("format") or "csv"),
+    )

@@ -1,0 +1,444 @@
+"""Watch mode: land -> refine -> publish micro-batches as complete files arrive in the landing folders.
+
+One watcher per home (the watcher lock, held for its lifetime); each micro-batch takes the run lock like
+any `lakehouse run`, so a manual run and the watcher never overlap. A micro-batch is `run_job` on the
+watcher's one session: killed at any point, the next start resumes it through the landing ledger and
+the stage progress, exactly as for a killed `lakehouse run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import queue
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError
+from conf.settings import Settings
+from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
+from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
+from pipelines.runtime.engine import open_session
+
+log = logging.getLogger("lakehouse.watch")
+
+# After SIGTERM/SIGINT the current micro-batch may finish; past this it is abandoned (it resumes on restart).
+STOP_GRACE_SECONDS = 25.0
+# How long a micro-batch waits for a manual run holding the run lock before trying again.
+_LOCK_WAIT_SECONDS = 5.0
+
+T = TypeVar("T")
+
+
+def is_complete_file(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether a landing path is a finished file: no `.tmp` suffix, no `.`/`_` name on the way from its root.
+
+    Producers write `name.tmp` or `.name` and rename it when done, so those are never read half-written.
+    """
+    if path.name.endswith(".tmp"):
+        return False
+    for root in roots:
+        with contextlib.suppress(ValueError):
+            parts = path.relative_to(root).parts
+            return bool(parts) and not any(p.startswith((".", "_")) for p in parts)
+    return False
+
+
+def retry_transient(
+    action: Callable[[], T], attempts: int, backoff_seconds: float, on_retry: Callable[[int, BaseException], None]
+) -> T:
+    """Run `action`, retrying an engine failure up to `attempts` times with doubling backoff.
+
+    Project errors (LakehouseError: bad input, configuration, a held lock) are not transient and are
+    raised at once; anything else (a Spark or connection error) is retried.
+
+    Raises:
+        LakehouseError: as raised by `action`.
+        Exception: the engine error of the last attempt.
+    """
+    for attempt in range(attempts + 1):
+        try:
+            return action()
+        except LakehouseError:
+            raise
+        except Exception as exc:  # the engine's own errors (pyspark, grpc) are not one family
+            if attempt == attempts:
+                raise
+            on_retry(attempt + 1, exc)
+            time.sleep(backoff_seconds * (2**attempt))
+    raise AssertionError("unreachable")
+
+
+class StopSignal:
+    """Set by SIGTERM/SIGINT: the loop finishes its micro-batch, then exits; a stuck one is abandoned."""
+
+    def __init__(self, grace_seconds: float = STOP_GRACE_SECONDS):
+        self.event = threading.Event()
+        self.grace_seconds = grace_seconds
+
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT in this (main) thread."""
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.event.is_set():
+            return
+        self.event.set()
+        emit({"event": "stopping", "signal": signal.Signals(signum).name})
+        timer = threading.Timer(self.grace_seconds, _abandon)
+        timer.daemon = True
+        timer.start()
+
+
+def _abandon() -> None:
+    # Every write of a micro-batch is resumable (ledger, stage progress): leaving now loses nothing.
+    emit({"event": "abandoned", "reason": f"micro-batch still running {STOP_GRACE_SECONDS} s after the signal"})
+    os._exit(0)
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Write one structured log line (JSON) to stdout."""
+    record = {"ts": round(time.time(), 3), **record}
+    sys.stdout.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+class Watcher:
+    """The watch loop of one home: pending files, micro-batch triggers, state file, anomaly scoring."""
+
+    def __init__(self, settings: Settings, stop: StopSignal):
+        self.settings = settings
+        self.cfg = settings.watch
+        self.stop = stop
+        self.roots = tuple(p.resolve() for p in settings.landing_paths)
+        self.pending: dict[Path, float] = {}
+        self.arrivals: queue.Queue[Path] = queue.Queue()
+        self.started_at = time.time()
+        self.batches = 0
+        self.last_batch: dict[str, Any] | None = None
+        self.last_scored: float | None = None  # scores once at start, then every score_interval_minutes
+        self.tracking = _BackgroundTracking(settings) if settings.mlflow.enabled else None
+        # Tracking runs in the background (see _BackgroundTracking): a micro-batch does not wait for MLflow.
+        self.job_settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
+
+    def run(self) -> int:
+        """Watch until stopped; return the exit code (0)."""
+        for root in self.roots:
+            root.mkdir(parents=True, exist_ok=True)
+        with watcher_lock(self.settings):
+            notifier = threading.Thread(target=self._notify, name="watch-notify", daemon=True)
+            notifier.start()
+            session = _Session(self.settings)
+            try:
+                emit({"event": "started", "pid": os.getpid(), "landing": [str(r) for r in self.roots],
+                      "polling": self.cfg.polling})
+                self._scan(session)
+                # A start resumes whatever an earlier (killed) watcher or run left between stages.
+                self._micro_batch(session, [])
+                self._loop(session)
+            finally:
+                session.close()
+                if self.tracking:
+                    self.tracking.close()
+                self._write_state()
+        emit({"event": "stopped", "batches": self.batches})
+        return 0
+
+    def _loop(self, session: _Session) -> None:
+        heartbeat = time.monotonic()
+        while not self.stop.event.is_set():
+            self._drain(timeout=self._wait_seconds())
+            if self.stop.event.is_set():
+                break
+            if self._due():
+                self._micro_batch(session, self._take_batch())
+            if time.monotonic() - heartbeat >= self.cfg.heartbeat_seconds:
+                heartbeat = time.monotonic()
+                touch_lock(self.settings)
+                self._write_state()
+            self._score_if_due(session)
+
+    def _notify(self) -> None:
+        import watchfiles
+
+        for changes in watchfiles.watch(
+            *self.roots,
+            stop_event=self.stop.event,
+            force_polling=self.cfg.polling,
+            poll_delay_ms=int(self.cfg.poll_interval_seconds * 1000),
+            debounce=200,
+            step=50,
+            raise_interrupt=False,
+        ):
+            for change, name in changes:
+                path = Path(name)
+                if change != watchfiles.Change.deleted and is_complete_file(path, self.roots):
+                    self.arrivals.put(path)
+
+    def _scan(self, session: _Session) -> None:
+        """Queue the complete files of the landing folders that the ledger does not hold yet."""
+        from pipelines.batch.landing.discovery import list_input_files
+        from pipelines.batch.landing.model import LEDGER_TABLE
+        from pipelines.runtime.io import read_table
+
+        landed = {
+            r.source_file
+            for r in read_table(session.spark, self.settings, LEDGER_TABLE).select("source_file").distinct().collect()
+        }
+        for path, _ in list_input_files(self.roots):
+            if str(path) not in landed and is_complete_file(path, self.roots):
+                self.pending.setdefault(path, _arrived_at(path))
+
+    def _drain(self, timeout: float) -> None:
+        try:
+            path = self.arrivals.get(timeout=max(timeout, 0.01))
+        except queue.Empty:
+            return
+        while True:
+            if path.is_file():
+                self.pending.setdefault(path, time.time())
+            try:
+                path = self.arrivals.get_nowait()
+            except queue.Empty:
+                return
+
+    def _wait_seconds(self) -> float:
+        if not self.pending:
+            return self.cfg.heartbeat_seconds
+        oldest = min(self.pending.values())
+        return min(self.cfg.heartbeat_seconds, oldest + self.cfg.max_wait_seconds - time.time())
+
+    def _due(self) -> bool:
+        if not self.pending:
+            return False
+        if len(self.pending) >= self.cfg.max_files or self._pending_bytes() >= self.cfg.max_bytes:
+            return True
+        return time.time() - min(self.pending.values()) >= self.cfg.max_wait_seconds
+
+    def _pending_bytes(self) -> int:
+        return sum(_size(p) for p in self.pending)
+
+    def _take_batch(self) -> list[Path]:
+        taken, size = [], 0
+        for path, _ in sorted(self.pending.items(), key=lambda item: item[1]):
+            if taken and (len(taken) >= self.cfg.max_files or size + _size(path) > self.cfg.max_bytes):
+                break
+            taken.append(path)
+            size += _size(path)
+        return taken
+
+    def _micro_batch(self, session: _Session, files: list[Path]) -> None:
+        arrived = {p: self.pending.get(p, time.time()) for p in files}
+        files = [p for p in files if p.exists()]
+        quarantined: list[str] = []
+
+        def attempt() -> RunSummary:
+            stages = JOB_STAGES if files else JOB_STAGES[1:]
+            while True:
+                try:
+                    return run_job(
+                        self.job_settings, stages, paths=files or None, spark=session.spark,
+                        wait_seconds=_LOCK_WAIT_SECONDS,
+                    )
+                except InputError:
+                    bad = _undetectable(files)
+                    if not bad:
+                        raise
+                    for path in bad:
+                        quarantined.append(str(self._quarantine(path)))
+                        files.remove(path)
+                    stages = JOB_STAGES if files else JOB_STAGES[1:]
+
+        def on_retry(number: int, exc: BaseException) -> None:
+            emit({"event": "retry", "attempt": number, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+            session.reopen()
+
+        try:
+            summary = retry_transient(attempt, self.cfg.retry_attempts, self.cfg.retry_backoff_seconds, on_retry)
+        except ConcurrencyError as exc:
+            emit({"event": "waiting", "reason": str(exc)})
+            return
+        for path in arrived:
+            self.pending.pop(path, None)
+        record = _batch_record(summary, arrived, len(files), quarantined)
+        if arrived or any(r.batch_ids or r.rows_in for r in summary.stages):
+            self.batches += 1
+            self.last_batch = record
+            emit({"event": "micro_batch", **self.last_batch})
+            if self.tracking:
+                self.tracking.submit(summary)
+        self._write_state()
+
+    def _quarantine(self, path: Path) -> Path:
+        folder = self.settings.home / "quarantine" / "watch"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{time.strftime('%Y%m%dT%H%M%S')}-{path.name}"
+        shutil.move(str(path), target)
+        emit({"event": "quarantined", "file": str(path), "moved_to": str(target),
+              "reason": "its kind cannot be detected (no MCL, MCP or usage record, not a JSON array)"})
+        return target
+
+    def _score_if_due(self, session: _Session) -> None:
+        interval = self.settings.anomalies.score_interval_minutes * 60
+        if self.last_scored is not None and time.monotonic() - self.last_scored < interval:
+            return
+        self.last_scored = time.monotonic()
+        from pipelines.batch.anomalies import score_window
+
+        try:
+            result = score_window(session.spark, self.settings)
+        except ConfigError as exc:
+            # No registered model (yet): one line per interval, and the loop goes on.
+            emit({"event": "anomaly_scoring_skipped", "reason": " ".join(str(exc).split())[:1000]})
+            return
+        emit({"event": "anomalies_scored", **_plain(result)})
+
+    def _write_state(self) -> None:
+        oldest = min(self.pending.items(), key=lambda item: item[1]) if self.pending else None
+        write_state(
+            self.settings,
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started_at": self.started_at,
+                "heartbeat_at": time.time(),
+                "batches": self.batches,
+                "last_batch": self.last_batch,
+                "pending_files": len(self.pending),
+                "oldest_unprocessed": {"path": str(oldest[0]), "arrived_at": oldest[1]} if oldest else None,
+            },
+        )
+
+
+class _Session:
+    """The watcher's one engine session, reopened after an engine failure."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._stack: contextlib.ExitStack | None = None
+        self.spark = None
+        self.reopen()
+
+    def reopen(self) -> None:
+        self.close()
+        self._stack = contextlib.ExitStack()
+        self.spark = self._stack.enter_context(open_session(self.settings))
+
+    def close(self) -> None:
+        if self._stack is not None:
+            with contextlib.suppress(Exception):
+                self._stack.close()
+            self._stack, self.spark = None, None
+
+
+class _BackgroundTracking:
+    """Records each micro-batch as an MLflow run from one background thread, so batches never wait for it."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.summaries: queue.Queue[RunSummary | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._work, name="watch-tracking", daemon=True)
+        self.thread.start()
+
+    def submit(self, summary: RunSummary) -> None:
+        self.summaries.put(summary)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.summaries.put(None)
+        self.thread.join(timeout)
+
+    def _work(self) -> None:
+        from pipelines.runtime.tracking import tracked_run
+
+        while (summary := self.summaries.get()) is not None:
+            try:
+                with tracked_run(self.settings, "watch-batch", tags={"lakehouse.run_id": summary.run_id}) as tracker:
+                    tracker.log_params({"profile": self.settings.profile, "run_id": summary.run_id})
+                    tracker.log_metrics(run_metrics(summary))
+                    tracker.summary["run"] = summary.as_dict()
+            except Exception as exc:  # tracking is optional: a failing store must not stop the watcher
+                emit({"event": "tracking_failed", "run_id": summary.run_id, "error": str(exc)[:500]})
+
+
+def _batch_record(
+    summary: RunSummary, arrived: dict[Path, float], landed_files: int, quarantined: list[str]
+) -> dict[str, Any]:
+    stages = {r.stage: r for r in summary.stages}
+    land = stages.get("land")
+    now = time.time()
+    return {
+        "run_id": summary.run_id,
+        "finished_at": now,
+        "files": landed_files,
+        "quarantined_files": quarantined,
+        "records": land.rows_out if land else 0,
+        "records_quarantined": int(land.metrics.get("land.records_quarantined", 0)) if land else 0,
+        "events": sum(summary.events_by_category.values()),
+        "audit_rows": int(stages["publish"].metrics.get("publish_audit.rows_out", 0)) if "publish" in stages else 0,
+        "seconds": {r.stage: r.seconds for r in summary.stages},
+        "total_seconds": summary.seconds,
+        "lag_seconds": round(now - min(arrived.values()), 3) if arrived else 0.0,
+        "batch_ids": sorted({b for r in summary.stages for b in r.batch_ids}),
+    }
+
+
+def _undetectable(files: list[Path]) -> list[Path]:
+    from pipelines.batch.landing.discovery import detect_file_kind
+
+    bad = []
+    for path in files:
+        try:
+            kind = detect_file_kind(path)
+        except InputError:
+            kind = None
+        if kind is None:
+            bad.append(path)
+    return bad
+
+
+def _arrived_at(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return time.time()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _plain(result: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(result):
+        return {k: v for k, v in dataclasses.asdict(result).items() if isinstance(v, (int, float, str, type(None)))}
+    return {"result": str(result)}
+
+
+def watch(settings: Settings) -> int:
+    """Run the watcher of a home until SIGTERM/SIGINT.
+
+    Args:
+        settings: the lakehouse settings (landing folders, the watch section).
+
+    Returns:
+        The exit code: 0 after a signal.
+
+    Raises:
+        ConcurrencyError: when another watcher runs on the home.
+    """
+    stop = StopSignal()
+    stop.install()
+    return Watcher(settings, stop).run()

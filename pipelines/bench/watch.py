@@ -1,0 +1,296 @@
+"""`lakehouse bench watch`: freshness from a file's rename in landing to its rows in HTTP search.
+
+Starts `lakehouse run --watch` and `lakehouse serve` as separate processes on one home, drops small
+files (written as `.tmp`, then renamed) at a steady rate and polls the search API for each file's rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pipelines.bench.harness import percentile, write_result
+
+LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+SEARCH_PATH = "/openapi/v1/events/audit/search"
+BENCH_ACTOR = "urn:li:corpuser:watch-bench"
+
+
+def mcl_lines(actor: str, records: int, now_ms: int, tag: str) -> list[str]:
+    """`records` MetadataChangeLog lines (JSON) that create datasets, made by `actor` at `now_ms`.
+
+    Args:
+        actor: the actor urn of every record (a search filter finds exactly these rows).
+        records: how many datasets (one dataset properties aspect each).
+        now_ms: event time (epoch ms): recent, so the search API's default window holds it.
+        tag: makes the dataset names unique to one file.
+    """
+    lines = []
+    for i in range(records):
+        urn = f"urn:li:dataset:(urn:li:dataPlatform:hive,watch.{tag}_{i},PROD)"
+        properties = {"name": f"{tag}_{i}", "description": f"watch file {tag}", "customProperties": {}}
+        lines.append(
+            json.dumps(
+                {
+                    "entityType": "dataset",
+                    "entityUrn": urn,
+                    "changeType": "UPSERT",
+                    "aspectName": "datasetProperties",
+                    "aspect": {"value": json.dumps(properties), "contentType": "application/json"},
+                    "systemMetadata": {"lastObserved": now_ms + i, "runId": f"watch-{tag}", "version": "1"},
+                    "created": {"time": now_ms + i, "actor": actor},
+                }
+            )
+        )
+    return lines
+
+
+def drop_file(folder: Path, name: str, lines: list[str]) -> float:
+    """Write a landing file as the hand-off contract says (`.tmp`, then rename); return the rename time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    scratch = folder / f"{name}.tmp"
+    scratch.write_text("\n".join(lines) + "\n")
+    os.replace(scratch, folder / name)
+    return time.time()
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without the lakehouse's and Spark Connect's own variables (a child picks its own)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "SPARK_"))}
+    return {**env, **(extra or {})}
+
+
+def start_watch(home: Path, log: Path, env: dict[str, str] | None = None, *settings: str) -> subprocess.Popen:
+    """Start `lakehouse run --watch` on `home` (MLflow off unless overridden), its output into `log`."""
+    command = [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false", *_sets(settings), "run", "--watch"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=child_env(env))
+
+
+def start_serve(home: Path, port: int, log: Path) -> subprocess.Popen:
+    """Start `lakehouse serve` on loopback `port` and wait until /health answers."""
+    command = [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false", "serve", "--port", str(port)]
+    with open(log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=child_env())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"lakehouse serve exited with {process.returncode}: {log.read_text()[-2000:]}")
+        with contextlib.suppress(OSError):
+            http_json(f"http://127.0.0.1:{port}/health")
+            return process
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"lakehouse serve did not answer /health within 60 s: {log.read_text()[-2000:]}")
+
+
+def http_json(url: str, body: Any = None, token: str | None = None, timeout: float = 10.0) -> Any:
+    """GET (or POST `body` as JSON) and return the decoded JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def search_actor(port: int, token: str, actor: str, size: int = 1000) -> list[dict[str, Any]]:
+    """The audit events of `actor` in the search API's default window (the last day)."""
+    answer = http_json(f"http://127.0.0.1:{port}{SEARCH_PATH}?size={size}", {"actorUrns": [actor]}, token)
+    return answer["usageEvents"]
+
+
+def watch_log_records(log: Path, event: str) -> list[dict[str, Any]]:
+    """The structured lines of one kind (`micro_batch`, `quarantined`, ...) in a watcher's log."""
+    records = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("event") == event:
+                records.append(record)
+    return records
+
+
+def rss_bytes(pid: int) -> dict[str, int]:
+    """Current and peak resident memory of a process (Linux /proc)."""
+    fields = {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields["rss_bytes" if key == "VmRSS" else "peak_rss_bytes"] = int(value.split()[0]) * 1024
+    return fields
+
+
+def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM a child and wait for it; kill it if it outlives `timeout`. Returns its exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def build_home(home: Path, entities: int, seed: int) -> None:
+    """Fill a new home with a generated history (bronze -> silver -> gold), the state a watcher starts on."""
+    from datagen.history import generate_history
+
+    inputs = home.parent / f"{home.name}-inputs"
+    generate_history(inputs, entities=entities, seed=seed)
+    subprocess.run(
+        [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false", "run", "--no-progress", "--path", str(inputs)],
+        check=True, env=child_env(), stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def run_watch_bench(
+    home: Path, files: int, records: int, interval: float, entities: int, seed: int, timeout: float = 60.0
+) -> dict[str, Any]:
+    """Drop `files` files of `records` records every `interval` seconds and time each until searchable.
+
+    Returns:
+        Freshness p50/p95/max (seconds), per-micro-batch step seconds, RSS of the watcher and the server.
+    """
+    from conf.settings import load_settings
+    from pipelines.serving.tokens import create_token
+
+    if not (home / "bronze").exists():
+        build_home(home, entities, seed)
+    settings = load_settings(home=home, overrides=["mlflow.enabled=false"])
+    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
+    landing = settings.landing_paths[0]
+    logs = Path(tempfile.mkdtemp(prefix="watch-bench-"))
+    port = free_port()
+    watcher = start_watch(home, logs / "watch.log")
+    server = None
+    rss: dict[str, list[dict[str, int]]] = {"watch": [], "serve": []}
+    try:
+        server = start_serve(home, port, logs / "serve.log")
+        _wait_for(lambda: watch_log_records(logs / "watch.log", "started"), 120, "the watcher to start")
+        run_tag = time.strftime("%H%M%S")
+        dropped: dict[str, float] = {}
+        found: dict[str, float] = {}
+        next_drop = time.time()
+        while len(found) < files:
+            now = time.time()
+            if len(dropped) < files and now >= next_drop:
+                actor = f"{BENCH_ACTOR}-{run_tag}-{len(dropped)}"
+                lines = mcl_lines(actor, records, int(now * 1000), f"b{run_tag}_{len(dropped)}")
+                dropped[actor] = drop_file(landing, f"bench-{run_tag}-{len(dropped):05d}.mcl.jsonl", lines)
+                next_drop += interval
+            for actor, at in dropped.items():
+                if actor not in found and search_actor(port, token, actor, size=1):
+                    found[actor] = time.time() - at
+            for name, process in (("watch", watcher), ("serve", server)):
+                rss[name].append(rss_bytes(process.pid))
+            waiting = [at for actor, at in dropped.items() if actor not in found]
+            if waiting and time.time() - min(waiting) > timeout:
+                raise RuntimeError(f"a file was not searchable within {timeout} s; watcher log: {logs / 'watch.log'}")
+            time.sleep(0.1)
+    finally:
+        codes = {"watch": stop(watcher), "serve": stop(server) if server else None}
+    freshness = list(found.values())
+    refine_seconds = [b["seconds"]["refine"] for b in watch_log_records(logs / "watch.log", "micro_batch") if b["files"]]
+    batches = [b for b in watch_log_records(logs / "watch.log", "micro_batch") if b["files"]]
+    return {
+        "home": str(home),
+        "files": files,
+        "records_per_file": records,
+        "interval_s": interval,
+        "freshness_s": {
+            "p50": round(percentile(freshness, 50), 3),
+            "p95": round(percentile(freshness, 95), 3),
+            "max": round(max(freshness), 3),
+        },
+        "state_rows": state_rows(settings),
+        "refine_s": {
+            "p50": round(percentile(refine_seconds, 50), 3),
+            "max": round(max(refine_seconds), 3),
+            "last_over_first": round(refine_seconds[-1] / refine_seconds[0], 2),
+        },
+        "micro_batches": [
+            {"files": b["files"], "records": b["records"], "seconds": b["seconds"], "total_s": b["total_seconds"]}
+            for b in batches
+        ],
+        "rss_bytes": {
+            name: {"max": max((r.get("rss_bytes", 0) for r in samples), default=0),
+                   "peak": max((r.get("peak_rss_bytes", 0) for r in samples), default=0)}
+            for name, samples in rss.items()
+        },  # fmt: skip
+        "exit_codes": codes,
+        "logs": str(logs),
+    }
+
+
+def state_rows(settings) -> dict[str, int]:
+    """Rows of the state a micro-batch works against: silver (entity, aspect) keys and gold audit rows."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    from conf.tables import table_location
+
+    counts = {}
+    for key in ("silver.aspect_state", "gold.audit_events"):
+        # The query engine honours deletion vectors, which the plain Arrow reader refuses.
+        query = QueryBuilder().register("t", DeltaTable(str(table_location(settings, key))))
+        counts[key] = int(query.execute("select count(*) as n from t").read_all().column("n")[0].as_py())
+    return counts
+
+
+def _wait_for(condition, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _sets(settings: tuple[str, ...]) -> list[str]:
+    return [part for setting in settings for part in ("--set", setting)]
+
+
+def register(app: typer.Typer) -> None:
+    """Add `bench watch` to the bench group."""
+    from pipelines.cli.commands.bench import bench_app
+
+    @bench_app.command("watch")
+    def bench_watch_command(
+        home: Path | None = typer.Option(None, "--home", help="Reuse this home (built first when it is empty)."),
+        files: int = typer.Option(20, "--files", min=1, help="Files to drop."),
+        records: int = typer.Option(50, "--records", min=1, help="Records per file."),
+        interval: float = typer.Option(1.0, "--interval", min=0.05, help="Seconds between two files."),
+        entities: int = typer.Option(200, "--entities", min=11, help="Entities of the generated home (when built)."),
+        seed: int = typer.Option(7, "--seed", help="Generator seed."),
+        out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
+    ) -> None:
+        """Measure watch-mode freshness (rename -> searchable over HTTP), micro-batch steps and RSS."""
+        work = home or Path(tempfile.mkdtemp(prefix="watch-bench-home-")) / "home"
+        result = run_watch_bench(work.resolve(), files, records, interval, entities, seed)
+        path = write_result(out, "watch", result)
+        fresh = result["freshness_s"]
+        typer.echo(f"freshness p50 {fresh['p50']} s, p95 {fresh['p95']} s, max {fresh['max']} s -> {path}")
+

@@ -1,0 +1,56 @@
+"""`lakehouse status`: whether a watcher runs on the home, its last micro-batch and the freshness lag."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+
+from pipelines.cli.console import print_table, print_text
+
+
+def register(app: typer.Typer) -> None:
+    """Add `status`."""
+    from pipelines.cli.app import state_of
+
+    @app.command("status")
+    def status_command(
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="Print the status as one JSON object (as /health does)."),
+    ) -> None:
+        """Show the watcher of this home: running or not, last micro-batch, oldest unprocessed file, lag."""
+        from pipelines.batch.watch_status import watch_status
+
+        status = watch_status(state_of(ctx).settings)
+        if as_json:
+            print_text(json.dumps(status, default=str, sort_keys=True) + "\n")
+            return
+        last = status["last_batch"] or {}
+        oldest = status["oldest_unprocessed"] or {}
+        rows = [
+            {"item": "watcher", "value": f"running (pid {status['pid']} on {status['host']})" if status["running"] else "not running"},
+            {"item": "started", "value": _when(status["started_at"])},
+            {"item": "heartbeat", "value": _when(status["heartbeat_at"])},
+            {"item": "micro-batches", "value": status["batches"]},
+            {
+                "item": "last batch",
+                "value": (
+                    f"{_when(last['finished_at'])}: {last['files']} files, {last['records']} records, "
+                    f"{last['events']} events in {last['total_seconds']} s (lag {last['lag_seconds']} s)"
+                    if last
+                    else "-"
+                ),
+            },
+            {"item": "pending files", "value": status["pending_files"]},
+            {"item": "oldest unprocessed", "value": f"{oldest['path']} ({_when(oldest['arrived_at'])})" if oldest else "-"},
+            {
+                "item": "freshness lag",
+                "value": "-" if status["freshness_lag_seconds"] is None else f"{status['freshness_lag_seconds']} s",
+            },
+        ]
+        print_table(rows, ["item", "value"], title="Watch status")
+
+
+def _when(epoch: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)) if epoch else "-"

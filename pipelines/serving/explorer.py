@@ -1,0 +1,255 @@
+"""The audit explorer: the web page at `/`, its static files, and the JSON endpoints it reads beyond search.
+
+Endpoints (all authenticated like the audit search, audit-read role):
+- GET /api/v1/changes?actor=&entity=&category=&operation=&since=&until=&size=&after=   change-event search
+- GET /api/v1/timeline?urn=        the change events of an entity, oldest first
+- GET /api/v1/timeline/as-of?urn=&at=   the entity's aspects as they were at a time
+- GET /api/v1/activity?since=&until=&limit=   events per day and category, top actors, top entities
+- GET /api/v1/activity/actor?actor=&since=&until=&limit=   one actor's days, entities touched, anomalies
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Mapping
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pyspark.sql import SparkSession
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from conf.errors import InputError, RequestError
+from conf.settings import Settings
+from gold.auth import AUDIT_READ
+from pipelines.batch.timeline import aspects_as_of, entity_history
+from pipelines.cli.args import parse_time_ms
+from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
+from conf.tables import table_location
+from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, search_changes
+from pipelines.serving.tokens import TokenVerifier
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_PREFIX = "/static"
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 100
+DEFAULT_PAGE = 50
+MAX_PAGE = 1000
+CHANGE_PARAMETERS = ("actor", "entity", "category", "operation", "since", "until", "size", "after")
+# Scripts, styles and data only from this origin; no inline code, no eval, never framed.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
+    "font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+STATIC_CACHE_CONTROL = "public, max-age=3600"
+PAGE_CACHE_CONTROL = "no-cache"
+
+
+class SessionSource:
+    """The Spark session the timeline endpoints read with: the one given, or one opened on first use.
+
+    Args:
+        settings: the lakehouse settings (to open a session when none is given).
+        spark: an open session, or None to open one the first time it is needed.
+    """
+
+    def __init__(self, settings: Settings, spark: SparkSession | None):
+        self._settings = settings
+        self._spark = spark
+        self._lock = threading.Lock()
+        self._stack = contextlib.ExitStack()
+
+    def get(self) -> SparkSession:
+        """Return the session, opening it on the first call when none was given."""
+        with self._lock:
+            if self._spark is None:
+                from pipelines.runtime.engine import open_session
+
+                self._spark = self._stack.enter_context(open_session(self._settings))
+            return self._spark
+
+    def close(self) -> None:
+        """Stop a session this source opened (a given one belongs to its caller)."""
+        with self._lock:
+            self._stack.close()
+
+
+def parse_urn(params: Mapping[str, str]) -> str:
+    """Return the `urn` parameter.
+
+    Raises:
+        RequestError: when it is absent or not a DataHub urn.
+    """
+    urn = (params.get("urn") or "").strip()
+    if not urn.startswith("urn:li:"):
+        raise RequestError(f"urn: {urn!r} is not a DataHub urn (urn:li:<type>:<id>)")
+    return urn
+
+
+def parse_change_query(params: Mapping[str, str]) -> ChangeQuery:
+    """Build a change-event search from URL parameters.
+
+    Raises:
+        RequestError: naming the parameter, for a bad size, cursor or window.
+    """
+    since, until = parse_window(params)
+    raw_size = params.get("size") or str(DEFAULT_PAGE)
+    if not raw_size.isdigit() or not 1 <= int(raw_size) <= MAX_PAGE:
+        raise RequestError(f"size: {raw_size!r} is not a whole number from 1 to {MAX_PAGE}")
+    after = None
+    if params.get("after"):
+        time_text, _, event_id = params["after"].partition(":")
+        if not time_text.isdigit() or not event_id:
+            raise RequestError(f"after: {params['after']!r} is not a cursor (the nextCursor of the previous page)")
+        after = (int(time_text), event_id)
+    text = {name: (params.get(name) or "").strip() or None for name in ("actor", "entity", "category", "operation")}
+    return ChangeQuery(**text, since_ms=since, until_ms=until, size=int(raw_size), after=after)
+
+
+def check_parameters(params: Mapping[str, str], known: tuple[str, ...]) -> None:
+    """Refuse a parameter the endpoint does not know (a typo would otherwise be silently ignored).
+
+    Raises:
+        RequestError: naming the first unknown parameter.
+    """
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise RequestError(f"{unknown[0]}: unknown parameter (known: {', '.join(known)})")
+
+
+def explorer_router(settings: Settings, verifier: TokenVerifier, sessions: SessionSource) -> APIRouter:
+    """Return the router of the page and its JSON endpoints."""
+    router = APIRouter()
+    activity = ActivityReader(settings)
+    changes_location = table_location(settings, CHANGES_TABLE)
+
+    async def authenticated(request: Request, known: tuple[str, ...]) -> dict[str, str]:
+        await run_in_threadpool(verifier.authenticate, request.headers.get("authorization"), AUDIT_READ)
+        params = dict(request.query_params)
+        check_parameters(params, known)
+        return params
+
+    async def respond(work: Callable[[], Any]) -> JSONResponse:
+        return JSONResponse(jsonable_encoder(await run_in_threadpool(work)))
+
+    @router.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8")
+
+    @router.get("/api/v1/timeline", summary="The change events of one entity, oldest first")
+    async def timeline(request: Request) -> JSONResponse:
+        urn = parse_urn(await authenticated(request, ("urn",)))
+        return await respond(lambda: {"urn": urn, "events": entity_history(sessions.get(), settings, urn)})
+
+    @router.get("/api/v1/timeline/as-of", summary="The aspects of one entity as they were at a time")
+    async def timeline_as_of(request: Request) -> JSONResponse:
+        params = await authenticated(request, ("urn", "at"))
+        urn = parse_urn(params)
+        if not params.get("at"):
+            raise RequestError("at: missing (epoch ms or ISO-8601 time)")
+        try:
+            at_ms = parse_time_ms(params["at"], "at")
+        except InputError as exc:
+            raise RequestError(str(exc)) from None
+        return await respond(
+            lambda: {"urn": urn, "at": at_ms, "aspects": aspects_as_of(sessions.get(), settings, urn, at_ms)}
+        )
+
+    @router.get("/api/v1/changes", summary="Search change events: actor, entity urn or prefix, category, operation")
+    async def changes(request: Request) -> JSONResponse:
+        query = parse_change_query(await authenticated(request, CHANGE_PARAMETERS))
+        return await respond(lambda: search_changes(changes_location, query))
+
+    @router.get("/api/v1/activity", summary="Events per day and category, top actors and top entities")
+    async def activity_overview(request: Request) -> JSONResponse:
+        params = await authenticated(request, ("since", "until", "limit"))
+        since, until = parse_window(params)
+        limit = parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT)
+        return await respond(lambda: activity.overview(since, until, limit))
+
+    @router.get("/api/v1/activity/actor", summary="One actor: activity per day, entities touched, anomalies")
+    async def actor_activity(request: Request) -> JSONResponse:
+        params = await authenticated(request, ("actor", "since", "until", "limit"))
+        actor = (params.get("actor") or "").strip()
+        if not actor:
+            raise RequestError("actor: missing (an actor urn, e.g. urn:li:corpuser:alice)")
+        since, until = parse_window(params)
+        limit = parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT)
+        anomalies = AnomalyQuery(since_ms=since, until_ms=until, actor=actor, limit=MAX_LIMIT)
+        return await respond(lambda: activity.actor(actor, since, until, limit, anomalies))
+
+    return router
+
+
+def mount_explorer(app: FastAPI, settings: Settings, verifier: TokenVerifier, spark: SparkSession | None) -> None:
+    """Serve the explorer on `app`: the page at `/`, /static, the JSON endpoints and the security headers.
+
+    Args:
+        app: the API application.
+        settings: the lakehouse settings.
+        verifier: the token verifier the audit search uses.
+        spark: an open session for the timeline, or None to open one when the timeline is first asked for.
+    """
+    sessions = SessionSource(settings, spark)
+    app.include_router(explorer_router(settings, verifier, sessions))
+    app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="explorer-static")
+    running = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: FastAPI) -> AsyncIterator[Any]:
+        # A session opened for the timeline lives as long as the server.
+        async with running(application) as state:
+            try:
+                yield state
+            finally:
+                sessions.close()
+
+    app.router.lifespan_context = lifespan
+
+    app.add_middleware(SecurityHeaders)
+
+
+def security_headers(path: str, status: int) -> dict[str, str]:
+    """The headers a response to `path` with `status` gets besides its own."""
+    headers = {"X-Content-Type-Options": "nosniff"}
+    if path == "/" or path.startswith((STATIC_PREFIX + "/", "/api/v1/")):
+        headers.update({
+            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+            "X-Frame-Options": "DENY",
+            "Referrer-Policy": "no-referrer",
+        })  # fmt: skip
+    if path.startswith(STATIC_PREFIX + "/"):
+        if status == 200:
+            headers["Cache-Control"] = STATIC_CACHE_CONTROL
+    elif path == "/":
+        headers["Cache-Control"] = PAGE_CACHE_CONTROL
+    elif path.startswith("/api/v1/"):
+        headers["Cache-Control"] = "no-store"
+    return headers
+
+
+class SecurityHeaders:
+    """ASGI middleware adding `security_headers` to every HTTP response (streamed bodies pass untouched)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in security_headers(scope["path"], message["status"]).items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

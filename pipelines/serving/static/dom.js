@@ -1,0 +1,85 @@
+// Small DOM helpers: every value from the data goes in as text, never as markup.
+
+export function el(tag, text, attributes = {}) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  return node;
+}
+
+export function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+}
+
+export function byId(id) {
+  return document.getElementById(id);
+}
+
+// A time cell: local time shown, the UTC time on hover.
+export function timeCell(ms) {
+  const date = new Date(Number(ms));
+  const cell = el("td");
+  const time = el("time", date.toLocaleString(), { datetime: date.toISOString(), title: `${date.toISOString()} (UTC)` });
+  cell.appendChild(time);
+  return cell;
+}
+
+export function row(values) {
+  const tr = el("tr");
+  for (const value of values) tr.appendChild(value instanceof Node ? value : el("td", value ?? ""));
+  return tr;
+}
+
+// A button that runs `action`: used instead of links so no data value ever becomes a URL.
+export function actionButton(label, action, className = "link") {
+  const button = el("button", label, { type: "button", class: className });
+  button.addEventListener("click", action);
+  return button;
+}
+
+export function showMessage(text) {
+  const message = byId("message");
+  message.textContent = text;
+  message.hidden = !text;
+}
+
+function csvValue(value) {
+  let text = value === null || value === undefined ? "" : String(value);
+  // A leading =, +, - or @ would be a formula in a spreadsheet.
+  if (/^[=+\-@\t\r]/.test(text)) text = `'${text}`;
+  return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+export function toCsv(columns, records) {
+  const lines = [columns.join(",")];
+  for (const record of records) lines.push(columns.map((name) => csvValue(record[name])).join(","));
+  return `${lines.join("\r\n")}\r\n`;
+}
+
+export function download(name, text) {
+  const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+  const link = el("a", null, { href: url, download: name });
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+// A table row that expands to a JSON document, and the button that toggles it.
+export function expandableRows(values, documentValue, columns) {
+  const detail = el("tr", null, { class: "raw", hidden: "" });
+  const cell = el("td", null, { colspan: String(columns) });
+  cell.appendChild(el("pre", JSON.stringify(documentValue, null, 2)));
+  detail.appendChild(cell);
+  const toggle = actionButton("Show JSON", () => {
+    detail.hidden = !detail.hidden;
+    toggle.textContent = detail.hidden ? "Show JSON" : "Hide JSON";
+    toggle.setAttribute("aria-expanded", String(!detail.hidden));
+  });
+  toggle.setAttribute("aria-expanded", "false");
+  const toggleCell = el("td");
+  toggleCell.appendChild(toggle);
+  const main = row([...values, toggleCell]);
+  main.classList.add("event");
+  return [main, detail];
+}

@@ -1,0 +1,1 @@
+"""Webhook subscriptions: the ops tables that keep them, secret storage, and the delivery loop."""

@@ -1,0 +1,470 @@
+"""The subscription tables: add, list, remove and resume subscriptions; delivery cursors; dead letters.
+
+Order of delivery. Events become deliverable once their batch is published (publish_openmetadata has
+recorded it); batches are delivered in the order refine finished them, and a subscription only takes the
+batches refine finished after its `start_after` (by default the newest batch refined when it was
+added). Inside a batch the selected events are in a fixed order, so "the first N selected events of
+batch B" names the same events on every run: that is what a cursor row records.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from conf.errors import InputError
+from conf.settings import Settings
+from conf.tables import table_name, table_spec
+from gold.openmetadata import to_change_event_json
+from gold.subscriptions import (
+    EventFilters,
+    check_filters,
+    check_format,
+    check_name,
+    check_url,
+    filter_change_events,
+    filter_openmetadata_events,
+)
+from pipelines.runtime.io import append, insert_missing, merge, read_table, retry_commit
+from pipelines.runtime.maintenance import maintenance_for
+
+SUBSCRIPTIONS = "ops.subscriptions"
+CURSORS = "ops.subscription_cursors"
+DEAD_LETTERS = "ops.subscription_dead_letters"
+EVENTS = "silver.entity_change_events"
+CHANGE_EVENTS = "gold.openmetadata_change_events"
+# The order of the events inside one batch: per entity it is the order of its versions.
+ECE_ORDER = ("event_time", "source_order_key", "event_id")
+OPENMETADATA_ORDER = ("timestamp", "entity_id", "entity_sequence", "id")
+# Delivery threads update rows of the one small subscriptions table: taking turns in this process
+# avoids most commit races (those with other processes are retried).
+_STATE_WRITES = threading.Lock()
+_STATE_COLUMNS = ("paused", "failing_since", "next_attempt_at", "last_error", "last_error_at", "last_delivered_at")
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One row of ops.subscriptions."""
+
+    subscription_id: str
+    name: str
+    url: str
+    format: str
+    filters: EventFilters
+    secret_ciphertext: str | None
+    start_after: datetime | None
+    created_at: datetime | None
+    paused: bool = False
+    failing_since: datetime | None = None
+    next_attempt_at: datetime | None = None
+    last_error: str | None = None
+    last_error_at: datetime | None = None
+    last_delivered_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Subscription:
+        """Build from a table row."""
+        filters = EventFilters(
+            categories=tuple(row["categories"] or ()),
+            operations=tuple(row["operations"] or ()),
+            entity_types=tuple(row["entity_types"] or ()),
+            entity_prefixes=tuple(row["entity_prefixes"] or ()),
+            actors=tuple(row["actors"] or ()),
+            om_filter=json.loads(row["om_filter"]) if row["om_filter"] else None,
+        )
+        return cls(
+            subscription_id=row["subscription_id"],
+            name=row["name"],
+            url=row["url"],
+            format=row["format"],
+            filters=filters,
+            secret_ciphertext=row["secret_ciphertext"],
+            start_after=_utc(row["start_after"]),
+            created_at=_utc(row["created_at"]),
+            paused=bool(row["paused"]),
+            failing_since=_utc(row["failing_since"]),
+            next_attempt_at=_utc(row["next_attempt_at"]),
+            last_error=row["last_error"],
+            last_error_at=_utc(row["last_error_at"]),
+            last_delivered_at=_utc(row["last_delivered_at"]),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The subscription as shown by `list`: the secret only as whether one is set."""
+        filters = self.filters
+        return {
+            "name": self.name,
+            "url": self.url,
+            "format": self.format,
+            "categories": list(filters.categories),
+            "operations": list(filters.operations),
+            "entity_types": list(filters.entity_types),
+            "entity_prefixes": list(filters.entity_prefixes),
+            "actors": list(filters.actors),
+            "om_filter": dict(filters.om_filter) if filters.om_filter is not None else None,
+            "signed": self.secret_ciphertext is not None,
+            "start_after": self.start_after,
+            "created_at": self.created_at,
+            "paused": self.paused,
+        }
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """Timestamps come back naive in the session time zone (UTC): make them aware."""
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class StreamBatch:
+    """One published batch: its id and when refine and publish_openmetadata finished it."""
+
+    batch_id: str
+    refined_at: datetime
+    published_at: datetime
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """How far a subscription has got: batches done, and events done of the batches begun."""
+
+    complete: frozenset[str]
+    offsets: Mapping[str, int]
+    delivered: int
+
+
+@dataclass(frozen=True)
+class DeliveryItem:
+    """One event ready to send: its stable id, its entity, and its serialized form in the payload format."""
+
+    event_id: str
+    entity_urn: str | None
+    text: str
+
+
+def list_subscriptions(spark: SparkSession, settings: Settings, names: Sequence[str] = ()) -> list[Subscription]:
+    """The subscriptions (all, or those named), by name.
+
+    Raises:
+        InputError: when a named subscription does not exist.
+    """
+    rows = read_table(spark, settings, SUBSCRIPTIONS).orderBy("name").collect()
+    subscriptions = [Subscription.from_row(r.asDict()) for r in rows]
+    if not names:
+        return subscriptions
+    by_name = {s.name: s for s in subscriptions}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise InputError(f"name: no subscription named {missing[0]!r} (known: {', '.join(by_name) or 'none'})")
+    return [by_name[n] for n in names]
+
+
+def add_subscription(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    name: str,
+    url: str,
+    payload_format: str,
+    filters: EventFilters,
+    secret_ciphertext: str | None = None,
+    since_ms: int | None = None,
+) -> Subscription:
+    """Add a subscription, starting from now or replaying the batches refined since `since_ms`.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings (allowed hosts).
+        name: the subscription's unique name.
+        url: the http(s) target.
+        payload_format: ece, openmetadata or slack.
+        filters: what it selects.
+        secret_ciphertext: the signing secret, encrypted (`pipelines.subscriptions.secrets.encrypt_secret`).
+        since_ms: replay from this time (epoch ms); None: deliver only batches refined from now on.
+
+    Raises:
+        InputError: naming the bad value, an existing name, or a replay point that cannot be read.
+    """
+    check_name(name)
+    check_url(url, settings.subscriptions.allowed_hosts)
+    check_format(payload_format)
+    check_filters(filters)
+    if any(s.name == name for s in list_subscriptions(spark, settings)):
+        raise InputError(f"name: a subscription named {name!r} already exists (remove it first)")
+    start_after = replay_start(spark, settings, since_ms) if since_ms is not None else latest_refined_at(spark, settings)
+    subscription_id = str(uuid.uuid4())
+    row = {
+        "subscription_id": subscription_id,
+        "name": name,
+        "url": url,
+        "format": payload_format,
+        "categories": list(filters.categories),
+        "operations": list(filters.operations),
+        "entity_types": list(filters.entity_types),
+        "entity_prefixes": list(filters.entity_prefixes),
+        "actors": list(filters.actors),
+        "om_filter": json.dumps(filters.om_filter, sort_keys=True) if filters.om_filter is not None else None,
+        "secret_ciphertext": secret_ciphertext,
+        "start_after": start_after,
+        "created_at": datetime.now(timezone.utc),
+        "paused": False,
+        "failing_since": None,
+        "next_attempt_at": None,
+        "last_error": None,
+        "last_error_at": None,
+        "last_delivered_at": None,
+    }
+    row_df = spark.createDataFrame([row], _schema(SUBSCRIPTIONS))
+    insert_missing(spark, settings, SUBSCRIPTIONS, row_df, "t.name = s.name", view_name="subscription_add")
+    added = [s for s in list_subscriptions(spark, settings) if s.name == name]
+    if not added or added[0].subscription_id != subscription_id:
+        raise InputError(f"name: a subscription named {name!r} already exists (remove it first)")
+    return added[0]
+
+
+def _schema(table_key: str) -> str:
+    return table_spec(table_key).columns
+
+
+def remove_subscription(spark: SparkSession, settings: Settings, name: str) -> Subscription:
+    """Remove a subscription with its cursors and dead letters.
+
+    Raises:
+        InputError: when no subscription has that name.
+    """
+    (subscription,) = list_subscriptions(spark, settings, [check_name(name)])
+    for table_key in (CURSORS, DEAD_LETTERS, SUBSCRIPTIONS):
+        # The id is a uuid this module generated: safe inside the statement.
+        retry_commit(
+            lambda key=table_key: spark.sql(
+                f"DELETE FROM {table_name(settings, key)} WHERE subscription_id = '{subscription.subscription_id}'"
+            ).collect()
+        )
+    return subscription
+
+
+def update_state(spark: SparkSession, settings: Settings, subscription_id: str, **state: Any) -> None:
+    """Set delivery-state columns (paused, failing_since, next_attempt_at, last_error, ...) of one subscription."""
+    unknown = sorted(set(state) - set(_STATE_COLUMNS))
+    if unknown or not state:
+        raise InputError(f"state: {unknown or 'nothing'} are not delivery-state columns ({', '.join(_STATE_COLUMNS)})")
+    types = dict(part.split() for part in _schema(SUBSCRIPTIONS).split(", ") if part.split()[0] in state)
+    source_df = spark.createDataFrame(
+        [{"subscription_id": subscription_id, **state}],
+        "subscription_id STRING, " + ", ".join(f"{c} {types[c]}" for c in state),
+    )
+    target = table_name(settings, SUBSCRIPTIONS)
+    assignments = ", ".join(f"t.{c} = s.{c}" for c in state)
+    with _STATE_WRITES:
+        merge(
+            spark,
+            source_df,
+            lambda source: f"MERGE INTO {target} AS t USING {source} AS s ON t.subscription_id = s.subscription_id "
+            f"WHEN MATCHED THEN UPDATE SET {assignments}",
+            view_name=f"subscription_state_{subscription_id.replace('-', '')}",
+        )
+
+
+def resume_subscription(spark: SparkSession, settings: Settings, name: str) -> Subscription:
+    """Un-pause a subscription and clear its backoff, so the next delivery tries it at once.
+
+    Raises:
+        InputError: when no subscription has that name.
+    """
+    (subscription,) = list_subscriptions(spark, settings, [check_name(name)])
+    update_state(spark, settings, subscription.subscription_id, paused=False, failing_since=None, next_attempt_at=None)
+    return subscription
+
+
+def latest_refined_at(spark: SparkSession, settings: Settings) -> datetime | None:
+    """When refine finished its newest batch (a new subscription starts after it); None before any."""
+    row = (
+        read_table(spark, settings, "ops.stage_progress")
+        .filter(F.col("stage") == "refine")
+        .agg(F.max("processed_at").alias("at"))
+        .collect()[0]
+    )
+    return _utc(row.at)
+
+
+def replay_start(spark: SparkSession, settings: Settings, since_ms: int) -> datetime | None:
+    """The start point that replays every batch refined into silver at or after `since_ms`.
+
+    The silver events table is read as it was just before `since_ms` (Delta time travel): its batches
+    are the ones not replayed.
+
+    Raises:
+        InputError: when `since_ms` is in the future, or that table version can no longer be read.
+    """
+    now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+    if since_ms > now_ms:
+        raise InputError(f"--since: {since_ms} is in the future")
+    commits = maintenance_for(settings, spark).history(EVENTS)
+    before = [c for c in commits if c.timestamp_ms is not None and c.timestamp_ms < since_ms]
+    if not before:
+        return None
+    version = max(c.version for c in before)
+    try:
+        rows = spark.sql(f"SELECT DISTINCT batch_id FROM {table_name(settings, EVENTS)} VERSION AS OF {version}").collect()
+    except Exception as exc:  # noqa: BLE001 - any engine error here means the version's files are gone
+        raise InputError(
+            f"--since: silver change events as of version {version} cannot be read any more ({str(exc)[:200]}); "
+            "choose a later date (old versions are removed by `lakehouse maintain --vacuum`)"
+        ) from None
+    batch_ids = [r.batch_id for r in rows]
+    if not batch_ids:
+        return None
+    row = (
+        read_table(spark, settings, "ops.stage_progress")
+        .filter((F.col("stage") == "refine") & F.col("batch_id").isin(batch_ids))
+        .agg(F.max("processed_at").alias("at"))
+        .collect()[0]
+    )
+    return _utc(row.at)
+
+
+def published_stream(spark: SparkSession, settings: Settings) -> list[StreamBatch]:
+    """Every published batch, in the order refine finished them."""
+    progress_df = read_table(spark, settings, "ops.stage_progress")
+    refined_df = progress_df.filter(F.col("stage") == "refine").select("batch_id", F.col("processed_at").alias("refined_at"))
+    published_df = progress_df.filter(F.col("stage") == "publish_openmetadata").select(
+        "batch_id", F.col("processed_at").alias("published_at")
+    )
+    rows = refined_df.join(published_df, "batch_id").orderBy("refined_at", "batch_id").collect()
+    return [StreamBatch(r.batch_id, _utc(r.refined_at), _utc(r.published_at)) for r in rows]
+
+
+def read_cursor(spark: SparkSession, settings: Settings, subscription_id: str) -> Cursor:
+    """A subscription's delivery progress, from its acknowledged cursor rows."""
+    rows = (
+        read_table(spark, settings, CURSORS)
+        .filter(F.col("subscription_id") == subscription_id)
+        .groupBy("batch_id")
+        .agg(
+            F.max("batch_offset").alias("offset"),
+            F.max(F.col("batch_complete").cast("int")).alias("complete"),
+            F.sum("events_delivered").alias("delivered"),
+        )
+        .collect()
+    )
+    return Cursor(
+        complete=frozenset(r.batch_id for r in rows if r.complete),
+        offsets={r.batch_id: int(r.offset) for r in rows if not r.complete},
+        delivered=sum(int(r.delivered or 0) for r in rows),
+    )
+
+
+def pending_batches(stream: Sequence[StreamBatch], subscription: Subscription, cursor: Cursor) -> list[StreamBatch]:
+    """The published batches a subscription has still to finish, oldest first."""
+    start = subscription.start_after
+    return [
+        b for b in stream if (start is None or b.refined_at > start) and b.batch_id not in cursor.complete
+    ]
+
+
+def commit_cursor(
+    spark: SparkSession,
+    settings: Settings,
+    subscription_id: str,
+    batch_id: str,
+    offset: int,
+    *,
+    complete: bool,
+    delivered: int,
+) -> None:
+    """Record that the first `offset` selected events of a batch are done (after the receiver's 2xx)."""
+    row_df = spark.createDataFrame(
+        [(subscription_id, batch_id, int(offset), bool(complete), int(delivered), datetime.now(timezone.utc))],
+        _schema(CURSORS),
+    )
+    retry_commit(lambda: append(row_df, settings, CURSORS))
+
+
+def record_dead_letters(
+    spark: SparkSession,
+    settings: Settings,
+    subscription: Subscription,
+    batch_id: str,
+    items: Sequence[DeliveryItem],
+    *,
+    status: int,
+    error: str,
+) -> None:
+    """Keep events a receiver refused for good; recording the same events again adds nothing."""
+    now = datetime.now(timezone.utc)
+    rows = [
+        (subscription.subscription_id, subscription.name, i.event_id, i.entity_urn, batch_id, int(status), error, i.text, now)
+        for i in items
+    ]
+    insert_missing(
+        spark,
+        settings,
+        DEAD_LETTERS,
+        spark.createDataFrame(rows, _schema(DEAD_LETTERS)),
+        "t.subscription_id = s.subscription_id AND t.event_id = s.event_id",
+        view_name=f"dead_letters_{subscription.subscription_id.replace('-', '')}",
+    )
+
+
+def dead_letter_counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    """Dead-lettered events per subscription id."""
+    rows = read_table(spark, settings, DEAD_LETTERS).groupBy("subscription_id").count().collect()
+    return {r.subscription_id: int(r["count"]) for r in rows}
+
+
+def selected_events(
+    spark: SparkSession, settings: Settings, subscription: Subscription, batch_ids: Sequence[str]
+) -> DataFrame:
+    """The events of `batch_ids` a subscription selects, in delivery order (ChangeEvents for openmetadata)."""
+    events_df = read_table(spark, settings, EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
+    change_events_df = read_table(spark, settings, CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
+    if subscription.format == "openmetadata":
+        return filter_openmetadata_events(change_events_df, events_df, subscription.filters).orderBy(*OPENMETADATA_ORDER)
+    return filter_change_events(events_df, change_events_df, subscription.filters).orderBy(*ECE_ORDER)
+
+
+def pending_counts(
+    spark: SparkSession, settings: Settings, subscription: Subscription, batches: Sequence[StreamBatch], cursor: Cursor
+) -> dict[str, int]:
+    """Events still to deliver per pending batch (those with none left out)."""
+    if not batches:
+        return {}
+    rows = (
+        selected_events(spark, settings, subscription, [b.batch_id for b in batches])
+        .groupBy("batch_id")
+        .count()
+        .collect()
+    )
+    counts = {r.batch_id: int(r["count"]) - cursor.offsets.get(r.batch_id, 0) for r in rows}
+    return {batch_id: n for batch_id, n in counts.items() if n > 0}
+
+
+def load_items(
+    spark: SparkSession, settings: Settings, subscription: Subscription, batch_id: str, link_base_url: str | None
+) -> list[DeliveryItem]:
+    """The events of one batch a subscription selects, in delivery order, serialized in its format."""
+    from gold.subscriptions import to_ece_item, to_summary_line
+    from pipelines.batch.export_ece import ece_document
+
+    ordered_df = selected_events(spark, settings, subscription, [batch_id])
+    if subscription.format == "openmetadata":
+        values = [r.value for r in to_change_event_json(ordered_df).collect()]
+        keys = ordered_df.select("id", "source_entity_urn").collect()
+        return [DeliveryItem(k.id, k.source_entity_urn, v) for k, v in zip(keys, values, strict=True)]
+    columns = [
+        "event_id", "entity_urn", "entity_type", "category", "operation", "modifier", "parameters", "version",
+        "actor", "event_time", "batch_id",
+    ]
+    rows = [r.asDict() for r in ordered_df.select(*columns).collect()]
+    if subscription.format == "slack":
+        return [DeliveryItem(r["event_id"], r["entity_urn"], to_summary_line(r, link_base_url)) for r in rows]
+    return [DeliveryItem(r["event_id"], r["entity_urn"], to_ece_item(r["event_id"], ece_document(r), r["batch_id"])) for r in rows]

@@ -1,0 +1,205 @@
+"""Watch mode as real processes: `lakehouse run --watch` beside `lakehouse serve` on a temporary home."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conf.tables import TABLES
+from pipelines.batch.watch import is_complete_file, retry_transient
+from pipelines.bench.watch import (
+    drop_file,
+    free_port,
+    http_json,
+    mcl_lines,
+    search_actor,
+    start_serve,
+    start_watch,
+    stop,
+    watch_log_records,
+)
+from pipelines.serving.tokens import create_token
+from tests.conftest import FIXTURES, make_settings
+from tests.pipelines.batch.test_crash_resume import table_contents
+from tests.pipelines.cli.test_cli import run_cli
+
+
+def _wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _status(home: Path) -> dict:
+    return json.loads(run_cli("status", "--json", home=home).stdout)
+
+
+def test_complete_files_are_finished_names_inside_a_landing_folder(tmp_path):
+    root = tmp_path / "landing"
+    assert is_complete_file(root / "a.mcl.jsonl", (root,))
+    assert is_complete_file(root / "sub" / "b.json", (root,))
+    assert not is_complete_file(root / "a.mcl.jsonl.tmp", (root,))
+    assert not is_complete_file(root / ".a.mcl.jsonl", (root,))
+    assert not is_complete_file(root / "_scratch" / "a.json", (root,))
+    assert not is_complete_file(tmp_path / "elsewhere.json", (root,))
+
+
+def test_an_engine_error_is_retried_and_a_project_error_is_not():
+    from conf.errors import InputError
+
+    calls, retries = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("engine went away")
+        return "done"
+
+    assert retry_transient(flaky, 5, 0.01, lambda n, exc: retries.append((n, str(exc)))) == "done"
+    assert retries == [(1, "engine went away"), (2, "engine went away")]
+
+    def bad_input():
+        calls.append(1)
+        raise InputError("paths: nope")
+
+    calls.clear()
+    with pytest.raises(InputError):
+        retry_transient(bad_input, 5, 0.01, lambda n, exc: None)
+    assert len(calls) == 1
+
+    def always_down():
+        raise ConnectionError("down")
+
+    with pytest.raises(ConnectionError):
+        retry_transient(always_down, 2, 0.01, lambda n, exc: None)
+
+
+@pytest.mark.slow
+def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
+    home = tmp_path / "home"
+    landing = home / "landing"
+    settings = make_settings(home)
+    token, _ = create_token(settings, "urn:li:corpuser:admin", ["audit-read"])
+    watch_log, serve_log = tmp_path / "watch.log", tmp_path / "serve.log"
+    # MLflow on: each micro-batch is recorded as a run, from a background thread.
+    watcher = start_watch(home, watch_log, None, "mlflow.enabled=true")
+    port = free_port()
+    server = None
+    try:
+        _wait_for(lambda: watch_log_records(watch_log, "started"), 120, "the watcher to start")
+        server = start_serve(home, port, serve_log)
+        now_ms = int(time.time() * 1000)
+        drop_file(landing, "first.mcl.jsonl", mcl_lines("urn:li:corpuser:first", 3, now_ms, "first"))
+        drop_file(landing, "broken.mcl.jsonl", ["this is not json", "{\"neither\": 1}"])
+        drop_file(landing, "second.mcl.jsonl", mcl_lines("urn:li:corpuser:second", 2, now_ms, "second"))
+        # Half-written files stay out until renamed.
+        (landing / "third.mcl.jsonl.tmp").write_text("\n".join(mcl_lines("urn:li:corpuser:third", 1, now_ms, "t")))
+
+        first = _wait_for(lambda: search_actor(port, token, "urn:li:corpuser:first"), 60, "the first file's rows")
+        second = _wait_for(lambda: search_actor(port, token, "urn:li:corpuser:second"), 60, "the second file's rows")
+        assert {e["entityUrn"] for e in first} == {
+            "urn:li:dataset:(urn:li:dataPlatform:hive,watch.first_0,PROD)",
+            "urn:li:dataset:(urn:li:dataPlatform:hive,watch.first_1,PROD)",
+            "urn:li:dataset:(urn:li:dataPlatform:hive,watch.first_2,PROD)",
+        }
+        assert {e["entityUrn"] for e in second} == {
+            "urn:li:dataset:(urn:li:dataPlatform:hive,watch.second_0,PROD)",
+            "urn:li:dataset:(urn:li:dataPlatform:hive,watch.second_1,PROD)",
+        }
+        assert search_actor(port, token, "urn:li:corpuser:third") == []
+
+        # The malformed file is moved aside and the watcher goes on.
+        assert not (landing / "broken.mcl.jsonl").exists()
+        assert [p.name.split("-", 1)[1] for p in (home / "quarantine" / "watch").iterdir()] == ["broken.mcl.jsonl"]
+        assert watch_log_records(watch_log, "quarantined")[0]["file"] == str(landing / "broken.mcl.jsonl")
+        # The log line follows the commit that made the rows searchable.
+        def file_batches():
+            batches = [b for b in watch_log_records(watch_log, "micro_batch") if b["files"]]
+            return batches if sum(b["files"] for b in batches) == 2 else None
+
+        batches = _wait_for(file_batches, 30, "the micro-batch log lines")
+        assert sum(b["records"] for b in batches) == 5
+        assert all(set(b["seconds"]) == {"land", "refine", "publish"} for b in batches)
+
+        # Anomaly scoring runs at start and every interval; without a registered model it says so and goes on.
+        skipped = watch_log_records(watch_log, "anomaly_scoring_skipped")
+        assert len(skipped) == 1 and "lakehouse-actor-anomalies" in skipped[0]["reason"]
+
+        status = _status(home)
+        assert status["running"] is True and status["pid"] == watcher.pid
+        assert status["last_batch"]["files"] >= 1
+        assert status["freshness_lag_seconds"] is not None
+        health = http_json(f"http://127.0.0.1:{port}/health")
+        assert health["watch"]["running"] is True and health["watch"]["pid"] == watcher.pid
+
+        # A second watcher on the same home is refused, naming the first.
+        second_watcher = run_cli("--set", "mlflow.enabled=false", "run", "--watch", home=home, check=False, timeout=120)
+        assert second_watcher.returncode != 0
+        assert f"a watcher already runs on home {home}: pid {watcher.pid}" in second_watcher.stderr + second_watcher.stdout
+        assert "Traceback" not in second_watcher.stderr
+
+        started = time.monotonic()
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(30) == 0
+        assert time.monotonic() - started < 30
+        assert _status(home)["running"] is False
+        assert http_json(f"http://127.0.0.1:{port}/health")["watch"]["running"] is False
+        # Every micro-batch that did something was recorded in MLflow before the watcher exited.
+        runs = [json.loads(line) for line in run_cli("runs", "--json", "--limit", "50", home=home).stdout.splitlines()]
+        tracked = [r for r in runs if r["name"] == "watch-batch"]
+        assert len(tracked) == len(watch_log_records(watch_log, "micro_batch")) >= 1
+        assert all(r["status"] == "FINISHED" and "publish.duration_s" in r["metrics"] for r in tracked)
+    finally:
+        stop(watcher)
+        if server is not None:
+            stop(server)
+
+
+@pytest.mark.slow
+def test_a_watcher_killed_mid_batch_resumes_to_the_same_tables_as_a_clean_run(spark, tmp_path):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    shutil.copy(FIXTURES / "history-small.mcl.jsonl", inputs / "history-small.mcl.jsonl")
+    landing_setting = f"ingest.landing_dirs=[{inputs}]"
+    clean_home, watched_home = tmp_path / "clean", tmp_path / "watched"
+    run_cli("--set", "mlflow.enabled=false", "--set", landing_setting, "run", "--no-progress", home=clean_home)
+
+    log = tmp_path / "watch.log"
+    killed = start_watch(watched_home, log, {"LAKEHOUSE_CRASH_AT": "refine.events_merged"}, landing_setting)
+    assert killed.wait(180) == -signal.SIGKILL, log.read_text()
+    restarted = start_watch(watched_home, log, None, landing_setting)
+    try:
+        # The restart resumes the killed micro-batch (refine and publish of the landed batch).
+        _wait_for(lambda: [b for b in watch_log_records(log, "micro_batch") if b["events"]], 120, "the resumed batch")
+        assert stop(restarted) == 0
+    finally:
+        stop(restarted)
+    expected = table_contents(spark, clean_home)
+    actual = table_contents(spark, watched_home)
+    assert expected["silver.entity_change_events"], "the clean run derived no events"
+    for key in TABLES:
+        # ops tables record which run consumed a batch and digests over run-specific batch ids: they differ by design.
+        if not key.startswith("ops."):
+            assert actual[key] == expected[key], f"{key} differs after a kill mid-batch"
+
+
+def test_the_bundle_runs_the_watcher_as_one_continuous_polling_task():
+    import yaml
+
+    from tests.conftest import REPO
+
+    job = yaml.safe_load((REPO / "resources" / "lakehouse_watch.job.yml").read_text())["resources"]["jobs"]["lakehouse_watch"]
+    assert job["max_concurrent_runs"] == 1 and "continuous" in job and "schedule" not in job
+    [task] = job["tasks"]
+    parameters = task["python_wheel_task"]["parameters"]
+    assert parameters[-2:] == ["run", "--watch"]
+    assert "watch.polling=true" in parameters
