@@ -71,6 +71,7 @@ def run_job(
     on_stage: Callable[[str], None] | None = None,
     land_progress: Any = None,
     spark: SparkSession | None = None,
+    deliver: bool = True,
 ) -> RunSummary:
     """Run pipeline stages in order under the run lock, as one MLflow run.
 
@@ -86,6 +87,8 @@ def run_job(
         land_progress: passed to landing to report per-file progress.
         spark: an open session (tables registered) to run in; default a new one for this run. A
             long-running caller (watch mode) keeps one session across its micro-batches.
+        deliver: deliver the subscriptions' pending events after publishing; watch mode delivers
+            from its own thread instead, so a slow receiver never holds up a micro-batch.
 
     Returns:
         The run summary.
@@ -113,7 +116,7 @@ def run_job(
                     crash_point(f"before_{stage}")
                     if on_stage:
                         on_stage(stage)
-                    reports.append(_run_stage(spark, settings, stage, tracker.run_id, paths, land_progress))
+                    reports.append(_run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver))
                     crash_point(f"after_{stage}")
                 versions_after = {key: maintenance.version(key) for key in TABLES}
                 batch_ids = sorted({b for r in reports for b in r.batch_ids})
@@ -145,6 +148,7 @@ def _run_stage(
     run_id: str,
     paths: Sequence[Path] | None,
     land_progress: Any,
+    deliver: bool,
 ) -> StageReport:
     started = time.monotonic()
     if stage == "land":
@@ -161,7 +165,7 @@ def _run_stage(
 
         results = [refine(spark, settings, run_id=run_id)]
     else:
-        results = _publish(spark, settings, run_id)
+        results = _publish(spark, settings, run_id, deliver)
     seconds = round(time.monotonic() - started, 3)
     return StageReport(
         stage=stage,
@@ -177,13 +181,16 @@ def _run_stage(
     )
 
 
-def _publish(spark: SparkSession, settings: Settings, run_id: str) -> list[StageResult]:
+def _publish(spark: SparkSession, settings: Settings, run_id: str, deliver: bool) -> list[StageResult]:
     from pipelines.batch.publish_audit import publish_audit
     from pipelines.batch.publish_openmetadata import publish_openmetadata
+    from pipelines.subscriptions.delivery import deliver_pending
 
     audit = publish_audit(spark, settings, run_id=run_id)
     crash_point("between_publish_audit_and_openmetadata")
-    return [audit, publish_openmetadata(spark, settings, run_id=run_id)]
+    results = [audit, publish_openmetadata(spark, settings, run_id=run_id)]
+    # Receiver failures never raise: they are retried, recorded on the subscription or dead-lettered.
+    return [*results, deliver_pending(spark, settings)] if deliver else results
 
 
 def _events_by_category(spark: SparkSession, settings: Settings, batch_ids: list[str]) -> dict[str, int]:

@@ -29,6 +29,7 @@ from conf.settings import Settings
 from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
 from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
 from pipelines.runtime.engine import open_session
+from pipelines.subscriptions.background import BackgroundDelivery
 
 log = logging.getLogger("lakehouse.watch")
 
@@ -36,6 +37,8 @@ log = logging.getLogger("lakehouse.watch")
 STOP_GRACE_SECONDS = 25.0
 # How long a micro-batch waits for a manual run holding the run lock before trying again.
 _LOCK_WAIT_SECONDS = 5.0
+# On stop, a delivery in progress may finish its POST; past this it is left (its cursor resumes it).
+_DELIVERY_STOP_SECONDS = 10.0
 
 T = TypeVar("T")
 
@@ -128,6 +131,7 @@ class Watcher:
         self.batches = 0
         self.last_batch: dict[str, Any] | None = None
         self.last_scored: float | None = None  # scores once at start, then every score_interval_minutes
+        self.delivery: BackgroundDelivery | None = None
         self.tracking = _BackgroundTracking(settings) if settings.mlflow.enabled else None
         # Tracking runs in the background (see _BackgroundTracking): a micro-batch does not wait for MLflow.
         self.job_settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
@@ -140,6 +144,7 @@ class Watcher:
             notifier = threading.Thread(target=self._notify, name="watch-notify", daemon=True)
             notifier.start()
             session = _Session(self.settings)
+            self.delivery = BackgroundDelivery(self.job_settings, lambda: session.spark, emit)
             try:
                 emit({"event": "started", "pid": os.getpid(), "landing": [str(r) for r in self.roots],
                       "polling": self.cfg.polling})
@@ -148,6 +153,7 @@ class Watcher:
                 self._micro_batch(session, [])
                 self._loop(session)
             finally:
+                self.delivery.close(timeout=_DELIVERY_STOP_SECONDS)
                 session.close()
                 if self.tracking:
                     self.tracking.close()
@@ -249,7 +255,7 @@ class Watcher:
                 try:
                     return run_job(
                         self.job_settings, stages, paths=files or None, spark=session.spark,
-                        wait_seconds=_LOCK_WAIT_SECONDS,
+                        wait_seconds=_LOCK_WAIT_SECONDS, deliver=False,
                     )
                 except InputError:
                     bad = _undetectable(files)
@@ -276,6 +282,8 @@ class Watcher:
             self.batches += 1
             self.last_batch = record
             emit({"event": "micro_batch", **self.last_batch})
+            if self.delivery and record["batch_ids"]:
+                self.delivery.poke()
             if self.tracking:
                 self.tracking.submit(summary)
         self._write_state()
@@ -381,6 +389,7 @@ def _batch_record(
         "run_id": summary.run_id,
         "finished_at": now,
         "files": landed_files,
+        "file_names": sorted(p.name for p in arrived),
         "quarantined_files": quarantined,
         "records": land.rows_out if land else 0,
         "records_quarantined": int(land.metrics.get("land.records_quarantined", 0)) if land else 0,

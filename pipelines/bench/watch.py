@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,7 @@ def run_watch_bench(
     rss: dict[str, list[dict[str, int]]] = {"watch": [], "serve": []}
     try:
         server = start_serve(home, port, logs / "serve.log")
-        _wait_for(lambda: watch_log_records(logs / "watch.log", "started"), 120, "the watcher to start")
+        wait_for(lambda: watch_log_records(logs / "watch.log", "started"), 120, "the watcher to start")
         run_tag = time.strftime("%H%M%S")
         dropped: dict[str, float] = {}
         found: dict[str, float] = {}
@@ -260,7 +260,12 @@ def state_rows(settings) -> dict[str, int]:
     return counts
 
 
-def _wait_for(condition, timeout: float, what: str) -> Any:
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `condition` until it returns something truthy, and return that.
+
+    Raises:
+        RuntimeError: naming `what`, after `timeout` seconds.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if result := condition():

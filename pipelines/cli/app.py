@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.status",
     "pipelines.bench.watch",
     "pipelines.bench.silver",
+    "pipelines.bench.subscriptions",
     "pipelines.cli.commands.generate",
     "pipelines.cli.commands.demo",
     "pipelines.cli.commands.anomalies",

@@ -85,8 +85,8 @@ class Answer:
     retry_after: float | None = None
 
 
-class _HostLimits:
-    """One bounded semaphore per target host:port."""
+class HostLimits:
+    """One bounded semaphore per target host:port: at most `per_host` POSTs to one host at once."""
 
     def __init__(self, per_host: int):
         self._per_host = per_host
@@ -199,18 +199,31 @@ def deliver_pending(
 
 
 def deliver_outcomes(
-    spark: SparkSession, settings: Settings, *, names: Sequence[str] = (), force: bool = False
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    names: Sequence[str] = (),
+    force: bool = False,
+    host_limits: HostLimits | None = None,
+    stop: threading.Event | None = None,
 ) -> list[Outcome]:
-    """Deliver as `deliver_pending` does and return what happened per subscription, by name."""
+    """Deliver as `deliver_pending` does and return what happened per subscription, by name.
+
+    Args:
+        host_limits: per-host POST limits shared with other deliveries running at the same time
+            (default: limits of this call alone).
+        stop: when set, retry waits end at once and the events stay pending (a stopping watcher).
+    """
     subscriptions = list_subscriptions(spark, settings, names)
     if not subscriptions:
         return []
     stream = published_stream(spark, settings)
-    limits = _HostLimits(settings.subscriptions.max_concurrent_per_host)
+    limits = host_limits or HostLimits(settings.subscriptions.max_concurrent_per_host)
     workers = min(settings.subscriptions.max_concurrent, len(subscriptions))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver") as pool:
         futures = [
-            pool.submit(_deliver_guarded, spark, settings, s, stream, limits, force) for s in subscriptions
+            pool.submit(_deliver_guarded, spark, settings, s, stream, limits, force, stop or threading.Event())
+            for s in subscriptions
         ]
         return [f.result() for f in futures]
 
@@ -220,8 +233,9 @@ def _deliver_guarded(
     settings: Settings,
     subscription: Subscription,
     stream: Sequence[StreamBatch],
-    limits: _HostLimits,
+    limits: HostLimits,
     force: bool,
+    stop: threading.Event,
 ) -> Outcome:
     outcome = Outcome(subscription.name)
     if subscription.paused:
@@ -236,7 +250,7 @@ def _deliver_guarded(
             outcome.state = "busy"
             return outcome
         try:
-            _deliver(spark, settings, subscription, stream, limits, outcome)
+            _deliver(spark, settings, subscription, stream, limits, outcome, stop)
         except LakehouseError as exc:
             # A subscription that cannot be delivered at all (host no longer allowed, key file gone):
             # recorded on it and shown by `status`; the others go on.
@@ -250,8 +264,9 @@ def _deliver(
     settings: Settings,
     subscription: Subscription,
     stream: Sequence[StreamBatch],
-    limits: _HostLimits,
+    limits: HostLimits,
     outcome: Outcome,
+    stop: threading.Event,
 ) -> None:
     config = settings.subscriptions
     check_url(subscription.url, config.allowed_hosts)
@@ -277,7 +292,9 @@ def _deliver(
             for start in range(offset, len(items), config.max_events_per_post):
                 chunk = items[start : start + config.max_events_per_post]
                 end = start + len(chunk)
-                answer = _post_with_retries(spark, settings, subscription, target, semaphore, secret, chunk, deadline, outcome)
+                answer = _post_with_retries(
+                    spark, settings, subscription, target, semaphore, secret, chunk, deadline, outcome, stop
+                )
                 if answer.verdict == "retry":
                     return
                 if answer.verdict == "dead":
@@ -302,7 +319,8 @@ def _deliver(
         target.close()
     if outcome.posts:
         outcome.state = "delivered"
-    recovered = subscription.failing_since is not None or subscription.next_attempt_at is not None
+    # A retry in this run may have recorded a failure that the delivery has since got past.
+    recovered = subscription.failing_since is not None or subscription.next_attempt_at is not None or outcome.retries > 0
     if outcome.delivered or recovered:
         # Only a delivery that changed something writes the subscription row.
         state: dict = {"failing_since": None, "next_attempt_at": None}
@@ -321,6 +339,7 @@ def _post_with_retries(
     chunk: Sequence[DeliveryItem],
     deadline: float,
     outcome: Outcome,
+    stop: threading.Event,
 ) -> Answer:
     """POST one chunk until it is acknowledged, refused for good, or the retry budget or pause time runs out."""
     config = settings.subscriptions
@@ -351,7 +370,7 @@ def _post_with_retries(
             outcome.state = "paused"
             _record_failure(spark, settings, subscription, outcome, failing_since=failing_since, paused=True)
             return answer
-        if time.monotonic() + wait > deadline:
+        if time.monotonic() + wait > deadline or stop.is_set():
             outcome.state = "failing"
             _record_failure(
                 spark,
@@ -362,8 +381,16 @@ def _post_with_retries(
                 next_attempt_at=now + timedelta(seconds=wait),
             )
             return answer
+        if attempt == 1 and subscription.failing_since is None:
+            # Shown by `status` from the first failure on, not only once the retry budget is spent.
+            _record_failure(spark, settings, subscription, outcome, failing_since=failing_since)
         outcome.retries += 1
-        time.sleep(wait)
+        if stop.wait(wait):
+            outcome.state = "failing"
+            _record_failure(
+                spark, settings, subscription, outcome, failing_since=failing_since, next_attempt_at=now
+            )  # fmt: skip
+            return answer
 
 
 def _body(subscription: Subscription, chunk: Sequence[DeliveryItem]) -> bytes:

@@ -22,21 +22,13 @@ from pipelines.bench.watch import (
     start_serve,
     start_watch,
     stop,
+    wait_for,
     watch_log_records,
 )
 from pipelines.serving.tokens import create_token
 from tests.conftest import FIXTURES, make_settings
 from tests.pipelines.batch.test_crash_resume import table_contents
 from tests.pipelines.cli.test_cli import run_cli
-
-
-def _wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _status(home: Path) -> dict:
@@ -95,7 +87,7 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
     port = free_port()
     server = None
     try:
-        _wait_for(lambda: watch_log_records(watch_log, "started"), 120, "the watcher to start")
+        wait_for(lambda: watch_log_records(watch_log, "started"), 120, "the watcher to start")
         server = start_serve(home, port, serve_log)
         now_ms = int(time.time() * 1000)
         drop_file(landing, "first.mcl.jsonl", mcl_lines("urn:li:corpuser:first", 3, now_ms, "first"))
@@ -104,8 +96,8 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
         # Half-written files stay out until renamed.
         (landing / "third.mcl.jsonl.tmp").write_text("\n".join(mcl_lines("urn:li:corpuser:third", 1, now_ms, "t")))
 
-        first = _wait_for(lambda: search_actor(port, token, "urn:li:corpuser:first"), 60, "the first file's rows")
-        second = _wait_for(lambda: search_actor(port, token, "urn:li:corpuser:second"), 60, "the second file's rows")
+        first = wait_for(lambda: search_actor(port, token, "urn:li:corpuser:first"), 60, "the first file's rows")
+        second = wait_for(lambda: search_actor(port, token, "urn:li:corpuser:second"), 60, "the second file's rows")
         assert {e["entityUrn"] for e in first} == {
             "urn:li:dataset:(urn:li:dataPlatform:hive,watch.first_0,PROD)",
             "urn:li:dataset:(urn:li:dataPlatform:hive,watch.first_1,PROD)",
@@ -126,7 +118,7 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
             batches = [b for b in watch_log_records(watch_log, "micro_batch") if b["files"]]
             return batches if sum(b["files"] for b in batches) == 2 else None
 
-        batches = _wait_for(file_batches, 30, "the micro-batch log lines")
+        batches = wait_for(file_batches, 30, "the micro-batch log lines")
         assert sum(b["records"] for b in batches) == 5
         assert all(set(b["seconds"]) == {"land", "refine", "publish"} for b in batches)
 
@@ -179,7 +171,7 @@ def test_a_watcher_killed_mid_batch_resumes_to_the_same_tables_as_a_clean_run(sp
     restarted = start_watch(watched_home, log, None, landing_setting)
     try:
         # The restart resumes the killed micro-batch (refine and publish of the landed batch).
-        _wait_for(lambda: [b for b in watch_log_records(log, "micro_batch") if b["events"]], 120, "the resumed batch")
+        wait_for(lambda: [b for b in watch_log_records(log, "micro_batch") if b["events"]], 120, "the resumed batch")
         assert stop(restarted) == 0
     finally:
         stop(restarted)
