@@ -280,6 +280,21 @@ def test_a_new_subscription_starts_from_now(spark, tmp_path, receiver):
     add_subscription(spark, settings, name="later", url=receiver.url, payload_format="ece", filters=EventFilters())
     deliver_outcomes(spark, settings)
     assert _delivered_ids(receiver) == []
+    time.sleep(0.05)
+    between_ms = int(time.time() * 1000)
+    time.sleep(0.05)
     _publish(spark, settings, "b-2")
     deliver_pending(spark, settings)
     assert _delivered_ids(receiver) == [EVENT_ID["e5"], EVENT_ID["e6"]]
+    # --since replays what silver did not hold at that time (read with time travel): b-2 only.
+    receiver.clear()
+    add_subscription(
+        spark, settings, name="replay", url=receiver.url, payload_format="ece", filters=EventFilters(), since_ms=between_ms
+    )  # fmt: skip
+    deliver_outcomes(spark, settings, names=["replay"])
+    assert _delivered_ids(receiver) == [EVENT_ID["e5"], EVENT_ID["e6"]]
+    with pytest.raises(InputError, match="--since: .* is in the future"):
+        add_subscription(
+            spark, settings, name="future", url=receiver.url, payload_format="ece", filters=EventFilters(),
+            since_ms=int(time.time() * 1000) + 3_600_000,
+        )  # fmt: skip
