@@ -15,9 +15,12 @@ export function clearToken() {
   sessionStorage.removeItem(TOKEN_KEY);
 }
 
-async function call(path, init = {}) {
+async function send(path, init = {}) {
   const headers = { ...(init.headers || {}), Authorization: `Bearer ${token() || ""}` };
-  const response = await fetch(path, { ...init, headers, cache: "no-store" });
+  return fetch(path, { ...init, headers, cache: "no-store" });
+}
+
+async function failure(response) {
   let payload = null;
   try {
     payload = await response.json();
@@ -26,30 +29,48 @@ async function call(path, init = {}) {
   }
   if (response.status === 401) {
     clearToken();
-    throw new Unauthorized((payload && payload.error) || "the token was not accepted");
+    return new Unauthorized((payload && payload.error) || "the token was not accepted");
   }
-  if (!response.ok) {
-    const detail = payload && payload.error ? payload.error : response.statusText;
-    throw new Error(`${response.status}: ${detail}`);
+  const detail = payload && payload.error ? payload.error : response.statusText;
+  return new Error(`${response.status}: ${detail}`);
+}
+
+async function call(path, init = {}) {
+  const response = await send(path, init);
+  if (!response.ok) throw await failure(response);
+  let payload = null;
+  try {
+    payload = await response.json();
+  } catch (_) {
+    payload = null;
   }
   return payload;
 }
 
-export function get(path, params = {}) {
+function queryString(params) {
   const query = new URLSearchParams();
   for (const [key, value] of Object.entries(params)) {
     if (value !== undefined && value !== null && value !== "") query.set(key, String(value));
   }
-  const suffix = query.toString();
+  return query.toString();
+}
+
+// A file the API sends as an attachment (the regulator report): its bytes and its file name.
+export async function getFile(path, params = {}) {
+  const response = await send(`${path}?${queryString(params)}`);
+  if (!response.ok) throw await failure(response);
+  const disposition = response.headers.get("Content-Disposition") || "";
+  const match = /filename="([^"]+)"/.exec(disposition);
+  return { blob: await response.blob(), name: match ? match[1] : "download" };
+}
+
+export function get(path, params = {}) {
+  const suffix = queryString(params);
   return call(suffix ? `${path}?${suffix}` : path);
 }
 
 export function searchAudit(params, body) {
-  const query = new URLSearchParams();
-  for (const [key, value] of Object.entries(params)) {
-    if (value !== undefined && value !== null && value !== "") query.set(key, String(value));
-  }
-  return call(`/openapi/v1/events/audit/search?${query}`, {
+  return call(`/openapi/v1/events/audit/search?${queryString(params)}`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body),

@@ -1,5 +1,5 @@
 // The change-event search: actor, entity urn or prefix, category, operation; pages through nextCursor.
-import { get } from "./api.js";
+import { get, getFile } from "./api.js";
 import { byId, clear, download, expandableRows, timeCell, toCsv } from "./dom.js";
 
 export const FIELDS = ["actor", "entity", "category", "operation", "since", "until", "size"];
@@ -55,4 +55,17 @@ export function exportChanges() {
     ...change, timeUtc: new Date(Number(change.timestamp)).toISOString(), parameters: parameterSummary(change),
   }));
   download("change-events.csv", toCsv(CSV_COLUMNS, records));
+}
+
+// The regulator report of the form's window and filters, as the API streams it (csv, html or parquet).
+export async function downloadReport(query, format) {
+  if (!query.since || !query.until) throw new Error("Report: choose Since and Until (the report's window)");
+  const entity = query.entity && !query.entity.endsWith("*") ? query.entity : undefined;
+  if (query.entity && !entity) throw new Error("Report: the entity must be a whole URN, not a prefix");
+  const params = {
+    from: dayMs(query.since, "Since"), to: dayMs(query.until, "Until"), actor: query.actor, entity, format,
+  };
+  const file = await getFile("/openapi/v1/audit/report", params);
+  download(file.name, file.blob);
+  return file.name;
 }

@@ -56,8 +56,9 @@ export function toCsv(columns, records) {
   return `${lines.join("\r\n")}\r\n`;
 }
 
-export function download(name, text) {
-  const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+export function download(name, content) {
+  const blob = content instanceof Blob ? content : new Blob([content], { type: "text/csv" });
+  const url = URL.createObjectURL(blob);
   const link = el("a", null, { href: url, download: name });
   document.body.appendChild(link);
   link.click();

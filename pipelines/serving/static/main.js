@@ -4,7 +4,7 @@ import { showActivity, showActor } from "./activity.js";
 import { byId, showMessage } from "./dom.js";
 import { exportCsv, fillForm, loadMore, readForm, runSearch } from "./search.js";
 import { compare, showTimeline } from "./timeline.js";
-import { FIELDS as CHANGE_FIELDS, exportChanges, moreChanges, runChanges } from "./changes.js";
+import { FIELDS as CHANGE_FIELDS, downloadReport, exportChanges, moreChanges, runChanges } from "./changes.js";
 
 const VIEWS = ["search", "changes", "timeline", "activity", "actor"];
 
@@ -116,6 +116,18 @@ function bind() {
   });
   byId("changes-more").addEventListener("click", () => guarded(moreChanges));
   byId("changes-csv").addEventListener("click", exportChanges);
+  byId("changes-report").addEventListener("click", () => guarded(async () => {
+    const form = byId("changes-form");
+    const query = {};
+    for (const name of CHANGE_FIELDS) query[name] = form.elements[name].value.trim();
+    byId("report-status").textContent = "Preparing the report…";
+    try {
+      byId("report-status").textContent = `Downloaded ${await downloadReport(query, byId("report-format").value)}`;
+    } catch (error) {
+      byId("report-status").textContent = "";
+      throw error;
+    }
+  }));
   byId("export-csv").addEventListener("click", exportCsv);
   byId("timeline-form").addEventListener("submit", (event) => {
     event.preventDefault();
