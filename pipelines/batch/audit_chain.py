@@ -16,7 +16,6 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -28,7 +27,8 @@ from gold.audit_chain import (
     GENESIS_DIGEST,
     BatchDigest,
     ChainKey,
-    canonical_value,
+    canonical_column_values,
+    canonical_json_lines,
     diff_rows,
     first_broken_link,
     new_link,
@@ -124,31 +124,9 @@ def table_at(spark: SparkSession, settings: Settings, table_key: str, version: i
     return reader.load(str(table_location(settings, table_key)))
 
 
-def canonical_columns(table: pa.Table) -> dict[str, list[Any]]:
-    """Return an Arrow table's columns as lists of canonical values (gold.audit_chain.canonical_value).
-
-    Raises:
-        InputError: naming a column whose type has no canonical form (floating point, binary).
-    """
-    columns: dict[str, list[Any]] = {}
-    for name, column in zip(table.column_names, table.columns):
-        kind = column.type
-        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-            columns[name] = column.to_pylist()
-        elif pa.types.is_date(kind) or pa.types.is_decimal(kind):
-            columns[name] = pc.cast(column, pa.string()).to_pylist()
-        elif pa.types.is_map(kind):
-            columns[name] = [None if v is None else {str(k): x for k, x in v} for v in column.to_pylist()]
-        elif pa.types.is_timestamp(kind) or pa.types.is_list(kind) or pa.types.is_struct(kind):
-            columns[name] = [canonical_value(v) for v in column.to_pylist()]
-        else:
-            raise InputError(f"{name}: column type {kind} has no canonical form")
-    return columns
-
-
 def canonical_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
     """Yield an Arrow table's rows as dicts of canonical values."""
-    columns = canonical_columns(table)
+    columns = {name: canonical_column_values(table.column(name)) for name in table.column_names}
     names = list(columns)
     for values in zip(*columns.values()):
         yield dict(zip(names, values))
@@ -192,8 +170,7 @@ def digest_batches(
     for batch_id, table in _batch_tables(spark, settings, table_key, batch_ids, version):
         hasher = BatchDigest()
         for offset in range(0, table.num_rows, DIGEST_CHUNK_ROWS):
-            for row in canonical_rows(table.slice(offset, DIGEST_CHUNK_ROWS)):
-                hasher.add_prepared(row)
+            hasher.add_lines(canonical_json_lines(table.slice(offset, DIGEST_CHUNK_ROWS)))
         digests[batch_id] = (hasher.row_count, hasher.hexdigest())
     return digests
 

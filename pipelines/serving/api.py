@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -234,10 +235,27 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")
     config = {"host": host, "port": port, "log_level": "warning", "access_log": False}
     if settings.serve.engine != "spark":
-        uvicorn.Server(uvicorn.Config(create_app(settings), **config)).run()
+        _StoppableServer(uvicorn.Config(create_app(settings), **config)).run()
         return
     with open_session(settings) as spark:
-        uvicorn.Server(uvicorn.Config(create_app(settings, spark), **config)).run()
+        _StoppableServer(uvicorn.Config(create_app(settings, spark), **config)).run()
+
+
+class _StoppableServer(uvicorn.Server):
+    """A uvicorn server for which SIGTERM and SIGINT are the normal way to stop: it shuts down and exits 0.
+
+    uvicorn re-raises the signal after its graceful shutdown, so the process would end "killed by SIGTERM"
+    and a supervisor would see a failure.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

@@ -7,14 +7,17 @@ import hmac
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
 from conf.errors import InputError
 from gold.audit_chain import (
     GENESIS_DIGEST,
+    BatchDigest,
     ChainKey,
     batch_digest,
     canonical_json,
+    canonical_json_lines,
     diff_rows,
     first_broken_link,
     new_link,
@@ -53,6 +56,34 @@ def test_batch_one_digest_matches_the_hand_written_canonical_lines():
 def test_batch_two_digest_matches_the_hand_written_canonical_lines():
     expected = hashlib.sha256(BATCH_TWO_LINES.encode("utf-8")).hexdigest()
     assert batch_digest(BATCH_TWO, "id") == (1, expected)
+
+
+def test_arrow_lines_of_the_hand_written_batches_hash_to_the_same_digests():
+    one = pa.table({
+        "event_id": ["e1", "e2"], "actor_urn": ["urn:li:corpuser:zoë", "urn:li:corpuser:bob"],
+        "timestamp": pa.array([1700000000000, 1700000000500], pa.int64()), "raw_event": [None, 'say "hi"'],
+        "event_date": pa.array([date(2023, 11, 14)] * 2, pa.date32()), "batch_id": ["b-1", "b-1"],
+    })  # fmt: skip
+    two = pa.table({
+        "id": ["x"], "current_version": pa.array([Decimal("0.2")], pa.decimal128(10, 1)), "major_change": [False],
+        "params": pa.array([[("b", "2"), ("a", "1")]], pa.map_(pa.string(), pa.string())),
+        "entity": ["line1\nline2"], "batch_id": ["b-2"],
+    })  # fmt: skip
+    for table, lines in ((one, BATCH_ONE_LINES), (two, BATCH_TWO_LINES)):
+        assert "".join(canonical_json_lines(table).to_pylist()) == lines
+        digest = BatchDigest()
+        digest.add_lines(canonical_json_lines(table))
+        assert (digest.row_count, digest.hexdigest()) == (table.num_rows, hashlib.sha256(lines.encode("utf-8")).hexdigest())
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['plain', 'q"uote', "back\\slash", "tab\tnew\nline", "ctl\x01\x1f", "del\x7f", "é😀\u2028", "", None],
+)
+def test_arrow_lines_escape_strings_as_the_row_encoder_does(text):
+    table = pa.table({"b": pa.array([text, "x"], pa.string()), "a": pa.array([None, 7], pa.int64()), "f": [True, None]})
+    expected = canonical_json({"b": text, "a": None, "f": True}) + "\n" + canonical_json({"b": "x", "a": 7, "f": None}) + "\n"
+    assert "".join(canonical_json_lines(table).to_pylist()) == expected
 
 
 def test_canonical_timestamp_is_utc_with_microseconds():

@@ -150,6 +150,9 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
         tracked = [r for r in runs if r["name"] == "watch-batch"]
         assert len(tracked) == len(watch_log_records(watch_log, "micro_batch")) >= 1
         assert all(r["status"] == "FINISHED" and "publish.duration_s" in r["metrics"] for r in tracked)
+        # The server stops on SIGTERM too, gracefully and with exit code 0.
+        assert stop(server) == 0
+        server = None
     finally:
         stop(watcher)
         if server is not None:
