@@ -61,6 +61,42 @@ class RetentionSettings:
     vacuum_hours: int = 168
 
 
+KAFKA_FORMATS = ("json", "avro")
+# A topic's messages are MCL records or usage events; `none` leaves a (default) topic out.
+KAFKA_TOPIC_KINDS = ("mcl", "usage", "none")
+# DataHub's topics: aspect changes (versioned and timeseries) and usage events.
+KAFKA_DEFAULT_TOPICS = {
+    "MetadataChangeLog_Versioned_v1": "mcl",
+    "MetadataChangeLog_Timeseries_v1": "mcl",
+    "DataHubUsageEvent_v1": "usage",
+}
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """DataHub's Kafka topics as a landing source (off while bootstrap_servers is empty)."""
+
+    bootstrap_servers: str = ""
+    topics: Mapping[str, str] = field(default_factory=lambda: dict(KAFKA_DEFAULT_TOPICS))
+    group_id: str = "lakehouse-bronze"
+    format: str = "json"
+    schema_registry_url: str | None = None
+    client: Mapping[str, str] = field(default_factory=dict)
+    max_records: int = 100000
+    max_bytes: int = 268435456
+    timeout_seconds: float = 30.0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a broker is configured."""
+        return bool(self.bootstrap_servers.strip())
+
+    @property
+    def consumed_topics(self) -> dict[str, str]:
+        """The topics consumed, each with the kind of its messages (those set to `none` left out)."""
+        return {topic: kind for topic, kind in sorted(self.topics.items()) if kind != "none"}
+
+
 @dataclass(frozen=True)
 class IngestSettings:
     """Landing inputs into bronze."""
@@ -68,6 +104,7 @@ class IngestSettings:
     landing_dirs: tuple[str, ...] = ("landing",)
     default_actor: str = "urn:li:corpuser:datahub"
     max_record_bytes: int = 1048576
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
 
 @dataclass(frozen=True)
@@ -502,6 +539,7 @@ def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
             f"events.owner_category: {settings.events.owner_category!r} is not one of {', '.join(OWNER_CATEGORIES)}"
         )
     problems.extend(_check_anomalies(settings.anomalies, ok))
+    problems.extend(_check_kafka(settings.ingest.kafka, ok))
     if ok("audit_chain.signing") and settings.audit_chain.signing not in ("none", "hmac", "ed25519"):
         problems.append(f"audit_chain.signing: {settings.audit_chain.signing!r} is not one of none, hmac, ed25519")
     if ok("audit_chain.max_examples") and settings.audit_chain.max_examples < 1:
@@ -530,6 +568,36 @@ def _is_databricks_uri(uri: str | None) -> bool:
 def _is_urn(value: str) -> bool:
     parts = value.split(":", 3)
     return len(parts) == 4 and parts[0] == "urn" and parts[1] == "li" and bool(parts[2]) and bool(parts[3])
+
+
+def _check_kafka(kafka: KafkaSettings, ok) -> list[str]:
+    problems = []
+    if ok("ingest.kafka.format") and kafka.format not in KAFKA_FORMATS:
+        problems.append(f"ingest.kafka.format: {kafka.format!r} is not one of {', '.join(KAFKA_FORMATS)}")
+    if ok("ingest.kafka.topics"):
+        if not kafka.consumed_topics:
+            problems.append(f"ingest.kafka.topics: {dict(kafka.topics)!r} must give at least one topic a kind")
+        for topic, kind in kafka.topics.items():
+            if kind not in KAFKA_TOPIC_KINDS:
+                problems.append(f"ingest.kafka.topics.{topic}: {kind!r} is not one of {', '.join(KAFKA_TOPIC_KINDS)}")
+    if (
+        ok("ingest.kafka.format", "ingest.kafka.schema_registry_url")
+        and kafka.format == "avro"
+        and kafka.enabled
+        and not (kafka.schema_registry_url or "").startswith(("http://", "https://"))
+    ):
+        problems.append(
+            f"ingest.kafka.schema_registry_url: {kafka.schema_registry_url!r}; format avro needs the Schema "
+            "Registry's http(s) URL"
+        )
+    if ok("ingest.kafka.group_id") and not kafka.group_id.strip():
+        problems.append(f"ingest.kafka.group_id: {kafka.group_id!r} must name a consumer group")
+    for name in ("max_records", "max_bytes"):
+        if ok(f"ingest.kafka.{name}") and getattr(kafka, name) < 1:
+            problems.append(f"ingest.kafka.{name}: {getattr(kafka, name)!r} must be at least 1")
+    if ok("ingest.kafka.timeout_seconds") and kafka.timeout_seconds <= 0:
+        problems.append(f"ingest.kafka.timeout_seconds: {kafka.timeout_seconds!r} must be greater than 0")
+    return problems
 
 
 def _check_subscriptions(subscriptions: SubscriptionSettings, ok) -> list[str]:

@@ -92,6 +92,16 @@ _SPECS = (
     ),
     TableSpec(
         "bronze",
+        "kafka_offsets",
+        "batch_id STRING, topic STRING, kafka_partition INT, first_offset BIGINT, last_offset BIGINT, "
+        "records BIGINT, landed_at TIMESTAMP",
+        (),
+        "The Kafka offsets one landing batch consumed, per topic partition (first..last inclusive; its "
+        "records carry source_file kafka://<topic>/<partition> and the offset as line_number). Counts "
+        "only once its batch is committed: consumption resumes after the last committed offset.",
+    ),
+    TableSpec(
+        "bronze",
         "aspect_snapshots",
         "entity_urn STRING, entity_type STRING, aspect_name STRING, change_type STRING, aspect_json STRING, "
         "version BIGINT, created_time BIGINT, created_actor STRING, system_metadata STRING, run_id STRING, "

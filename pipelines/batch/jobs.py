@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -22,6 +22,9 @@ from pipelines.runtime.lock import run_lock
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import StageResult
 from pipelines.runtime.tracking import tracked_run
+
+if TYPE_CHECKING:
+    from pipelines.batch.kafka.client import Message
 
 JOB_STAGES = ("land", "refine", "publish")
 
@@ -72,6 +75,7 @@ def run_job(
     land_progress: Any = None,
     spark: SparkSession | None = None,
     deliver: bool = True,
+    kafka_messages: Sequence[Message] | None = None,
 ) -> RunSummary:
     """Run pipeline stages in order under the run lock, as one MLflow run.
 
@@ -81,7 +85,7 @@ def run_job(
     Args:
         settings: the lakehouse settings.
         stages: a subsequence of land, refine, publish.
-        paths: files or folders to land; default the configured landing folders.
+        paths: files or folders to land; default (None) the configured landing folders; empty: no files.
         wait_seconds: how long to wait for another run's lock.
         on_stage: called with each stage's name as it starts (progress display).
         land_progress: passed to landing to report per-file progress.
@@ -89,6 +93,8 @@ def run_job(
             long-running caller (watch mode) keeps one session across its micro-batches.
         deliver: deliver the subscriptions' pending events after publishing; watch mode delivers
             from its own thread instead, so a slow receiver never holds up a micro-batch.
+        kafka_messages: with ingest.kafka configured, the messages to land (watch mode's feed); None
+            lands everything the topics hold now.
 
     Returns:
         The run summary.
@@ -116,7 +122,9 @@ def run_job(
                     crash_point(f"before_{stage}")
                     if on_stage:
                         on_stage(stage)
-                    reports.append(_run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver))
+                    reports.append(
+                        _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver, kafka_messages)
+                    )
                     crash_point(f"after_{stage}")
                 versions_after = {key: maintenance.version(key) for key in TABLES}
                 batch_ids = sorted({b for r in reports for b in r.batch_ids})
@@ -149,17 +157,24 @@ def _run_stage(
     paths: Sequence[Path] | None,
     land_progress: Any,
     deliver: bool,
+    kafka_messages: Sequence[Message] | None,
 ) -> StageReport:
     started = time.monotonic()
     if stage == "land":
         from pipelines.batch.landing import land_paths
+        from pipelines.batch.landing.model import landing_stage_result
 
-        if not paths:
+        if paths is None:
             # The configured landing folders are where new files will arrive: an empty one is fine.
             for folder in settings.landing_paths:
                 folder.mkdir(parents=True, exist_ok=True)
-        report = land_paths(spark, settings, list(paths or settings.landing_paths), progress=land_progress)
-        results = [report.as_stage_result()]
+        files = list(settings.landing_paths if paths is None else paths)
+        landings = [land_paths(spark, settings, files, progress=land_progress)] if files else []
+        if settings.ingest.kafka.enabled:
+            from pipelines.batch.kafka.source import land_kafka
+
+            landings.extend(land_kafka(spark, settings, kafka_messages, progress=land_progress))
+        results = [landing_stage_result(landings)]
     elif stage == "refine":
         from pipelines.batch.refine import refine
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError
 from conf.settings import Settings
 from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
+from pipelines.batch.kafka.feed import KafkaFeed
 from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
 from pipelines.runtime.engine import open_session
 from pipelines.subscriptions.background import BackgroundDelivery
@@ -39,6 +40,8 @@ STOP_GRACE_SECONDS = 25.0
 _LOCK_WAIT_SECONDS = 5.0
 # On stop, a delivery in progress may finish its POST; past this it is left (its cursor resumes it).
 _DELIVERY_STOP_SECONDS = 10.0
+# With a Kafka source, how often the loop moves fetched messages into the buffer.
+_KAFKA_POLL_SECONDS = 0.2
 
 T = TypeVar("T")
 
@@ -132,6 +135,7 @@ class Watcher:
         self.last_batch: dict[str, Any] | None = None
         self.last_scored: float | None = None  # scores once at start, then every score_interval_minutes
         self.delivery: BackgroundDelivery | None = None
+        self.kafka = KafkaFeed(settings, emit) if settings.ingest.kafka.enabled else None
         self.tracking = _BackgroundTracking(settings) if settings.mlflow.enabled else None
         # Tracking runs in the background (see _BackgroundTracking): a micro-batch does not wait for MLflow.
         self.job_settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
@@ -154,6 +158,8 @@ class Watcher:
                 self._loop(session)
             finally:
                 self.delivery.close(timeout=_DELIVERY_STOP_SECONDS)
+                if self.kafka:
+                    self.kafka.close()
                 session.close()
                 if self.tracking:
                     self.tracking.close()
@@ -167,8 +173,11 @@ class Watcher:
             self._drain(timeout=self._wait_seconds())
             if self.stop.event.is_set():
                 break
-            if self._due():
-                self._micro_batch(session, self._take_batch())
+            if self.kafka:
+                self.kafka.poll(session.spark)
+            kafka_due = self.kafka is not None and self.kafka.due(self.cfg.max_wait_seconds)
+            if self._due() or kafka_due:
+                self._micro_batch(session, self._take_batch() if self._due() else [])
             if time.monotonic() - heartbeat >= self.cfg.heartbeat_seconds:
                 heartbeat = time.monotonic()
                 touch_lock(self.settings)
@@ -220,6 +229,12 @@ class Watcher:
                 return
 
     def _wait_seconds(self) -> float:
+        if self.kafka:
+            # The Kafka client fetches in the background; the loop moves its messages over this often.
+            return min(_KAFKA_POLL_SECONDS, self._files_wait_seconds())
+        return self._files_wait_seconds()
+
+    def _files_wait_seconds(self) -> float:
         if not self.pending:
             return self.cfg.heartbeat_seconds
         oldest = min(self.pending.values())
@@ -247,15 +262,16 @@ class Watcher:
     def _micro_batch(self, session: _Session, files: list[Path]) -> None:
         arrived = {p: self.pending.get(p, time.time()) for p in files}
         files = [p for p in files if p.exists()]
+        messages, messages_at = self.kafka.take() if self.kafka else ([], None)
         quarantined: list[str] = []
 
         def attempt() -> RunSummary:
-            stages = JOB_STAGES if files else JOB_STAGES[1:]
+            stages = JOB_STAGES if files or messages else JOB_STAGES[1:]
             while True:
                 try:
                     return run_job(
-                        self.job_settings, stages, paths=files or None, spark=session.spark,
-                        wait_seconds=_LOCK_WAIT_SECONDS, deliver=False,
+                        self.job_settings, stages, paths=files, spark=session.spark,
+                        wait_seconds=_LOCK_WAIT_SECONDS, deliver=False, kafka_messages=messages,
                     )
                 except InputError:
                     bad = _undetectable(files)
@@ -264,7 +280,7 @@ class Watcher:
                     for path in bad:
                         quarantined.append(str(self._quarantine(path)))
                         files.remove(path)
-                    stages = JOB_STAGES if files else JOB_STAGES[1:]
+                    stages = JOB_STAGES if files or messages else JOB_STAGES[1:]
 
         def on_retry(number: int, exc: BaseException) -> None:
             emit({"event": "retry", "attempt": number, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
@@ -275,10 +291,17 @@ class Watcher:
         except ConcurrencyError as exc:
             emit({"event": "waiting", "reason": str(exc)})
             return
+        finally:
+            if self.kafka and session.spark is not None:
+                # What was taken and not landed (the lock was held, an error) is consumed again.
+                self.kafka.settle(session.spark, messages)
         for path in arrived:
             self.pending.pop(path, None)
         record = _batch_record(summary, arrived, len(files), quarantined)
-        if arrived or any(r.batch_ids or r.rows_in for r in summary.stages):
+        record["kafka_messages"] = len(messages)
+        if messages_at is not None:
+            record["lag_seconds"] = max(record["lag_seconds"], round(record["finished_at"] - messages_at, 3))
+        if arrived or messages or any(r.batch_ids or r.rows_in for r in summary.stages):
             self.batches += 1
             self.last_batch = record
             emit({"event": "micro_batch", **self.last_batch})

@@ -64,6 +64,15 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[rank - 1]
 
 
+def latency_summary(values: list[float]) -> dict[str, float]:
+    """p50, p95 and max of `values` (seconds), rounded to milliseconds."""
+    return {
+        "p50": round(percentile(values, 50), 3),
+        "p95": round(percentile(values, 95), 3),
+        "max": round(max(values), 3),
+    }
+
+
 def write_result(out_dir: Path, name: str, payload: Mapping[str, Any]) -> Path:
     """Write one benchmark result as JSON (with machine facts) and return its path.
 

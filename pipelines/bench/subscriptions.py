@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from pipelines.bench.harness import percentile, write_result
+from pipelines.bench.harness import latency_summary, write_result
 from pipelines.bench.watch import build_home, drop_file, mcl_lines, start_watch, stop, wait_for, watch_log_records
 
 BENCH_ACTOR = "urn:li:corpuser:subscriptions-bench"
@@ -158,18 +158,10 @@ def run_latency(home: Path, files: int, records: int, interval: float, timeout: 
         "files": files,
         "records_per_file": records,
         "interval_s": interval,
-        "publish_to_receipt_s": _summary(beyond),
-        "rename_to_receipt_s": _summary(end_to_end),
+        "publish_to_receipt_s": latency_summary(beyond),
+        "rename_to_receipt_s": latency_summary(end_to_end),
         "watch_exit_code": code,
         "logs": str(logs),
-    }
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {
-        "p50": round(percentile(values, 50), 3),
-        "p95": round(percentile(values, 95), 3),
-        "max": round(max(values), 3),
     }
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-from pipelines.bench.harness import percentile, write_result
+from pipelines.bench.harness import latency_summary, percentile, write_result
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 SEARCH_PATH = "/openapi/v1/events/audit/search"
@@ -192,25 +192,18 @@ def run_watch_bench(
         server = start_serve(home, port, logs / "serve.log")
         wait_for(lambda: watch_log_records(logs / "watch.log", "started"), 120, "the watcher to start")
         run_tag = time.strftime("%H%M%S")
-        dropped: dict[str, float] = {}
-        found: dict[str, float] = {}
-        next_drop = time.time()
-        while len(found) < files:
-            now = time.time()
-            if len(dropped) < files and now >= next_drop:
-                actor = f"{BENCH_ACTOR}-{run_tag}-{len(dropped)}"
-                lines = mcl_lines(actor, records, int(now * 1000), f"b{run_tag}_{len(dropped)}")
-                dropped[actor] = drop_file(landing, f"bench-{run_tag}-{len(dropped):05d}.mcl.jsonl", lines)
-                next_drop += interval
-            for actor, at in dropped.items():
-                if actor not in found and search_actor(port, token, actor, size=1):
-                    found[actor] = time.time() - at
+
+        def drop(actor: str, index: int) -> float:
+            lines = mcl_lines(actor, records, int(time.time() * 1000), f"b{run_tag}_{index}")
+            return drop_file(landing, f"bench-{run_tag}-{index:05d}.mcl.jsonl", lines)
+
+        def sample() -> None:
             for name, process in (("watch", watcher), ("serve", server)):
                 rss[name].append(rss_bytes(process.pid))
-            waiting = [at for actor, at in dropped.items() if actor not in found]
-            if waiting and time.time() - min(waiting) > timeout:
-                raise RuntimeError(f"a file was not searchable within {timeout} s; watcher log: {logs / 'watch.log'}")
-            time.sleep(0.1)
+
+        found = time_until_searchable(
+            port, token, f"{BENCH_ACTOR}-{run_tag}", files, interval, drop, timeout, logs / "watch.log", sample
+        )
     finally:
         codes = {"watch": stop(watcher), "serve": stop(server) if server else None}
     freshness = list(found.values())
@@ -221,11 +214,7 @@ def run_watch_bench(
         "files": files,
         "records_per_file": records,
         "interval_s": interval,
-        "freshness_s": {
-            "p50": round(percentile(freshness, 50), 3),
-            "p95": round(percentile(freshness, 95), 3),
-            "max": round(max(freshness), 3),
-        },
+        "freshness_s": latency_summary(freshness),
         "state_rows": state_rows(settings),
         "refine_s": {
             "p50": round(percentile(refine_seconds, 50), 3),
@@ -244,6 +233,54 @@ def run_watch_bench(
         "exit_codes": codes,
         "logs": str(logs),
     }
+
+
+def time_until_searchable(
+    port: int,
+    token: str,
+    actor_prefix: str,
+    count: int,
+    interval: float,
+    send: Callable[[str, int], float],
+    timeout: float,
+    log: Path,
+    on_poll: Callable[[], None] | None = None,
+) -> dict[str, float]:
+    """Send `count` batches of records, one every `interval` s, and time each until search returns its rows.
+
+    Args:
+        port, token: the search API on loopback and a bearer token.
+        actor_prefix: batch i's records are made by actor `<actor_prefix>-<i>` (what search looks for).
+        send: `send(actor, i)` delivers batch i (drops a file, produces messages) and returns the time
+            (epoch s) its freshness counts from.
+        timeout: the longest a batch may take.
+        log: the watcher's log, named in the timeout's error.
+        on_poll: called on each polling round (e.g. to sample memory).
+
+    Returns:
+        Seconds from sending to searchable, by actor.
+
+    Raises:
+        RuntimeError: when a batch is not searchable within `timeout`.
+    """
+    sent: dict[str, float] = {}
+    found: dict[str, float] = {}
+    next_at = time.time()
+    while len(found) < count:
+        if len(sent) < count and time.time() >= next_at:
+            actor = f"{actor_prefix}-{len(sent)}"
+            sent[actor] = send(actor, len(sent))
+            next_at += interval
+        for actor, at in sent.items():
+            if actor not in found and search_actor(port, token, actor, size=1):
+                found[actor] = time.time() - at
+        if on_poll:
+            on_poll()
+        waiting = [at for actor, at in sent.items() if actor not in found]
+        if waiting and time.time() - min(waiting) > timeout:
+            raise RuntimeError(f"a batch was not searchable within {timeout} s; watcher log: {log}")
+        time.sleep(0.1)
+    return found
 
 
 def state_rows(settings) -> dict[str, int]:

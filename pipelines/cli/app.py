@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "pipelines.bench.watch",
     "pipelines.bench.silver",
     "pipelines.bench.subscriptions",
+    "pipelines.bench.kafka",
     "pipelines.bench.explorer",
     "pipelines.cli.commands.generate",
     "pipelines.cli.commands.demo",

@@ -20,7 +20,7 @@ from bronze.formats import check_kind
 from conf.errors import InputError
 from conf.settings import Settings
 from pipelines.batch.landing.discovery import list_input_files, plan_files
-from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, LandingReport
+from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, FilePlan, LandingReport
 from pipelines.batch.landing.staging import stage_file
 from pipelines.batch.landing.writes import discard_uncommitted_batches, write_batch
 from pipelines.runtime.io import read_table
@@ -58,9 +58,44 @@ def land_paths(
             of which nothing can be read, a bad kind or batch id, or a batch id that is already committed.
         LakehouseError: a file whose staged lines are not as many as it has (nothing is committed).
     """
-    started = time.monotonic()
     check_kind(kind, "kind")
     files = list_input_files(paths)
+
+    def make_plans(_scratch: Path, hasher: ThreadPoolExecutor) -> list[FilePlan]:
+        return plan_files(spark, settings, files, kind, hasher)
+
+    return land_plans(spark, settings, make_plans, batch_id=batch_id, progress=progress)
+
+
+# make_plans(scratch, hasher): the batch's plans, given its (empty) scratch folder and the hashing thread.
+PlanMaker = Callable[[Path, ThreadPoolExecutor], list[FilePlan]]
+
+
+def land_plans(
+    spark: SparkSession,
+    settings: Settings,
+    make_plans: PlanMaker,
+    *,
+    batch_id: str | None = None,
+    progress: ProgressCallback | None = None,
+    before_commit: Callable[[str, datetime], None] | None = None,
+) -> LandingReport:
+    """Land the plans `make_plans` gives as one batch: discard uncommitted batches, stage, write, commit.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings.
+        make_plans: builds the plans once the batch's scratch folder is empty (see `PlanMaker`).
+        batch_id: the batch id; a new time-ordered one when None.
+        progress: called as `progress(source, done, total)`.
+        before_commit: `before_commit(batch_id, landed_at)` writes the batch's own bookkeeping rows after its
+            data and before its ledger rows.
+
+    Raises:
+        InputError: a bad batch id, or one that is already committed (and as `make_plans` raises).
+        LakehouseError: a plan whose staged lines are not as many as it has (nothing is committed).
+    """
+    started = time.monotonic()
     batch_id = check_batch_id(batch_id) if batch_id is not None else new_batch_id()
     landed_at = datetime.now(timezone.utc)
     discarded = discard_uncommitted_batches(spark, settings)
@@ -68,17 +103,18 @@ def land_paths(
         raise InputError(f"batch_id: {batch_id!r} is already committed; choose another or leave it out")
     scratch = scratch_folder(settings, batch_id)
     shutil.rmtree(scratch, ignore_errors=True)
-    total = len(files) + 1
     hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-hash")
     try:
-        plans = plan_files(spark, settings, files, kind, hasher)
+        plans = make_plans(scratch, hasher)
+        total = len(plans) + 1
         for plan in plans:
-            _report(progress, str(plan.path), plan.index, total)
+            _report(progress, plan.source, plan.index, total)
             if plan.status == LANDED:
                 stage_file(spark, settings, plan, scratch)
-            _report(progress, str(plan.path), plan.index + 1, total)
-        _report(progress, f"commit batch {batch_id}", len(files), total)
-        results = write_batch(spark, settings, plans, batch_id, landed_at)
+            _report(progress, plan.source, plan.index + 1, total)
+        _report(progress, f"commit batch {batch_id}", len(plans), total)
+        commit_hook = (lambda: before_commit(batch_id, landed_at)) if before_commit is not None else None
+        results = write_batch(spark, settings, plans, batch_id, landed_at, commit_hook)
         _report(progress, f"commit batch {batch_id}", total, total)
     finally:
         hasher.shutdown(wait=False, cancel_futures=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
+from pipelines.batch.landing.files import NumberedCopy
 from pipelines.runtime.progress import StageResult
 
 STAGE = "land"
@@ -21,8 +22,9 @@ SNAPSHOTS_TABLE = "bronze.aspect_snapshots"
 USAGE_TABLE = "bronze.usage_events"
 QUARANTINE_TABLE = "bronze.quarantine"
 LEDGER_TABLE = "bronze.landed_files"
+KAFKA_OFFSETS_TABLE = "bronze.kafka_offsets"
 # The tables a batch writes before its ledger rows; rows of uncommitted batches are removed from these.
-DATA_TABLES = (SNAPSHOTS_TABLE, USAGE_TABLE, QUARANTINE_TABLE)
+DATA_TABLES = (SNAPSHOTS_TABLE, USAGE_TABLE, QUARANTINE_TABLE, KAFKA_OFFSETS_TABLE)
 # The tables valid records land in, each with the name of its staging folder.
 FAMILIES = ((SNAPSHOTS_TABLE, "snapshots"), (USAGE_TABLE, "usage"))
 
@@ -109,14 +111,22 @@ class LandingReport:
 
     def as_stage_result(self) -> StageResult:
         """The landing as a pipeline stage result (metrics: the totals)."""
-        totals = self.totals
-        return StageResult(
-            stage=STAGE,
-            batch_ids=(self.batch_id,) if self.committed else (),
-            rows_in=totals["records_read"],
-            rows_out=totals["records_landed"],
-            metrics={k: float(v) for k, v in totals.items()},
-        )
+        return landing_stage_result([self])
+
+
+def landing_stage_result(reports: list[LandingReport]) -> StageResult:
+    """Several landing batches (files, then Kafka batches) as one pipeline stage result (summed totals)."""
+    totals: dict[str, int] = {}
+    for report in reports:
+        for key, value in report.totals.items():
+            totals[key] = totals.get(key, 0) + value
+    return StageResult(
+        stage=STAGE,
+        batch_ids=tuple(r.batch_id for r in reports if r.committed),
+        rows_in=totals.get("records_read", 0),
+        rows_out=totals.get("records_landed", 0),
+        metrics={k: float(v) for k, v in totals.items()},
+    )
 
 
 @dataclass
@@ -139,3 +149,12 @@ class FilePlan:
     records_quarantined: int = 0
     partitions: list[tuple[int, int]] = field(default_factory=list)  # (read partition, rows) in file order
     rejected: list[tuple[int, str, str]] = field(default_factory=list)  # (line, raw text, reason) found in Python
+    # A source that is not a file (a Kafka topic partition): its records written as a numbered copy at
+    # `path`, provenance under `source_name` with the line numbers the copy gives (the offsets).
+    source_name: str | None = None
+    numbered: NumberedCopy | None = None
+
+    @property
+    def source(self) -> str:
+        """The name the plan's records carry as `source_file`: the file's path, or the source's name."""
+        return self.source_name or str(self.path)

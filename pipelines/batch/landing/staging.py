@@ -45,6 +45,9 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
     if plan.kind == EMPTY:
         return
     plan.family = USAGE_TABLE if plan.kind == USAGE else SNAPSHOTS_TABLE
+    if plan.numbered is not None:
+        _stage_copy(spark, settings, plan, scratch, plan.path, plan.numbered)
+        return
     numbered = scratch / "input" / f"{plan.index:05d}.txt"
     if plan.kind == FILE_SINK:
         copy, plan.rejected = convert_file_sink(plan.path, numbered, settings.ingest.max_record_bytes)
@@ -110,7 +113,7 @@ def _stage_copy(
         plan.rejected.append((copy.cut_line or copy.lines_read + 1, copy.cut_text[:limit], reason))
     # Only a line feed ends a line of the copy: the engine would also end one at a lone carriage return.
     text_df = spark.read.option("lineSep", "\n").text(str(numbered))
-    summary = _stage_lines(settings, plan, scratch, to_numbered_lines(text_df, plan.index, str(plan.path)))
+    summary = _stage_lines(settings, plan, scratch, to_numbered_lines(text_df, plan.index, plan.source))
     check_line_count(plan.path, sum(int(r.rows) for r in summary), "lines staged", copy.lines)
 
 

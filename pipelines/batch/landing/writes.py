@@ -5,6 +5,7 @@ committed."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -47,7 +48,12 @@ _TIME_COLUMN = {SNAPSHOTS_TABLE: "created_time", USAGE_TABLE: "timestamp"}
 
 
 def write_batch(
-    spark: SparkSession, settings: Settings, plans: list[FilePlan], batch_id: str, landed_at: datetime
+    spark: SparkSession,
+    settings: Settings,
+    plans: list[FilePlan],
+    batch_id: str,
+    landed_at: datetime,
+    before_commit: Callable[[], None] | None = None,
 ) -> list[FileResult]:
     """Write the staged batch: landable rows, quarantined records, then the ledger rows that commit it.
 
@@ -57,6 +63,8 @@ def write_batch(
         plans: every file's plan, staged.
         batch_id: the batch id the rows are written with.
         landed_at: the landing time the rows are written with.
+        before_commit: writes of the batch's own bookkeeping (a DATA_TABLES table, e.g. the Kafka
+            offsets), run after the data and before the ledger rows.
 
     Returns:
         One result per plan, in order.
@@ -66,7 +74,8 @@ def write_batch(
     """
     landing = [p for p in plans if p.status == LANDED]
     for plan in landing:
-        plan.content_hash = plan.digest_future.result().sha256
+        if plan.content_hash is None:
+            plan.content_hash = plan.digest_future.result().sha256
     if not landing:
         return [_result(p, 0) for p in plans]
     offsets = line_offsets({p.index: p.partitions for p in landing if p.partitions})
@@ -82,7 +91,7 @@ def write_batch(
             _append_landable(spark, settings, table_key, filter_landable(staged_df), batch_id, landed_at)
         if any(p.records_quarantined > len(p.rejected) for p in family):
             quarantined.append(to_quarantine_rows(filter_quarantined(staged_df), batch_id, landed_at))
-    rejected = [(r[1], str(p.path), r[0], p.kind, r[2]) for p in landing for r in p.rejected]
+    rejected = [(r[1], p.source, r[0], p.kind, r[2]) for p in landing for r in p.rejected]
     if rejected:
         rejected_df = spark.createDataFrame(
             rejected, "raw_text string, source_file string, line_number bigint, source_kind string, reason string"
@@ -96,13 +105,15 @@ def write_batch(
     landed = _landed_counts(spark, settings, batch_id)
     results = []
     for plan in plans:
-        result = _result(plan, landed.get(str(plan.path), 0))
+        result = _result(plan, landed.get(plan.source, 0))
         if result.duplicates_skipped < 0:
             raise LakehouseError(
-                f"{plan.path}: landed {result.records_landed} of {plan.records_read - plan.records_quarantined} "
+                f"{plan.source}: landed {result.records_landed} of {plan.records_read - plan.records_quarantined} "
                 f"valid records in batch {batch_id}; the bronze tables changed during the landing"
             )
         results.append(result)
+    if before_commit is not None:
+        before_commit()
     crash_point("land.after_data")
     _append_ledger(spark, settings, [r for r in results if r.status == LANDED], batch_id, landed_at)
     return results
@@ -162,9 +173,9 @@ def _append_ledger(
 
 def _result(plan: FilePlan, landed: int) -> FileResult:
     if plan.status != LANDED:
-        return FileResult(path=str(plan.path), kind=plan.kind, status=plan.status, note=plan.note)
+        return FileResult(path=plan.source, kind=plan.kind, status=plan.status, note=plan.note)
     return FileResult(
-        path=str(plan.path),
+        path=plan.source,
         kind=plan.kind,
         status=LANDED,
         content_hash=plan.content_hash,

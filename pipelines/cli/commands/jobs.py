@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
             False, "--watch", help="Keep running: micro-batches as files arrive in the landing folders (docs/watch.md)."
         ),
     ) -> None:
-        """Land new input files and run bronze -> silver -> gold incrementally."""
+        """Land new input files (and Kafka messages, when ingest.kafka is set) and run bronze -> silver -> gold."""
         state = state_of(ctx)
         if watch:
             from pipelines.batch.watch import watch as watch_loop
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
             if path:
                 raise InputError("--path: cannot be combined with --watch, which watches ingest.landing_dirs")
             raise typer.Exit(watch_loop(state.settings))
-        summary = run_with_progress(state.settings, JOB_STAGES, path, wait, progress)
+        summary = run_with_progress(state.settings, JOB_STAGES, path or None, wait, progress)
         print_summary(summary)
 
     job_app = typer.Typer(help="Run one pipeline stage (for schedulers).", no_args_is_help=True)

@@ -1,4 +1,5 @@
-"""`lakehouse status`: whether a watcher runs on the home, its last micro-batch and the freshness lag."""
+"""`lakehouse status`: whether a watcher runs on the home, its last micro-batch, the freshness lag and the
+Kafka partitions' lag."""
 
 from __future__ import annotations
 
@@ -19,10 +20,16 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print the status as one JSON object (as /health does)."),
     ) -> None:
-        """Show the watcher of this home: running or not, last micro-batch, oldest unprocessed file, lag."""
+        """Show the watcher of this home (running or not, last micro-batch, oldest unprocessed file, lag) and,
+        with a Kafka source, each partition's committed offset, end offset and lag."""
         from pipelines.batch.watch_status import watch_status
 
-        status = watch_status(state_of(ctx).settings)
+        settings = state_of(ctx).settings
+        status = watch_status(settings)
+        if settings.ingest.kafka.enabled:
+            from pipelines.batch.kafka.status import kafka_status
+
+            status["kafka"] = kafka_status(settings)
         if as_json:
             print_text(json.dumps(status, default=str, sort_keys=True) + "\n")
             return
@@ -50,6 +57,13 @@ def register(app: typer.Typer) -> None:
             },
         ]
         print_table(rows, ["item", "value"], title="Watch status")
+        kafka = status.get("kafka")
+        if kafka:
+            if kafka["error"]:
+                print_text(f"Kafka: {kafka['error']}\n")
+            if kafka["missing_topics"]:
+                print_text(f"Kafka topics not on the broker: {', '.join(kafka['missing_topics'])}\n")
+            print_table(kafka["partitions"], ["topic", "partition", "committed", "end", "lag"], title="Kafka partitions")
 
 
 def _when(epoch: float | None) -> str:

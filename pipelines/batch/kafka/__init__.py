@@ -1,0 +1,13 @@
+"""DataHub's Kafka topics as a landing source, exactly once into bronze.
+
+Each landing batch takes messages from the topic partitions, writes each partition's messages as a
+numbered copy (`<offset>\\t<record>` lines, records decoded from JSON or Avro by `bronze.wire`) and lands
+them like files: provenance `source_file` kafka://<topic>/<partition>, `line_number` the offset. The batch
+also writes its offset ranges to bronze.kafka_offsets before its ledger rows, so the offsets to resume from
+are what committed batches hold; the consumer group's offsets are committed afterwards, as a hint for
+monitoring tools only.
+
+Modules: `client` (the consumer, topic partitions, end offsets, errors), `registry` (the Schema Registry
+client), `segments` (messages -> landing plans), `offsets` (committed offsets, the offsets table),
+`source` (landing what is available now, or given messages; the watch feed; status).
+"""

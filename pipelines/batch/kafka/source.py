@@ -1,0 +1,189 @@
+"""Landing Kafka messages: everything available now (`lakehouse run`), given messages (watch mode's feed),
+and the per-partition status."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from conf.errors import InputError
+from conf.settings import KafkaSettings, Settings
+from pipelines.batch.kafka.client import (
+    Message,
+    TopicPartition,
+    open_consumer,
+    topic_partitions,
+    unreachable,
+)
+from pipelines.batch.kafka.offsets import committed_offsets, write_offsets
+from pipelines.batch.kafka.registry import SchemaRegistry
+from pipelines.batch.kafka.segments import OffsetRange, message_decoder, plan_segments
+from pipelines.batch.landing import LandingReport, ProgressCallback
+from pipelines.batch.landing.batch import land_plans
+
+log = logging.getLogger("lakehouse.kafka")
+
+_CONSUME_BATCH = 10_000  # messages asked of the client per call
+
+
+def land_kafka(
+    spark: SparkSession,
+    settings: Settings,
+    messages: Sequence[Message] | None = None,
+    progress: ProgressCallback | None = None,
+) -> list[LandingReport]:
+    """Land Kafka messages into bronze: the given ones, or (None) everything available now.
+
+    Args:
+        spark: the session (tables registered), under the run lock.
+        settings: the lakehouse settings (ingest.kafka configured).
+        messages: watch mode's consumed messages; None consumes every configured partition up to its end
+            (as the run reaches it), in batches of at most max_records / max_bytes.
+        progress: passed to landing.
+
+    Returns:
+        One report per landing batch (none when nothing was new).
+
+    Raises:
+        InputError: an unreachable broker (after timeout_seconds), a client setting librdkafka rejects.
+        LakehouseError: an unreachable Schema Registry (nothing of the batch is committed).
+    """
+    kafka = settings.ingest.kafka
+    decode = message_decoder(kafka, _registry(kafka))
+    if messages is not None:
+        report = land_messages(spark, settings, messages, decode, progress)
+        return [report] if report else []
+    consumer = open_consumer(kafka)
+    try:
+        partitions, missing = topic_partitions(consumer, kafka)
+        if missing:
+            log.warning("Kafka topics not on the broker, skipped: %s", ", ".join(missing))
+        if not partitions:
+            return []
+        resume = committed_offsets(spark, settings)
+        consumer.assign([_kafka_partition(tp, resume.get(tp, 0)) for tp in partitions])
+        reports = []
+        draining = set(partitions)
+        # The next batch is consumed while the engine lands this one (the client waits on the network).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-consume") as prefetch:
+            upcoming = prefetch.submit(_consume_until, consumer, kafka, draining)
+            while upcoming is not None:
+                chunk = upcoming.result()
+                upcoming = prefetch.submit(_consume_until, consumer, kafka, draining) if draining else None
+                report = land_messages(spark, settings, chunk, decode, progress)
+                if report:
+                    reports.append(report)
+                    commit_hint(consumer, committed_offsets(spark, settings))
+        return reports
+    finally:
+        consumer.close()
+
+
+def land_messages(
+    spark: SparkSession,
+    settings: Settings,
+    messages: Sequence[Message],
+    decode: Callable[[str, bytes | None], str],
+    progress: ProgressCallback | None = None,
+) -> LandingReport | None:
+    """Land messages as one batch, leaving out offsets a committed batch already holds.
+
+    Returns:
+        The batch's report; None when every message was landed before.
+    """
+    resume = committed_offsets(spark, settings)
+    fresh = [m for m in messages if m.offset >= resume.get(m.topic_partition, 0)]
+    if not fresh:
+        return None
+    ranges: list[OffsetRange] = []
+
+    def make_plans(scratch: Path, _hasher: Any) -> list:
+        plans, found = plan_segments(
+            fresh, settings.ingest.kafka, decode, scratch / "kafka", settings.ingest.max_record_bytes
+        )
+        ranges.extend(found)
+        return plans
+
+    def record_offsets(batch_id: str, landed_at: datetime) -> None:
+        write_offsets(spark, settings, ranges, batch_id, landed_at)
+
+    return land_plans(spark, settings, make_plans, progress=progress, before_commit=record_offsets)
+
+
+def commit_hint(consumer, next_offsets: dict[TopicPartition, int]) -> None:
+    """Commit the consumer group's offsets after a landing committed (for monitoring tools; never read back)."""
+    from confluent_kafka import KafkaException
+
+    if not next_offsets:
+        return
+    try:
+        consumer.commit(offsets=[_kafka_partition(tp, o) for tp, o in next_offsets.items()], asynchronous=False)
+    except KafkaException as exc:
+        log.warning("consumer group offsets not committed (bronze holds them): %s", exc)
+
+
+def _consume_until(consumer, kafka: KafkaSettings, draining: set[TopicPartition]) -> list[Message]:
+    """Consume one batch (max_records / max_bytes) from the draining partitions.
+
+    A partition leaves `draining`, and is paused, at its end-of-partition event: the client has fetched
+    up to the partition's end offset as the broker answered that fetch (ends read by a separate
+    ListOffsets request are not relied on: not every Kafka-protocol broker keeps them current).
+
+    Raises:
+        InputError: when nothing arrives for timeout_seconds while partitions are still behind.
+    """
+    from confluent_kafka import KafkaError
+
+    chunk: list[Message] = []
+    size = 0
+    last_progress = time.monotonic()
+    while draining and len(chunk) < kafka.max_records and size < kafka.max_bytes:
+        received = consumer.consume(min(_CONSUME_BATCH, kafka.max_records - len(chunk)), timeout=1.0)
+        if received:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > kafka.timeout_seconds:
+            behind = ", ".join(sorted(tp.source for tp in draining))
+            raise unreachable(kafka, TimeoutError(f"no message arrived from {behind}"))
+        for record in received:
+            tp = TopicPartition(record.topic(), record.partition())
+            error = record.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    _finish(consumer, draining, tp)
+                    continue
+                if error.fatal() or not error.retriable():
+                    raise InputError(f"ingest.kafka: {tp.source}: {error.str()}")
+                continue
+            if tp not in draining:
+                continue
+            value = record.value()
+            chunk.append(Message(tp.topic, tp.partition, record.offset(), value))
+            size += len(value) if value else 0
+    return chunk
+
+
+def _finish(consumer, draining: set[TopicPartition], tp: TopicPartition) -> None:
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    if tp in draining:
+        draining.discard(tp)
+        consumer.pause([KafkaTopicPartition(tp.topic, tp.partition)])
+
+
+def _kafka_partition(tp: TopicPartition, offset: int):
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    return KafkaTopicPartition(tp.topic, tp.partition, offset)
+
+
+def _registry(kafka: KafkaSettings) -> SchemaRegistry | None:
+    if kafka.format != "avro":
+        return None
+    return SchemaRegistry(kafka.schema_registry_url or "", kafka.timeout_seconds)
