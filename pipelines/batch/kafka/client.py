@@ -3,6 +3,7 @@ one error an unreachable broker gives."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 from conf.errors import InputError
@@ -54,8 +55,12 @@ def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
     }
 
 
-def open_consumer(kafka: KafkaSettings):
+def open_consumer(kafka: KafkaSettings, overrides: dict[str, Any] | None = None):
     """A consumer for the configured broker (nothing is assigned yet).
+
+    Args:
+        kafka: the Kafka settings.
+        overrides: librdkafka properties set last (e.g. a small prefetch for a consumer that only looks).
 
     Raises:
         InputError: a client property librdkafka rejects, with its message.
@@ -63,7 +68,7 @@ def open_consumer(kafka: KafkaSettings):
     from confluent_kafka import Consumer, KafkaException
 
     try:
-        return Consumer(consumer_config(kafka))
+        return Consumer({**consumer_config(kafka), **(overrides or {})})
     except KafkaException as exc:
         raise InputError(f"ingest.kafka.client: {exc.args[0].str() if exc.args else exc}") from None
 
@@ -100,8 +105,6 @@ def end_offsets(consumer, kafka: KafkaSettings, positions: dict[TopicPartition, 
     Raises:
         InputError: when a partition has not answered within `timeout_seconds`.
     """
-    import time
-
     from confluent_kafka import KafkaError
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 

@@ -21,6 +21,8 @@ _RETRY_FIRST_SECONDS = 1.0
 _RETRY_MAX_SECONDS = 60.0
 _CONSUME_BATCH = 10_000
 _REPORT_EVERY_SECONDS = 30.0
+# A buffer that received nothing for this long is landed without waiting for watch.max_wait_seconds.
+QUIET_SECONDS = 0.5
 
 
 class KafkaFeed:
@@ -43,6 +45,7 @@ class KafkaFeed:
         self.buffer: list[Message] = []
         self.buffer_bytes = 0
         self.first_at: float | None = None  # when the oldest buffered message was consumed
+        self.last_at: float | None = None  # when the newest was
         self.next_offset: dict[TopicPartition, int] = {}
         self._refresh_at = 0.0
         self._retry_at = 0.0
@@ -73,20 +76,24 @@ class KafkaFeed:
                 self.buffer.append(Message(tp.topic, tp.partition, record.offset(), value))
                 self.buffer_bytes += len(value) if value else 0
                 self.next_offset[tp] = record.offset() + 1
+                self.last_at = time.time()
                 if self.first_at is None:
-                    self.first_at = time.time()
+                    self.first_at = self.last_at
 
     def due(self, max_wait_seconds: float) -> bool:
-        """Whether the buffer should be landed now: full, or its oldest message waited max_wait_seconds."""
+        """Whether the buffer should be landed now: full, its oldest message waited max_wait_seconds, or
+        no message arrived for QUIET_SECONDS (a producer's burst is over: waiting longer only adds lag)."""
         if not self.buffer:
             return False
+        now = time.time()
         full = len(self.buffer) >= self.kafka.max_records or self.buffer_bytes >= self.kafka.max_bytes
-        return full or time.time() - (self.first_at or time.time()) >= max_wait_seconds
+        waited = now - (self.first_at or now) >= max_wait_seconds
+        return full or waited or now - (self.last_at or now) >= QUIET_SECONDS
 
     def take(self) -> tuple[list[Message], float | None]:
         """The buffered messages and when the oldest arrived; the buffer is empty afterwards."""
         taken, first_at = self.buffer, self.first_at
-        self.buffer, self.buffer_bytes, self.first_at = [], 0, None
+        self.buffer, self.buffer_bytes, self.first_at, self.last_at = [], 0, None, None
         return taken, first_at
 
     def settle(self, spark: SparkSession, taken: list[Message]) -> None:
@@ -161,6 +168,7 @@ class KafkaFeed:
         self.buffer = kept
         self.buffer_bytes = sum(len(m.value) for m in kept if m.value)
         self.first_at = self.first_at if kept else None
+        self.last_at = self.last_at if kept else None
         for tp, offset in offsets.items():
             self.next_offset[tp] = offset
             self.consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, offset))

@@ -18,6 +18,7 @@ from conf.settings import KafkaSettings, Settings
 from pipelines.batch.kafka.client import (
     Message,
     TopicPartition,
+    end_offsets,
     open_consumer,
     topic_partitions,
     unreachable,
@@ -44,8 +45,8 @@ def land_kafka(
     Args:
         spark: the session (tables registered), under the run lock.
         settings: the lakehouse settings (ingest.kafka configured).
-        messages: watch mode's consumed messages; None consumes every configured partition up to its end
-            (as the run reaches it), in batches of at most max_records / max_bytes.
+        messages: watch mode's consumed messages; None consumes every configured partition up to the end
+            offset it had when the run started, in batches of at most max_records / max_bytes.
         progress: passed to landing.
 
     Returns:
@@ -68,15 +69,20 @@ def land_kafka(
         if not partitions:
             return []
         resume = committed_offsets(spark, settings)
-        consumer.assign([_kafka_partition(tp, resume.get(tp, 0)) for tp in partitions])
+        ends = end_offsets(consumer, kafka, {tp: resume.get(tp, 0) for tp in partitions})
+        behind = {tp: resume.get(tp, 0) for tp in partitions if resume.get(tp, 0) < ends[tp]}
+        if not behind:
+            return []
+        # Assigning again starts each partition over at bronze's offset (the look at the ends read ahead).
+        consumer.assign([_kafka_partition(tp, offset) for tp, offset in behind.items()])
         reports = []
-        draining = set(partitions)
+        draining = set(behind)
         # The next batch is consumed while the engine lands this one (the client waits on the network).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-consume") as prefetch:
-            upcoming = prefetch.submit(_consume_until, consumer, kafka, draining)
+            upcoming = prefetch.submit(consume_batch, consumer, kafka, draining, ends)
             while upcoming is not None:
                 chunk = upcoming.result()
-                upcoming = prefetch.submit(_consume_until, consumer, kafka, draining) if draining else None
+                upcoming = prefetch.submit(consume_batch, consumer, kafka, draining, ends) if draining else None
                 report = land_messages(spark, settings, chunk, decode, progress)
                 if report:
                     reports.append(report)
@@ -129,12 +135,14 @@ def commit_hint(consumer, next_offsets: dict[TopicPartition, int]) -> None:
         log.warning("consumer group offsets not committed (bronze holds them): %s", exc)
 
 
-def _consume_until(consumer, kafka: KafkaSettings, draining: set[TopicPartition]) -> list[Message]:
-    """Consume one batch (max_records / max_bytes) from the draining partitions.
+def consume_batch(
+    consumer, kafka: KafkaSettings, draining: set[TopicPartition], ends: dict[TopicPartition, int]
+) -> list[Message]:
+    """Consume one batch (max_records / max_bytes) from the draining partitions, none at or past its end.
 
-    A partition leaves `draining`, and is paused, at its end-of-partition event: the client has fetched
-    up to the partition's end offset as the broker answered that fetch (ends read by a separate
-    ListOffsets request are not relied on: not every Kafka-protocol broker keeps them current).
+    A partition leaves `draining`, and is paused, at the offset before its end (as `end_offsets` saw it
+    when the run started) or at an end-of-partition event (the last offsets may hold no message: a
+    transaction marker, a compacted record).
 
     Raises:
         InputError: when nothing arrives for timeout_seconds while partitions are still behind.
@@ -161,11 +169,14 @@ def _consume_until(consumer, kafka: KafkaSettings, draining: set[TopicPartition]
                 if error.fatal() or not error.retriable():
                     raise InputError(f"ingest.kafka: {tp.source}: {error.str()}")
                 continue
-            if tp not in draining:
+            offset = record.offset()
+            if tp not in draining or offset >= ends[tp]:
                 continue
             value = record.value()
-            chunk.append(Message(tp.topic, tp.partition, record.offset(), value))
+            chunk.append(Message(tp.topic, tp.partition, offset, value))
             size += len(value) if value else 0
+            if offset >= ends[tp] - 1:
+                _finish(consumer, draining, tp)
     return chunk
 
 

@@ -25,7 +25,8 @@ def kafka_status(settings: Settings) -> dict[str, Any]:
     committed = bronze_offsets(settings)
     consumer = None
     try:
-        consumer = open_consumer(kafka)
+        # It reads one fetch per partition to learn the end offsets: keep what the client prefetches small.
+        consumer = open_consumer(kafka, {"queued.max.messages.kbytes": 1024, "fetch.max.bytes": 1048576})
         partitions, missing = topic_partitions(consumer, kafka)
         ends = end_offsets(consumer, kafka, {tp: committed.get(tp, 0) for tp in partitions})
     except InputError as exc:

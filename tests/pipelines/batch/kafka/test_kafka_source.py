@@ -273,3 +273,28 @@ def test_a_watcher_waits_for_a_broker_that_is_down_and_consumes_once_it_is_up(tm
     finally:
         assert stop(watcher) == 0, log.read_text()
     assert batch[0]["kafka_messages"] == 10 and batch[0]["records"] == 10
+
+
+def test_a_batch_run_stops_each_partition_at_the_end_it_saw_when_it_started(broker, tmp_path):
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from pipelines.batch.kafka.client import end_offsets, open_consumer
+    from pipelines.batch.kafka.source import consume_batch
+
+    topic = "cut-off"
+    create_topic(broker, topic, 1)
+    produce(broker, topic, [(b"k", b'{"n": %d}' % i) for i in range(6)])
+    settings = kafka_settings(tmp_path, broker, {topic: "mcl"})
+    consumer = open_consumer(settings.ingest.kafka)
+    try:
+        tp = TopicPartition(topic, 0)
+        ends = end_offsets(consumer, settings.ingest.kafka, {tp: 0})
+        assert ends == {tp: 6}
+        produce(broker, topic, [(b"k", b'{"late": %d}' % i) for i in range(4)])  # produced after the start
+        consumer.assign([KafkaTopicPartition(topic, 0, 2)])
+        draining = {tp}
+        chunk = consume_batch(consumer, settings.ingest.kafka, draining, ends)
+    finally:
+        consumer.close()
+    assert [m.offset for m in chunk] == [2, 3, 4, 5]
+    assert draining == set()
