@@ -154,7 +154,8 @@ def _avro_record(line: str, field_names: dict[str, set[str]]) -> dict:
 def test_avro_in_the_confluent_wire_format_lands_the_same_events_as_json(spark, broker, file_events, tmp_path):
     schema_text = (CONF_DIR / "schemas" / "MetadataChangeLog.avsc").read_text()
     schema = fastavro.parse_schema(json.loads(schema_text))
-    _Registry.schemas = {7: schema_text}
+    # Id 8: a registered schema the Avro parser rejects (an unknown type).
+    _Registry.schemas = {7: schema_text, 8: json.dumps({"type": "record", "name": "X", "fields": [{"name": "a", "type": "nope"}]})}
     registry = ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
     threading.Thread(target=registry.serve_forever, daemon=True).start()
     system_fields = {f["name"] for f in json.loads(schema_text)["fields"][6]["type"][1]["fields"]}
@@ -170,6 +171,7 @@ def test_avro_in_the_confluent_wire_format_lands_the_same_events_as_json(spark, 
     messages = [(json.loads(line)["entityUrn"].encode(), wire(_avro_record(line, {"SystemMetadata": system_fields})))
                 for line in lines]  # fmt: skip
     messages += [(b"bad", wire(_avro_record(lines[0], {"SystemMetadata": system_fields}), schema_id=99)),
+                 (b"bad", wire(_avro_record(lines[0], {"SystemMetadata": system_fields}), schema_id=8)),
                  (b"bad", b'{"json": "in an avro topic"}')]  # fmt: skip
     produce(broker, topic, messages)
     settings = kafka_settings(
@@ -184,7 +186,8 @@ def test_avro_in_the_confluent_wire_format_lands_the_same_events_as_json(spark, 
 
     assert _events(spark, settings) == file_events
     reasons = sorted(r.reason for r in read_table(spark, settings, "bronze.quarantine").collect())
-    assert reasons == [
+    assert reasons[0].startswith("schema id 8: the registry's schema cannot be used (")
+    assert reasons[1:] == [
         "schema id 99: not found in the Schema Registry at " f"http://127.0.0.1:{registry.server_port}",
         "value: magic byte 123 is not 0, so it is not in the Confluent wire format",
     ]
