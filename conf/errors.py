@@ -40,5 +40,9 @@ class AuthError(LakehouseError):
         super().__init__(message)
 
 
+class SourceUnavailable(LakehouseError):
+    """A source that does not answer in time (a Kafka broker, a Schema Registry): nothing was lost, try again."""
+
+
 class ConcurrencyError(LakehouseError):
     """Another run holds the lock, or a table commit kept losing races after bounded retries."""

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError
+from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable
 from conf.settings import Settings
 from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
 from pipelines.batch.kafka.feed import KafkaFeed
@@ -288,8 +288,10 @@ class Watcher:
 
         try:
             summary = retry_transient(attempt, self.cfg.retry_attempts, self.cfg.retry_backoff_seconds, on_retry)
-        except ConcurrencyError as exc:
-            emit({"event": "waiting", "reason": str(exc)})
+        except (ConcurrencyError, SourceUnavailable) as exc:
+            # A run holds the lock, or a source does not answer: the same files and messages next time.
+            held = self.kafka.back_off() if self.kafka and isinstance(exc, SourceUnavailable) else {}
+            emit({"event": "waiting", "reason": str(exc), **held})
             return
         finally:
             if self.kafka and session.spark is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from conf.errors import InputError
+from conf.errors import InputError, SourceUnavailable
 from conf.settings import KafkaSettings
 
 SOURCE_SCHEME = "kafka://"
@@ -77,7 +77,7 @@ def topic_partitions(consumer, kafka: KafkaSettings) -> tuple[list[TopicPartitio
     """The partitions of the configured topics the broker has, and the configured topics it lacks.
 
     Raises:
-        InputError: when no broker answers within `timeout_seconds`, naming the servers.
+        SourceUnavailable: when no broker answers within `timeout_seconds`, naming the servers.
     """
     from confluent_kafka import KafkaException
 
@@ -103,7 +103,7 @@ def end_offsets(consumer, kafka: KafkaSettings, positions: dict[TopicPartition, 
     kept current by all of them. The consumer is left assigned.
 
     Raises:
-        InputError: when a partition has not answered within `timeout_seconds`.
+        SourceUnavailable: when a partition has not answered within `timeout_seconds`.
     """
     from confluent_kafka import KafkaError
     from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -125,10 +125,10 @@ def end_offsets(consumer, kafka: KafkaSettings, positions: dict[TopicPartition, 
     return ends
 
 
-def unreachable(kafka: KafkaSettings, exc: BaseException) -> InputError:
+def unreachable(kafka: KafkaSettings, exc: BaseException) -> SourceUnavailable:
     """The error for a broker that does not answer: the servers, the time waited and the client's reason."""
     reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-    return InputError(
+    return SourceUnavailable(
         f"ingest.kafka.bootstrap_servers: {kafka.bootstrap_servers!r} did not answer within "
         f"{kafka.timeout_seconds:g} s ({reason})"
     )

@@ -51,6 +51,7 @@ class KafkaFeed:
         self._retry_at = 0.0
         self._retry_seconds = _RETRY_FIRST_SECONDS
         self._reported: dict[str, float] = {}
+        self._hold_until = 0.0
 
     def poll(self, spark: SparkSession) -> None:
         """Move what the client has fetched into the buffer (never blocks), connecting first if needed."""
@@ -59,7 +60,7 @@ class KafkaFeed:
         if time.monotonic() >= self._refresh_at:
             try:
                 self._assign_new(spark)
-            except Exception as exc:  # noqa: BLE001 - broker (InputError) or engine errors: try again later
+            except Exception as exc:  # noqa: BLE001 - broker (SourceUnavailable) or engine errors: try again later
                 self._report({"event": "kafka_unavailable", "error": str(exc)})
         while len(self.buffer) < self.kafka.max_records and self.buffer_bytes < self.kafka.max_bytes:
             received = self.consumer.consume(min(_CONSUME_BATCH, self.kafka.max_records - len(self.buffer)), timeout=0)
@@ -83,7 +84,7 @@ class KafkaFeed:
     def due(self, max_wait_seconds: float) -> bool:
         """Whether the buffer should be landed now: full, its oldest message waited max_wait_seconds, or
         no message arrived for QUIET_SECONDS (a producer's burst is over: waiting longer only adds lag)."""
-        if not self.buffer:
+        if not self.buffer or time.monotonic() < self._hold_until:
             return False
         now = time.time()
         full = len(self.buffer) >= self.kafka.max_records or self.buffer_bytes >= self.kafka.max_bytes
@@ -95,6 +96,13 @@ class KafkaFeed:
         taken, first_at = self.buffer, self.first_at
         self.buffer, self.buffer_bytes, self.first_at, self.last_at = [], 0, None, None
         return taken, first_at
+
+    def back_off(self) -> dict[str, float]:
+        """Hold the buffer back after a micro-batch a source did not answer (1 s, doubling up to 60 s)."""
+        self._hold_until = time.monotonic() + self._retry_seconds
+        held = {"retry_in_seconds": self._retry_seconds}
+        self._retry_seconds = min(self._retry_seconds * 2, _RETRY_MAX_SECONDS)
+        return held
 
     def settle(self, spark: SparkSession, taken: list[Message]) -> None:
         """After a micro-batch: commit the group's hint, and seek back any partition bronze does not hold to
@@ -114,6 +122,8 @@ class KafkaFeed:
         behind = {tp: resume.get(tp, 0) for tp, end in handed.items() if resume.get(tp, 0) < end}
         if behind:
             self._seek(behind)
+        elif time.monotonic() >= self._hold_until:
+            self._retry_seconds = _RETRY_FIRST_SECONDS
         commit_hint(self.consumer, {tp: resume[tp] for tp in handed if tp in resume})
 
     def close(self) -> None:
@@ -129,7 +139,7 @@ class KafkaFeed:
             self.consumer = open_consumer(self.kafka)
             self.next_offset = {}
             self._assign_new(spark)
-        except Exception as exc:  # noqa: BLE001 - broker (InputError) or engine errors: try again later
+        except Exception as exc:  # noqa: BLE001 - broker (SourceUnavailable) or engine errors: try again later
             self.close()
             self._retry_at = time.monotonic() + self._retry_seconds
             self.emit({"event": "kafka_unavailable", "error": str(exc), "retry_in_seconds": self._retry_seconds})

@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from conf.errors import InputError, LakehouseError
+from conf.errors import InputError, SourceUnavailable
 
 
 class SchemaRegistry:
@@ -28,8 +28,8 @@ class SchemaRegistry:
 
         Raises:
             InputError: the registry has no such id (the record is quarantined).
-            LakehouseError: the registry cannot be reached or answers with an error: the landing stops,
-                nothing is committed, and the messages are read again.
+            SourceUnavailable: the registry cannot be reached or answers with an error: the landing
+                stops, nothing is committed, and the messages are read again.
         """
         if schema_id not in self._schemas:
             self._schemas[schema_id] = self._fetch(schema_id)
@@ -45,9 +45,9 @@ class SchemaRegistry:
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 raise InputError(f"schema id {schema_id}: not found in the Schema Registry at {self.url}") from None
-            raise LakehouseError(f"ingest.kafka.schema_registry_url: {address} answered HTTP {exc.code}") from None
+            raise SourceUnavailable(f"ingest.kafka.schema_registry_url: {address} answered HTTP {exc.code}") from None
         except (OSError, ValueError) as exc:
-            raise LakehouseError(f"ingest.kafka.schema_registry_url: {address} cannot be read ({exc})") from None
+            raise SourceUnavailable(f"ingest.kafka.schema_registry_url: {address} cannot be read ({exc})") from None
         try:
             return fastavro.parse_schema(json.loads(body["schema"]))
         except Exception as exc:  # noqa: BLE001 - fastavro's schema errors are of several types

@@ -53,8 +53,9 @@ def land_kafka(
         One report per landing batch (none when nothing was new).
 
     Raises:
-        InputError: an unreachable broker (after timeout_seconds), a client setting librdkafka rejects.
-        LakehouseError: an unreachable Schema Registry (nothing of the batch is committed).
+        SourceUnavailable: a broker that does not answer within timeout_seconds, an unreachable Schema
+            Registry (nothing of the batch in progress is committed).
+        InputError: a client setting librdkafka rejects, a fatal client error.
     """
     kafka = settings.ingest.kafka
     decode = message_decoder(kafka, _registry(kafka))
@@ -145,7 +146,8 @@ def consume_batch(
     transaction marker, a compacted record).
 
     Raises:
-        InputError: when nothing arrives for timeout_seconds while partitions are still behind.
+        SourceUnavailable: when nothing arrives for timeout_seconds while partitions are still behind.
+        InputError: a fatal client error.
     """
     from confluent_kafka import KafkaError
 

@@ -301,3 +301,41 @@ def test_a_batch_run_stops_each_partition_at_the_end_it_saw_when_it_started(brok
         consumer.close()
     assert [m.offset for m in chunk] == [2, 3, 4, 5]
     assert draining == set()
+
+
+@pytest.mark.slow
+def test_a_watcher_holds_messages_back_while_the_schema_registry_is_down_then_lands_them(broker, tmp_path):
+    schema_text = (CONF_DIR / "schemas" / "MetadataChangeLog.avsc").read_text()
+    schema = fastavro.parse_schema(json.loads(schema_text))
+    system_fields = {f["name"] for f in json.loads(schema_text)["fields"][6]["type"][1]["fields"]}
+    topic = "avro-registry-down"
+    create_topic(broker, topic, 1)
+    lines = MCL_FIXTURE.read_text().splitlines()[:5]
+    bodies = []
+    for line in lines:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, schema, _avro_record(line, {"SystemMetadata": system_fields}))
+        bodies.append((b"k", b"\x00\x00\x00\x00\x07" + body.getvalue()))
+    produce(broker, topic, bodies)
+    port = free_port()
+    sets = kafka_sets(broker, {topic: "mcl"}, "ingest.kafka.format=avro",
+                      f"ingest.kafka.schema_registry_url=http://127.0.0.1:{port}", "ingest.kafka.timeout_seconds=2")
+    log = tmp_path / "watch.log"
+    watcher = start_watch(tmp_path / "home", log, None, *sets)
+    registry = None
+    try:
+        waits = wait_for(lambda: len(watch_log_records(log, "waiting")) >= 2 and watch_log_records(log, "waiting"),
+                         120, "two held-back micro-batches")  # fmt: skip
+        assert [w["retry_in_seconds"] for w in waits[:2]] == [1.0, 2.0]
+        assert "ingest.kafka.schema_registry_url" in waits[0]["reason"]
+        _Registry.schemas = {7: schema_text}
+        registry = ThreadingHTTPServer(("127.0.0.1", port), _Registry)
+        threading.Thread(target=registry.serve_forever, daemon=True).start()
+        landed = wait_for(lambda: [b for b in watch_log_records(log, "micro_batch") if b.get("kafka_messages")],
+                          120, "the held-back messages to land")  # fmt: skip
+    finally:
+        code = stop(watcher)
+        if registry:
+            registry.shutdown()
+    assert code == 0, log.read_text()
+    assert landed[0]["kafka_messages"] == 5 and landed[0]["records"] == 5 and landed[0]["records_quarantined"] == 0
