@@ -122,6 +122,11 @@ class SearchRequest:
             **filters,
         )
 
+    @property
+    def filtered(self) -> bool:
+        """Whether the body filters select events (any of event, entity or aspect types, or actors)."""
+        return bool(self.event_types or self.entity_types or self.aspect_types or self.actor_urns)
+
     def with_window(self, now_ms: int) -> SearchRequest:
         """Return the request with a concrete window: end -1 = now, start -1 = end - 1 day.
 

@@ -79,10 +79,10 @@ def to_usage_rows(lines_df: DataFrame, batch_id: str) -> DataFrame:
 
 
 def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) -> int:
-    """Bulk-load generated usage documents into gold.audit_events, laid out as search expects.
+    """Bulk-load generated usage documents into gold.audit_events (then `build_table` compacts it).
 
-    Rows go to their event_date partition, sorted by time within each file (the layout publish_audit's
-    MERGE plus compaction converge to). Returns the number of rows in the table.
+    Rows go to their event_date partition, sorted by time within each file. Returns the number of rows
+    in the table.
     """
     lines_df = spark.read.text(str(usage_dir))
     audit_df = to_audit_events_from_usage(to_usage_rows(lines_df, "bench"))
@@ -335,9 +335,13 @@ def measure_visibility(port: int, token: str, location: Path, probes: int, timeo
     }
 
 
-def build_table(settings: Settings, *, events: int, days: int, actor_urns: list[str], zorder: bool, seed: int,
+def build_table(settings: Settings, *, events: int, days: int, actor_urns: list[str], seed: int,
                 now_ms: int) -> dict[str, Any]:  # fmt: skip
-    """Generate `events` usage documents and bulk-load them into gold.audit_events; return the figures."""
+    """Generate `events` usage documents, bulk-load them into gold.audit_events and compact it; return the figures.
+
+    The compaction is publish-audit's own (`optimize_audit_events`): each day sorted by time in small row
+    groups, the layout the serving engine reads by row group.
+    """
     from datagen.history import generate_usage_events
     from pipelines.batch.publish_audit import optimize_audit_events
     from pipelines.runtime.engine import open_session
@@ -352,11 +356,10 @@ def build_table(settings: Settings, *, events: int, days: int, actor_urns: list[
         with measure() as loaded:
             payload["rows"] = load_audit_events(spark, settings, usage_dir / "usage")
         payload["load"] = loaded
-        if zorder:
-            with measure() as optimized:
-                metrics = optimize_audit_events(spark, settings)
-            payload["optimize"] = {**dataclasses.asdict(optimized), "files_added": metrics.get("numFilesAdded"),
-                                   "files_removed": metrics.get("numFilesRemoved")}  # fmt: skip
+        with measure() as optimized:
+            metrics = optimize_audit_events(spark, settings)
+        payload["optimize"] = {**dataclasses.asdict(optimized), "files_added": metrics.get("numFilesAdded"),
+                               "files_removed": metrics.get("numFilesRemoved")}  # fmt: skip
     shutil.rmtree(usage_dir, ignore_errors=True)
     return payload
 
@@ -410,7 +413,6 @@ def run_search_bench(
     requests: int,
     days: int,
     actors: int,
-    zorder: bool,
     engines: tuple[str, ...] = ENGINES,
     seed: int = 7,
 ) -> dict[str, Any]:
@@ -423,12 +425,13 @@ def run_search_bench(
         The measured figures: the build (or reuse), then per engine latency, load phases, visibility,
         server peak RSS, and for the in-process engine the target check.
     """
+    import pyarrow as pa
     from deltalake import DeltaTable
 
     from pipelines.serving.tokens import create_token
 
     actor_urns = [f"urn:li:corpuser:user{i:05d}" for i in range(actors)]
-    payload: dict[str, Any] = {"events": events, "days": days, "actors": actors, "zorder": zorder, "engines": list(engines)}
+    payload: dict[str, Any] = {"events": events, "days": days, "actors": actors, "engines": list(engines)}
     audit_dir = table_location(settings, "gold.audit_events")
     if DeltaTable.is_deltatable(str(audit_dir)) and DeltaTable(str(audit_dir)).to_pyarrow_dataset().count_rows():
         import pyarrow.compute as pc
@@ -440,12 +443,10 @@ def run_search_bench(
     else:
         now_ms = int(time.time() * 1000)
         payload["reused"] = False
-        payload.update(build_table(settings, events=events, days=days, actor_urns=actor_urns, zorder=zorder, seed=seed,
-                                   now_ms=now_ms))  # fmt: skip
-    payload["table"] = {
-        "files": sum(1 for _ in audit_dir.rglob("*.parquet")),
-        "bytes": sum(p.stat().st_size for p in audit_dir.rglob("*.parquet")),
-    }
+        payload.update(build_table(settings, events=events, days=days, actor_urns=actor_urns, seed=seed, now_ms=now_ms))
+    # The files of the version served, not every file in the folder (compaction leaves the old ones until VACUUM).
+    sizes = pa.table(DeltaTable(str(audit_dir)).get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+    payload["table"] = {"files": len(sizes), "bytes": sum(sizes)}
     token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
     kinds = _request_kinds(actor_urns, now_ms, days)
     for engine in engines:
@@ -464,7 +465,6 @@ def bench_search_command(
     requests: int = typer.Option(50, "--requests", help="Requests per kind in the latency phase."),
     days: int = typer.Option(30, "--days", help="Days the events are spread over (ending now)."),
     actors: int = typer.Option(1000, "--actors", help="Distinct actors."),
-    zorder: bool = typer.Option(False, "--zorder/--no-zorder", help="Z-order the table (timestamp, actor) first."),
     engine: list[str] = typer.Option(list(ENGINES), "--engine", help="Serving engine(s) to measure: inprocess, spark."),
     work_dir: Path | None = typer.Option(
         None, "--work-dir", help="Lakehouse home kept after the run; one already loaded is reused (default: a temp dir, removed)."
@@ -491,7 +491,7 @@ def bench_search_command(
     settings = dataclasses.replace(base, home=home, table_locations={})
     try:
         payload = run_search_bench(settings, events=events, duration_s=duration, clients=clients, requests=requests,
-                                   days=days, actors=actors, zorder=zorder, engines=tuple(dict.fromkeys(engine)))  # fmt: skip
+                                   days=days, actors=actors, engines=tuple(dict.fromkeys(engine)))  # fmt: skip
     finally:
         if work_dir is None:
             shutil.rmtree(home, ignore_errors=True)

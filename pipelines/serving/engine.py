@@ -13,7 +13,7 @@ from sqlglot import exp
 from conf.errors import ConfigError
 from conf.settings import Settings
 from conf.tables import table_location
-from gold.search import SearchRequest, to_response
+from gold.search import SearchRequest
 from pipelines.serving.search import run_search, search
 from pipelines.serving.snapshots import Snapshot, TableSnapshots, gone
 
@@ -35,10 +35,13 @@ class SearchEngine(Protocol):
 class InProcessEngine:
     """Searches gold.audit_events in-process: DuckDB over the Parquet files of a pinned Delta version.
 
-    The snapshot (from the Delta log, via delta-rs) names the version's files and each file's time range;
-    a query reads only the files overlapping the request's window, with DuckDB's own Parquet reader (the
-    partition column from the `event_date=` path). One DuckDB database serves every request, each on
-    its own cursor; DuckDB caches the files' Parquet footers across requests.
+    The snapshot (from the Delta log, via delta-rs, and the files' Parquet footers) names the version's
+    files, each file's time range and its row groups' time ranges; a query reads only the files
+    overlapping its time range, with DuckDB's own Parquet reader (the partition column from the
+    `event_date=` path), which skips the row groups outside it. An unfiltered search's total and the
+    slice holding its page come from the row groups' row counts and time ranges (see `run_search`).
+    One DuckDB database serves every request, each on its own cursor; DuckDB caches the files' Parquet
+    footers across requests.
 
     Args:
         settings: the lakehouse settings (table location, serve.version_check_seconds).
@@ -69,14 +72,15 @@ class InProcessEngine:
         pinned = request.scroll is not None and request.scroll.table_version >= 0
         snapshot = self.snapshots.at(request.scroll.table_version) if pinned else self.snapshots.latest()
         resolved = request.with_window(now_ms)
-        # The whole window, not only the page's part of it: the total counts every matching event.
-        files = snapshot.files_between(resolved.start_time, resolved.end_time)
-        if not files:
-            return to_response([], 0, resolved, snapshot.version)
+
+        def source(start: int, end: int) -> exp.Expression | None:
+            files = snapshot.files_between(start, end)
+            return _parquet_source(files) if files else None
+
         with self._db.cursor() as cursor:
             try:
-                return run_search(lambda sql: _rows(cursor, sql), _parquet_source(files), "duckdb", resolved, now_ms,
-                                  snapshot.version)  # fmt: skip
+                return run_search(lambda sql: _rows(cursor, sql), source, "duckdb", resolved, now_ms, snapshot.version,
+                                  snapshot)  # fmt: skip
             except (duckdb.IOException, duckdb.InvalidInputException, OSError):
                 if not snapshot.files_exist():
                     raise gone(snapshot.version) from None

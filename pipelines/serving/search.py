@@ -4,34 +4,65 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
+from sqlglot import exp
 
 from conf.settings import Settings
 from conf.tables import table_name
-from gold.search import UNPINNED, SearchRequest, build_histogram_sql, build_search_sql, choose_since, to_response
+from gold.search import (
+    UNPINNED,
+    SearchRequest,
+    build_histogram_sql,
+    build_search_sql,
+    choose_since,
+    page_upper_bound,
+    to_response,
+)
 
 # Runs one SQL text on an engine and returns its rows as dicts.
 RunSql = Callable[[str], list[dict[str, Any]]]
+# The table a query over [start, end) reads (the engine may narrow it to the files of that range), or
+# None when the engine knows no row of the table falls in that range.
+SourceFor = Callable[[int, int], "str | exp.Expression | None"]
+
+
+class TableLayout(Protocol):
+    """What an engine knows of the table version's files without reading their rows."""
+
+    def count_between(self, start_ms: int, end_ms: int) -> int:
+        """Return the exact number of rows with start_ms <= timestamp < end_ms."""
+
+    def page_since(self, start_ms: int, upper_ms: int, size: int) -> int | None:
+        """Return a time from which [since, upper_ms) surely holds `size` rows of the window, or None."""
 
 
 def run_search(
-    run_sql: RunSql, table: str, dialect: str, request: SearchRequest, now_ms: int, table_version: int = UNPINNED
+    run_sql: RunSql,
+    source: SourceFor,
+    dialect: str,
+    request: SearchRequest,
+    now_ms: int,
+    table_version: int = UNPINNED,
+    layout: TableLayout | None = None,
 ) -> dict[str, Any]:
     """Return DataHub's audit search response for one request, reading through `run_sql`.
 
-    Two reads: the matching events counted per time bucket (their sum is the exact total), then the page
-    from the newest slice of the window that the counts show holds it. Files are sorted by time, so a
-    short slice reads a small part of them; when the slice falls short the whole window is read.
+    Two steps: the exact total, then the page from the newest slice of the window known to hold it.
+    Without filters and with the files' `layout`, the total and the slice come from the file footers
+    (row counts and time ranges of row groups). Otherwise the matching events are counted per time
+    bucket (their sum is the total) and the buckets give the slice. When the slice falls short the
+    whole window is read.
 
     Args:
         run_sql: runs a query of `dialect` and returns its rows.
-        table: the audit events table name as the engine knows it.
+        source: the table (or table expression) a query over a time range reads.
         dialect: the sqlglot dialect of the engine ("spark" or "duckdb").
         request: the validated request.
         now_ms: the current time in epoch ms for the default window.
         table_version: the table version read, pinned in the next scroll id (UNPINNED: none).
+        layout: what the engine knows of the table version's row groups (None: nothing).
 
     Returns:
         `{nextScrollId?, count, total, usageEvents}` as plain JSON values.
@@ -40,15 +71,34 @@ def run_search(
         RequestError: when the request's resolved window is the wrong way round.
     """
     resolved = request.with_window(now_ms)
-    histogram = {int(r["bucket"]): int(r["n"]) for r in run_sql(build_histogram_sql(resolved, table, now_ms, dialect))}
-    total = sum(histogram.values())
+    start, end = resolved.start_time, resolved.end_time
+    upper = page_upper_bound(resolved, now_ms)
+    if layout is not None and not resolved.filtered:
+        total = layout.count_between(start, end)
+        # Rows at the scroll key's own time may precede the key: count only the rows strictly before it.
+        after_key = upper if resolved.scroll is None else min(upper, resolved.scroll.timestamp)
+        since = layout.page_since(start, after_key, resolved.size)
+    else:
+        window = source(start, end)
+        histogram_sql = build_histogram_sql(resolved, window, now_ms, dialect) if window is not None else None
+        histogram = {int(r["bucket"]): int(r["n"]) for r in (run_sql(histogram_sql) if histogram_sql else [])}
+        total = sum(histogram.values())
+        since = choose_since(histogram, resolved, now_ms)
     rows: list[dict[str, Any]] = []
     if total:
-        since = choose_since(histogram, resolved, now_ms)
-        rows = run_sql(build_search_sql(resolved, table, now_ms, since_ms=since, dialect=dialect))
+        rows = _page(run_sql, source, dialect, resolved, now_ms, since, upper)
         if len(rows) < resolved.size and since is not None:
-            rows = run_sql(build_search_sql(resolved, table, now_ms, dialect=dialect))
+            rows = _page(run_sql, source, dialect, resolved, now_ms, None, upper)
     return to_response(rows, total, resolved, table_version)
+
+
+def _page(
+    run_sql: RunSql, source: SourceFor, dialect: str, request: SearchRequest, now_ms: int, since: int | None, upper: int
+) -> list[dict[str, Any]]:
+    table = source(request.start_time if since is None else since, upper)
+    if table is None:
+        return []
+    return run_sql(build_search_sql(request, table, now_ms, since_ms=since, dialect=dialect))
 
 
 def search(spark: SparkSession, settings: Settings, request: SearchRequest, now_ms: int | None = None) -> dict[str, Any]:
@@ -68,4 +118,5 @@ def search(spark: SparkSession, settings: Settings, request: SearchRequest, now_
     def run_sql(sql: str) -> list[dict[str, Any]]:
         return [row.asDict() for row in spark.sql(sql).collect()]
 
-    return run_search(run_sql, table_name(settings, "gold.audit_events"), "spark", request, now_ms)
+    table = table_name(settings, "gold.audit_events")
+    return run_search(run_sql, lambda start, end: table, "spark", request, now_ms)

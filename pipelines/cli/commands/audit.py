@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
     @app.command("publish-audit")
     def publish_audit_command(
         ctx: typer.Context,
-        optimize: bool = typer.Option(False, "--optimize", help="Then compact gold.audit_events (Z-order time, actor)."),
+        optimize: bool = typer.Option(False, "--optimize", help="Then compact gold.audit_events (each day sorted by time, small row groups)."),
         wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
     ) -> None:
         """Publish refined batches to gold.audit_events and gold.actor_activity_daily."""
