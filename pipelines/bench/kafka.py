@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
     def bench_kafka_command(
         versions: int = typer.Option(1_000_000, "--versions", min=100, help="Aspect versions to produce (about)."),
         partitions: int = typer.Option(3, "--partitions", min=1, help="Partitions of the produced topic."),
-        runs: int = typer.Option(1, "--runs", min=1, help="Landing runs (each lands everything into a new home)."),
+        runs: int = typer.Option(1, "--runs", min=0, help="Landing runs, each into a new home (0: skip)."),
         batches: int = typer.Option(20, "--batches", min=0, help="Freshness: batches to produce (0: skip)."),
         records: int = typer.Option(20, "--records", min=1, help="Freshness: records per batch."),
         interval: float = typer.Option(2.0, "--interval", min=0.05, help="Freshness: seconds between batches."),
@@ -275,9 +275,10 @@ def register(app: typer.Typer) -> None:
                 run_freshness_bench(address, folder, batches, records, interval, entities, seed) if batches else None
             )
         rates = [r["messages_per_s"] for r in landing]
-        result = {"landing_runs": landing, "messages_per_s_median": percentile(rates, 50), "freshness": freshness}
+        median = percentile(rates, 50) if rates else None
+        result = {"landing_runs": landing, "messages_per_s_median": median, "freshness": freshness}
         path = write_result(out, "kafka", result)
-        line = f"landing {result['messages_per_s_median']:,.0f} messages/s (median of {runs})"
+        figures = [f"landing {median:,.0f} messages/s (median of {runs})"] if rates else []
         if freshness:
-            line += f", freshness p95 {freshness['freshness_s']['p95']} s"
-        typer.echo(f"{line} -> {path}")
+            figures.append(f"freshness p95 {freshness['freshness_s']['p95']} s")
+        typer.echo(f"{', '.join(figures) or 'nothing measured'} -> {path}")
