@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +73,8 @@ class StagedBatch:
 
     `state_rows` counts the rows the state MERGE applies: the batch's new state rows and its flag rows.
     `seconds` holds the wall time of each staged part and, once refine_batch has run them, of each
-    write step (STEP_NAMES).
+    write step (STEP_NAMES); `cpu_seconds` the CPU time of this process (the embedded engine's threads
+    included) over the same steps.
     """
 
     batch_id: str
@@ -83,6 +86,7 @@ class StagedBatch:
     event_dates: tuple[str, str] | None
     schemas: dict[str, StructType] = field(default_factory=dict, compare=False, repr=False)
     seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+    cpu_seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     def read(self, spark: SparkSession, part: str) -> DataFrame:
         """Read one staged part (events, skipped or state), empty ones included."""
@@ -109,16 +113,27 @@ def replaced_snapshots(spark: SparkSession, settings: Settings, state_df: DataFr
     return read_batch(spark, settings, batch_ids)
 
 
+@contextmanager
+def _timed(name: str, seconds: dict[str, float], cpu_seconds: dict[str, float]) -> Iterator[None]:
+    """Record the block's wall time in `seconds` and this process's CPU time in `cpu_seconds`, under `name`."""
+    started, started_cpu = time.perf_counter(), time.process_time()
+    yield
+    seconds[name] = round(time.perf_counter() - started, 3)
+    cpu_seconds[name] = round(time.process_time() - started_cpu, 3)
+
+
 def _stage(
     df: DataFrame,
     path: Path,
     schemas: dict[str, StructType],
     seconds: dict[str, float],
+    cpu_seconds: dict[str, float],
     partition_by: str | None = None,
 ) -> DataFrame:
     """Write `df` to Parquet and return it read back (with its schema: an empty result writes no file).
 
-    The part's schema goes into `schemas` and the write's wall time into `seconds`, under the part's name.
+    The part's schema goes into `schemas` and the write's wall and CPU time into `seconds` and
+    `cpu_seconds`, under the part's name.
 
     Staged files live for one batch: they are compressed for speed (snappy), not for size, and cut
     into row groups of STAGED_ROW_GROUP_ROWS so that readers split one large file across every core.
@@ -130,9 +145,8 @@ def _stage(
     )
     if partition_by:
         writer = writer.partitionBy(partition_by)
-    started = time.perf_counter()
-    writer.parquet(str(path))
-    seconds[path.name] = round(time.perf_counter() - started, 3)
+    with _timed(path.name, seconds, cpu_seconds):
+        writer.parquet(str(path))
     schemas[path.name] = df.schema
     return df.sparkSession.read.schema(df.schema).parquet(str(path))
 
@@ -147,22 +161,24 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     folder = scratch_folder(settings, batch_id)
     schemas: dict[str, StructType] = {}
     seconds: dict[str, float] = {}
+    cpu_seconds: dict[str, float] = {}
+    timings = (seconds, cpu_seconds)
     batch_df = read_batch(spark, settings, [batch_id])
     state_df = read_table(spark, settings, STATE_TABLE)
     pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
 
     sequenced_df = _stage(
-        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas, seconds, partition_by="aspect_name"
+        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas, *timings, partition_by="aspect_name"
     )
     pairs_df = to_pairs(sequenced_df)
-    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas, seconds)
+    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas, *timings)
     events_df = _stage(
-        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df), folder / "events", schemas, seconds
+        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df), folder / "events", schemas, *timings
     )
-    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas, seconds)
-    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas, seconds)
+    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas, *timings)
+    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas, *timings)
     state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
-    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", schemas, seconds)
+    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", schemas, *timings)
 
     summary = events_df.agg(
         F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi")
@@ -177,6 +193,7 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
         event_dates=(str(summary["lo"]), str(summary["hi"])) if summary["n"] else None,
         schemas=schemas,
         seconds=seconds,
+        cpu_seconds=cpu_seconds,
     )
 
 
@@ -273,9 +290,8 @@ def refine_batch(
     staged = stage_batch(spark, settings, batch_id)
     crash_point("refine.staged")
     for name, step in BATCH_STEPS:
-        started = time.perf_counter()
-        step(spark, settings, staged)
-        staged.seconds[name] = round(time.perf_counter() - started, 3)
+        with _timed(name, staged.seconds, staged.cpu_seconds):
+            step(spark, settings, staged)
         crash_point(f"refine.{name}")
     record_progress(
         spark, settings, STAGE, SOURCE_TABLE, batch_id, rows_in=staged.rows_in, rows_out=staged.events, run_id=run_id
@@ -297,8 +313,9 @@ def refine(
 
     Returns:
         The batches processed, bronze rows read, events written, and per-run metrics: events, skipped
-        and state rows, and `seconds.<step>`, the wall time of each staged part and write step summed
-        over the batches (where a batch's time goes; STEP_NAMES).
+        and state rows, `seconds.<step>`, the wall time of each staged part and write step summed
+        over the batches (where a batch's time goes; STEP_NAMES), and `cpu_seconds.<step>`, the
+        process's CPU time over the same steps.
 
     Raises:
         InputError: when max_batches is not a positive number.
@@ -319,5 +336,6 @@ def refine(
             "skipped": float(sum(s.skipped for s in staged)),
             "state_rows": float(sum(s.state_rows for s in staged)),
             **{f"seconds.{name}": round(sum(s.seconds.get(name, 0.0) for s in staged), 3) for name in STEP_NAMES},
+            **{f"cpu_seconds.{name}": round(sum(s.cpu_seconds.get(name, 0.0) for s in staged), 3) for name in STEP_NAMES},
         },
     )

@@ -7,6 +7,11 @@ of the batch too (`steps_s`: the wall time of each staged part and write, `pipel
 `--engine classic` runs the same silver transforms on JVM Spark local[2] through Spark Connect, with
 Parquet in and out and the state carried between batches as Parquet (JVM Spark here has no Delta, so
 no MERGE).
+
+`--baseline` then runs the one-process Python baseline (`pipelines.bench.baseline`) on the same input
+files, checks that it derives the same event ids, and reports its wall time over land + refine's
+(`baseline_ratio`). `--floors` times the least work the steps can do. A `--work` folder keeps the
+generated input, so a repeated run measures the same files.
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +31,11 @@ import typer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from conf.errors import InputError
+from conf.errors import InputError, LakehouseError
 from conf.settings import Settings, load_settings
 from conf.tables import table_spec
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
+from pipelines.runtime.io import read_table
 from pipelines.cli.console import console
 
 ENGINES = ("sail", "classic")
@@ -52,9 +61,17 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
         seed: int = typer.Option(7, "--seed", help="Generator seed."),
         work: Path | None = typer.Option(None, "--work", help="Scratch folder (default: a temporary one, removed after)."),
+        baseline: bool = typer.Option(
+            False, "--baseline", help="Also run the one-process Python baseline on the same input; compare event ids."
+        ),
+        floors: bool = typer.Option(
+            False, "--floors", help="Also time only reading and parsing the input, and only scanning bronze (sail)."
+        ),
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
-        result = run_silver_bench(versions=versions, batches=batches, engine=engine, seed=seed, work=work)
+        result = run_silver_bench(
+            versions=versions, batches=batches, engine=engine, seed=seed, work=work, baseline=baseline, floors=floors
+        )
         path = write_result(out, f"silver-{engine}", result)
         refine = result["refine"]
         console.print(
@@ -62,15 +79,34 @@ def register(app: typer.Typer) -> None:
             f"({result['versions_per_s']} versions/s, {result['events_per_s']} events/s), "
             f"peak RSS {round(result['peak_rss_bytes'] / 2**20)} MiB, landing {result['landing']['wall_s']} s -> {path}"
         )
+        if baseline:
+            console.print(
+                f"baseline {result['baseline']['wall_s']} s vs land + refine {result['pipeline_wall_s']} s: "
+                f"ratio {result['baseline_ratio']} (same {result['baseline']['events']} event ids)"
+            )
 
 
 def run_silver_bench(
-    *, versions: int, batches: int = 1, engine: str = "sail", seed: int = 7, work: Path | None = None
+    *,
+    versions: int,
+    batches: int = 1,
+    engine: str = "sail",
+    seed: int = 7,
+    work: Path | None = None,
+    baseline: bool = False,
+    floors: bool = False,
 ) -> dict[str, Any]:
     """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
 
+    With `baseline`, the one-process Python baseline (`pipelines.bench.baseline`) then runs on the same
+    files, in a child process so its memory stays out of the pipeline's peak RSS; both must derive
+    the same event ids. `baseline_ratio` is the baseline's wall time over land + refine's. With `floors`
+    (sail only), `floors` holds the wall time of the least work a step can do: read the input files and
+    parse their records, and scan the landed rows' aspect JSON.
+
     Raises:
         InputError: for an unknown engine or a batch count larger than the versions.
+        BaselineMismatch: when the baseline and the pipeline derive different event ids.
     """
     if engine not in ENGINES:
         raise InputError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}")
@@ -92,13 +128,18 @@ def run_silver_bench(
         shutil.rmtree(folder / "home", ignore_errors=True)
         shutil.rmtree(folder / "classic", ignore_errors=True)
         batch_dirs = _batch_dirs(input_dir, batches)
-        run = _run_sail if engine == "sail" else _run_classic
+        if floors and engine != "sail":
+            raise InputError(f"--floors: measured on the sail engine only, not on {engine!r}")
         load_before = os.getloadavg()
-        figures = run(folder, batch_dirs)
+        if engine == "sail":
+            figures = _run_sail(folder, batch_dirs, collect_ids=baseline, floors=floors)
+        else:
+            figures = _run_classic(folder, batch_dirs, collect_ids=baseline)
         load_after = os.getloadavg()
         refine: Measurement = figures["refine"]
         per_batch = figures["per_batch"]
         events = sum(b["events"] for b in per_batch)
+        compared = compare_with_baseline(folder, batch_dirs, figures) if baseline else {}
         return {
             "engine": engine,
             "versions": generated,
@@ -119,10 +160,64 @@ def run_silver_bench(
             "targets": TARGETS,
             # Other work on the machine shows here: the figures are only comparable at a low load.
             "load_average_1m": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+            **compared,
+            **({"floors": figures["floors"]} if floors else {}),
         }
     finally:
         if work is None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+class BaselineMismatch(LakehouseError):
+    """The baseline and the pipeline derived different event ids from the same input."""
+
+
+def _run_baseline(batch_dirs: list[Path], ids_path: Path) -> dict[str, Any]:
+    """Run the baseline as a child process on the batches; its figures, with the ids written to `ids_path`."""
+    command = [sys.executable, "-m", "pipelines.bench.baseline", *map(str, batch_dirs), "--ids-out", str(ids_path)]
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[2])
+    # wait4 gives this child's own CPU time (its peak memory it reports itself).
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    output, errors = child.stdout.read(), child.stderr.read()
+    child.stdout.close()
+    child.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise BaselineMismatch(f"baseline failed ({' '.join(command)}): {errors.decode(errors='replace')[-2000:]}")
+    reported = json.loads(output)
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        **{k: reported[k] for k in ("records", "skipped_lines", "pairs", "events", "read_parse_s", "peak_rss_bytes")},
+    }
+
+
+def compare_with_baseline(folder: Path, batch_dirs: list[Path], figures: dict[str, Any]) -> dict[str, Any]:
+    """Run the baseline on the same input and check its event ids against the pipeline's.
+
+    Raises:
+        BaselineMismatch: naming how many ids each side lacks and the first few of them.
+    """
+    ids_path = folder / "baseline-event-ids.txt"
+    baseline = _run_baseline(batch_dirs, ids_path)
+    baseline_ids = set(ids_path.read_text().split())
+    pipeline_ids: set[str] = figures["event_ids"]
+    only_pipeline, only_baseline = sorted(pipeline_ids - baseline_ids), sorted(baseline_ids - pipeline_ids)
+    if only_pipeline or only_baseline:
+        raise BaselineMismatch(
+            f"the baseline and the pipeline derived different event ids from {folder / 'input'}: "
+            f"{len(only_pipeline)} only from the pipeline (first: {only_pipeline[:5]}), "
+            f"{len(only_baseline)} only from the baseline (first: {only_baseline[:5]})"
+        )
+    pipeline_wall = round(figures["landing"].wall_s + figures["refine"].wall_s, 3)
+    return {
+        "baseline": baseline,
+        "pipeline_wall_s": pipeline_wall,
+        "pipeline_cpu_s": round(figures["landing"].cpu_s + figures["refine"].cpu_s, 3),
+        "baseline_ratio": round(baseline["wall_s"] / pipeline_wall, 3) if pipeline_wall else None,
+        "event_ids_match": True,
+    }
 
 
 def _batch_dirs(input_dir: Path, batches: int) -> list[Path]:
@@ -201,7 +296,24 @@ def _land(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> st
     return "pipelines.batch.landing"
 
 
-def _run_sail(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
+def _floors(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> dict[str, float]:
+    """Wall seconds of the least work landing and refine can do: read and parse every input record;
+    scan the landed rows and their aspect JSON. Aggregates over the parsed values keep the parse from
+    being skipped."""
+    files = [str(p) for batch_dir in batch_dirs for p in _part_files(batch_dir)]
+    parsed = F.from_json(F.col("value"), _ENVELOPE)
+    with measure() as read_parse:
+        spark.read.text(files).select(parsed.alias("r")).agg(
+            F.count("r.entityUrn"), F.sum(F.length("r.aspect.value"))
+        ).collect()
+    with measure() as scan:
+        read_table(spark, settings, "bronze.aspect_snapshots").agg(
+            F.count("entity_urn"), F.sum(F.length("aspect_json"))
+        ).collect()
+    return {"read_parse_input_s": read_parse.wall_s, "scan_bronze_s": scan.wall_s}
+
+
+def _run_sail(folder: Path, batch_dirs: list[Path], collect_ids: bool = False, floors: bool = False) -> dict[str, Any]:
     from pipelines.runtime.engine import open_session
     from pipelines.batch.refine import refine
 
@@ -215,14 +327,30 @@ def _run_sail(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
                 with measure() as one:
                     result = refine(spark, settings, max_batches=1)
                 steps = {k.removeprefix("seconds."): v for k, v in result.metrics.items() if k.startswith("seconds.")}
+                steps_cpu = {
+                    k.removeprefix("cpu_seconds."): v for k, v in result.metrics.items() if k.startswith("cpu_seconds.")
+                }
                 per_batch.append(
                     {"batch_id": ",".join(result.batch_ids), "versions": result.rows_in, "events": result.rows_out,
-                     "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps}
+                     "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps, "steps_cpu_s": steps_cpu}
                 )
-    return {"landing": landing, "landing_mode": mode, "refine": total, "per_batch": per_batch}
+        event_ids = _event_ids(read_table(spark, settings, "silver.entity_change_events")) if collect_ids else None
+        floor_figures = _floors(spark, settings, batch_dirs) if floors else None
+    return {
+        "landing": landing,
+        "landing_mode": mode,
+        "refine": total,
+        "per_batch": per_batch,
+        "event_ids": event_ids,
+        "floors": floor_figures,
+    }
 
 
-def _run_classic(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
+def _event_ids(events_df: DataFrame) -> set[str]:
+    return set(events_df.select("event_id").toArrow().column("event_id").to_pylist())
+
+
+def _run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False) -> dict[str, Any]:
     from pipelines.runtime.engine import jvm_connect_server, open_session
     from silver.events import to_change_events
     from silver.state import (
@@ -267,6 +395,13 @@ def _run_classic(folder: Path, batch_dirs: list[Path]) -> dict[str, Any]:
                     per_batch.append(
                         {"batch_id": batch_id, "versions": counts[1], "events": counts[0], "wall_s": one.wall_s, "cpu_s": one.cpu_s}
                     )
+            event_ids = _event_ids(spark.read.parquet(str(out / "events" / "*"))) if collect_ids else None
     # The JVM runs as a child process: its memory counts only once it has exited, as it has here.
     total.peak_rss_bytes = max(total.peak_rss_bytes, peak_rss_bytes())
-    return {"landing": landing, "landing_mode": "bench loader (Parquet)", "refine": total, "per_batch": per_batch}
+    return {
+        "landing": landing,
+        "landing_mode": "bench loader (Parquet)",
+        "refine": total,
+        "per_batch": per_batch,
+        "event_ids": event_ids,
+    }

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from conf.tables import table_location
+from pipelines.bench.harness import Measurement
+from pipelines.bench.silver import BaselineMismatch, compare_with_baseline
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
 
@@ -27,7 +29,7 @@ def run_bench(work: Path, out: Path, *args: str) -> dict:
 @pytest.fixture(scope="module")
 def sail_bench(tmp_path_factory) -> tuple[dict, Path]:
     work = tmp_path_factory.mktemp("bench-sail")
-    return run_bench(work / "work", work / "out"), work / "work"
+    return run_bench(work / "work", work / "out", "--baseline"), work / "work"
 
 
 def read_delta(spark, home: Path, key: str):
@@ -61,6 +63,47 @@ def test_each_batch_reports_its_steps_within_its_wall_time(sail_bench):
     assert result["last_to_first_batch"] == round(last / first, 3)
     assert result["refine"]["wall_s"] >= first + last - 0.0015
     assert 0 < result["peak_rss_bytes"] <= 64 * 1024**3
+
+
+def test_the_baseline_derives_the_same_event_ids_as_the_pipeline(spark, sail_bench):
+    result, work = sail_bench
+    baseline_ids = set((work / "baseline-event-ids.txt").read_text().split())
+    sail_ids = {r.event_id for r in read_delta(spark, work / "home", "silver.entity_change_events").select("event_id").collect()}
+    assert baseline_ids == sail_ids and len(sail_ids) == result["events"] == result["baseline"]["events"]
+    assert result["event_ids_match"] is True
+    assert result["baseline"]["records"] == result["versions"] and result["baseline"]["skipped_lines"] == 0
+
+
+def test_the_result_holds_the_baseline_figures_and_the_ratio(sail_bench):
+    result, _ = sail_bench
+    baseline = result["baseline"]
+    assert baseline["wall_s"] > 0 and baseline["cpu_s"] > 0 and baseline["peak_rss_bytes"] > 0
+    assert result["pipeline_wall_s"] == round(result["landing"]["wall_s"] + result["refine"]["wall_s"], 3)
+    assert result["pipeline_cpu_s"] == round(result["landing"]["cpu_s"] + result["refine"]["cpu_s"], 3)
+    assert result["baseline_ratio"] == round(baseline["wall_s"] / result["pipeline_wall_s"], 3)
+
+
+def test_each_batch_reports_the_cpu_time_of_its_steps(sail_bench):
+    result, _ = sail_bench
+    for batch in result["per_batch"]:
+        assert list(batch["steps_cpu_s"]) == STEPS
+        assert all(seconds >= 0 for seconds in batch["steps_cpu_s"].values()) and batch["steps_cpu_s"]["events"] > 0
+
+
+def test_different_event_ids_fail_naming_the_first_differences(sail_bench):
+    result, work = sail_bench
+    pipeline_ids = set((work / "baseline-event-ids.txt").read_text().split())
+    lost = min(pipeline_ids)
+    figures = {
+        "event_ids": (pipeline_ids - {lost}) | {"0" * 64},
+        "landing": Measurement(wall_s=1.0, cpu_s=1.0),
+        "refine": Measurement(wall_s=1.0, cpu_s=1.0),
+    }
+    batch_dirs = [work / "input" / f"batch-{index:05d}" / "aspects" for index in range(2)]
+    with pytest.raises(BaselineMismatch) as raised:
+        compare_with_baseline(work, batch_dirs, figures)
+    assert f"1 only from the pipeline (first: ['{'0' * 64}'])" in str(raised.value)
+    assert f"1 only from the baseline (first: ['{lost}'])" in str(raised.value)
 
 
 def test_jvm_spark_derives_the_same_events_from_the_same_input(spark, sail_bench, tmp_path):
