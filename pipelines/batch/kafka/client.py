@@ -10,6 +10,8 @@ from conf.errors import InputError, SourceUnavailable
 from conf.settings import KafkaSettings
 
 SOURCE_SCHEME = "kafka://"
+# Messages asked of the client per consume call.
+CONSUME_BATCH = 10_000
 
 
 class TopicPartition(NamedTuple):
@@ -22,6 +24,14 @@ class TopicPartition(NamedTuple):
     def source(self) -> str:
         """The name its records carry as bronze `source_file`."""
         return f"{SOURCE_SCHEME}{self.topic}/{self.partition}"
+
+    def to_client(self, offset: int | None = None):
+        """The client's TopicPartition for this partition (at `offset`, when given)."""
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        if offset is None:
+            return KafkaTopicPartition(self.topic, self.partition)
+        return KafkaTopicPartition(self.topic, self.partition, offset)
 
 
 class Message(NamedTuple):
@@ -106,9 +116,8 @@ def end_offsets(consumer, kafka: KafkaSettings, positions: dict[TopicPartition, 
         SourceUnavailable: when a partition has not answered within `timeout_seconds`.
     """
     from confluent_kafka import KafkaError
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, offset) for tp, offset in positions.items()])
+    consumer.assign([tp.to_client(offset) for tp, offset in positions.items()])
     waiting = set(positions)
     deadline = time.monotonic() + kafka.timeout_seconds
     while waiting and time.monotonic() < deadline:
@@ -120,7 +129,7 @@ def end_offsets(consumer, kafka: KafkaSettings, positions: dict[TopicPartition, 
         raise unreachable(kafka, TimeoutError(f"no answer from {', '.join(sorted(tp.source for tp in waiting))}"))
     ends = {}
     for tp in positions:
-        _, high = consumer.get_watermark_offsets(KafkaTopicPartition(tp.topic, tp.partition), cached=True)
+        _, high = consumer.get_watermark_offsets(tp.to_client(), cached=True)
         ends[tp] = high
     return ends
 

@@ -9,7 +9,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from conf.settings import Settings
-from pipelines.batch.kafka.client import Message, TopicPartition, open_consumer, topic_partitions
+from pipelines.batch.kafka.client import CONSUME_BATCH, Message, TopicPartition, open_consumer, topic_partitions
 from pipelines.batch.kafka.offsets import committed_offsets
 from pipelines.batch.kafka.source import commit_hint
 
@@ -19,7 +19,6 @@ _EMPTY_REFRESH_SECONDS = 5.0
 # After an unreachable broker, the next attempt waits this long, doubling up to the maximum.
 _RETRY_FIRST_SECONDS = 1.0
 _RETRY_MAX_SECONDS = 60.0
-_CONSUME_BATCH = 10_000
 _REPORT_EVERY_SECONDS = 30.0
 # A buffer that received nothing for this long is landed without waiting for watch.max_wait_seconds.
 QUIET_SECONDS = 0.5
@@ -63,7 +62,7 @@ class KafkaFeed:
             except Exception as exc:  # noqa: BLE001 - broker (SourceUnavailable) or engine errors: try again later
                 self._report({"event": "kafka_unavailable", "error": str(exc)})
         while len(self.buffer) < self.kafka.max_records and self.buffer_bytes < self.kafka.max_bytes:
-            received = self.consumer.consume(min(_CONSUME_BATCH, self.kafka.max_records - len(self.buffer)), timeout=0)
+            received = self.consumer.consume(min(CONSUME_BATCH, self.kafka.max_records - len(self.buffer)), timeout=0)
             if not received:
                 return
             for record in received:
@@ -150,8 +149,6 @@ class KafkaFeed:
 
     def _assign_new(self, spark: SparkSession) -> None:
         """Assign the partitions not assigned yet, each from where bronze says to resume."""
-        from confluent_kafka import TopicPartition as KafkaTopicPartition
-
         partitions, _missing = topic_partitions(self.consumer, self.kafka)
         # Until a topic exists there is nothing to wait for: look again soon.
         self._refresh_at = time.monotonic() + (_METADATA_REFRESH_SECONDS if partitions else _EMPTY_REFRESH_SECONDS)
@@ -161,7 +158,7 @@ class KafkaFeed:
         resume = committed_offsets(spark, self.settings)
         for tp in new:
             self.next_offset[tp] = resume.get(tp, 0)
-        self.consumer.incremental_assign([KafkaTopicPartition(tp.topic, tp.partition, self.next_offset[tp]) for tp in new])
+        self.consumer.incremental_assign([tp.to_client(self.next_offset[tp]) for tp in new])
         self.emit({"event": "kafka_assigned", "partitions": {tp.source: self.next_offset[tp] for tp in new}})
 
     def _report(self, record: dict[str, Any]) -> None:
@@ -172,8 +169,6 @@ class KafkaFeed:
             self.emit(record)
 
     def _seek(self, offsets: dict[TopicPartition, int]) -> None:
-        from confluent_kafka import TopicPartition as KafkaTopicPartition
-
         kept = [m for m in self.buffer if m.topic_partition not in offsets]
         self.buffer = kept
         self.buffer_bytes = sum(len(m.value) for m in kept if m.value)
@@ -181,7 +176,7 @@ class KafkaFeed:
         self.last_at = self.last_at if kept else None
         for tp, offset in offsets.items():
             self.next_offset[tp] = offset
-            self.consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, offset))
+            self.consumer.seek(tp.to_client(offset))
 
     def _client_error(self, error) -> None:
         from confluent_kafka import KafkaError

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from conf.errors import InputError
 from conf.settings import KafkaSettings, Settings
 from pipelines.batch.kafka.client import (
+    CONSUME_BATCH,
     Message,
     TopicPartition,
     end_offsets,
@@ -31,7 +32,6 @@ from pipelines.batch.landing.batch import land_plans
 
 log = logging.getLogger("lakehouse.kafka")
 
-_CONSUME_BATCH = 10_000  # messages asked of the client per call
 
 
 def land_kafka(
@@ -75,7 +75,7 @@ def land_kafka(
         if not behind:
             return []
         # Assigning again starts each partition over at bronze's offset (the look at the ends read ahead).
-        consumer.assign([_kafka_partition(tp, offset) for tp, offset in behind.items()])
+        consumer.assign([tp.to_client(offset) for tp, offset in behind.items()])
         reports = []
         draining = set(behind)
         # The next batch is consumed while the engine lands this one (the client waits on the network).
@@ -131,7 +131,7 @@ def commit_hint(consumer, next_offsets: dict[TopicPartition, int]) -> None:
     if not next_offsets:
         return
     try:
-        consumer.commit(offsets=[_kafka_partition(tp, o) for tp, o in next_offsets.items()], asynchronous=False)
+        consumer.commit(offsets=[tp.to_client(o) for tp, o in next_offsets.items()], asynchronous=False)
     except KafkaException as exc:
         log.warning("consumer group offsets not committed (bronze holds them): %s", exc)
 
@@ -155,7 +155,7 @@ def consume_batch(
     size = 0
     last_progress = time.monotonic()
     while draining and len(chunk) < kafka.max_records and size < kafka.max_bytes:
-        received = consumer.consume(min(_CONSUME_BATCH, kafka.max_records - len(chunk)), timeout=1.0)
+        received = consumer.consume(min(CONSUME_BATCH, kafka.max_records - len(chunk)), timeout=1.0)
         if received:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > kafka.timeout_seconds:
@@ -183,17 +183,10 @@ def consume_batch(
 
 
 def _finish(consumer, draining: set[TopicPartition], tp: TopicPartition) -> None:
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
-
     if tp in draining:
         draining.discard(tp)
-        consumer.pause([KafkaTopicPartition(tp.topic, tp.partition)])
+        consumer.pause([tp.to_client()])
 
-
-def _kafka_partition(tp: TopicPartition, offset: int):
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
-
-    return KafkaTopicPartition(tp.topic, tp.partition, offset)
 
 
 def _registry(kafka: KafkaSettings) -> SchemaRegistry | None:
