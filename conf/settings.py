@@ -139,6 +139,7 @@ class ServeSettings:
     version_check_seconds: float = 1.0
     max_body_bytes: int = 1048576
     max_size: int = 10000
+    row_cache_mb: int = 256
 
 
 @dataclass(frozen=True)
@@ -683,6 +684,7 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
         ("queue_depth", serve.queue_depth, 0),
         ("max_body_bytes", serve.max_body_bytes, 1024),
         ("max_size", serve.max_size, 1),
+        ("row_cache_mb", serve.row_cache_mb, 0),
     ):
         if ok(f"serve.{name}") and value < least:
             problems.append(f"serve.{name}: {value!r} must be at least {least}")

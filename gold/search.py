@@ -282,8 +282,32 @@ def _sort_actor() -> exp.Expression:
     return exp.func("COALESCE", exp.column("actor_urn"), exp.Literal.string(""))
 
 
+def page_key(row: Mapping[str, Any]) -> tuple[int, str, str, str]:
+    """Return a row's place in page order as a sort key: newest first, then event type, actor and event id.
+
+    The same order `build_search_sql` renders as ORDER BY and as the scroll key predicate (`_after_key`),
+    for an engine that orders rows it has already read.
+    """
+    return (-int(row["timestamp"]), row["event_type"] or "", row["actor_urn"] or "", row["event_id"] or "")
+
+
+def to_page(rows: Sequence[Mapping[str, Any]], request: SearchRequest) -> list[Mapping[str, Any]]:
+    """Return the request's page from `rows` that match it and hold the page: after its scroll key, in page order.
+
+    Args:
+        rows: matching rows (any order) among which the page's rows all are.
+        request: the request (its size and scroll key).
+    """
+    ordered = sorted(rows, key=page_key)
+    if request.scroll is not None:
+        key = request.scroll
+        after = (-key.timestamp, key.event_type, key.actor_urn, key.event_id)
+        ordered = [row for row in ordered if page_key(row) > after]
+    return ordered[: request.size]
+
+
 def _after_key(scroll: ScrollKey) -> exp.Expression:
-    """The keyset predicate: rows strictly after `scroll` in (timestamp desc, type, actor, id) order."""
+    """The keyset predicate: rows strictly after `scroll` in (timestamp desc, type, actor, id) order (`page_key`)."""
     ts = exp.column("timestamp")
     ts_value = exp.Literal.number(scroll.timestamp)
     event_type = exp.column("event_type")

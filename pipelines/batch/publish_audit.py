@@ -21,10 +21,10 @@ STAGE = "publish_audit"
 AUDIT_TABLE = "gold.audit_events"
 ACTIVITY_TABLE = "gold.actor_activity_daily"
 # Compaction sorts each day's rows by time into row groups of AUDIT_ROW_GROUP_ROWS rows: a search window
-# or a newest-first page reads only the row groups of its time range (their footers' min/max), and the
-# in-process serving engine counts the rows of whole row groups without reading them.
+# reads only the row groups of its time range (their footers' min/max), and the in-process serving engine
+# reads a page's rows by decoding only the small row groups that hold them.
 AUDIT_ZORDER = ("timestamp",)
-AUDIT_ROW_GROUP_ROWS = 25_000
+AUDIT_ROW_GROUP_ROWS = 1_024
 # Sorted, the time column is stored as deltas: smaller, and decoded faster by every window filter.
 AUDIT_DELTA_ENCODED = ("timestamp",)
 

@@ -1,23 +1,28 @@
-"""The serving engines of the search API: in-process (delta-rs + DuckDB) or the Spark session."""
+"""The serving engines of the search API: in-process (an in-memory index over delta-rs) or the Spark session."""
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
-import duckdb
 from pyspark.sql import SparkSession
-from sqlglot import exp
 
 from conf.errors import ConfigError
 from conf.settings import Settings
 from conf.tables import table_location
-from gold.search import SearchRequest
-from pipelines.serving.search import run_search, search
+from gold.search import RESULT_COLUMNS, SearchRequest, page_upper_bound, to_match_condition, to_page, to_response
+from pipelines.serving.matches import Matches, find_matches
+from pipelines.serving.rows import RowGroupCache, read_rows
+from pipelines.serving.search import search
 from pipelines.serving.snapshots import Snapshot, TableSnapshots, gone
 
 ENGINES = ("inprocess", "spark")
+# The columns a page can show (raw_event only when the request includes it).
+PAGE_COLUMNS = (*RESULT_COLUMNS, "raw_event")
+# Extra candidates read for a scrolled page: rows at the scroll key's own time may precede the key.
+SCROLL_TIES = 16
 
 
 class SearchEngine(Protocol):
@@ -33,33 +38,25 @@ class SearchEngine(Protocol):
 
 
 class InProcessEngine:
-    """Searches gold.audit_events in-process: DuckDB over the Parquet files of a pinned Delta version.
+    """Searches gold.audit_events in-process: an in-memory index of a pinned Delta version, then its page rows.
 
-    The snapshot (from the Delta log, via delta-rs, and the files' Parquet footers) names the version's
-    files, each file's time range and its row groups' time ranges; a query reads only the files
-    overlapping its time range, with DuckDB's own Parquet reader (the partition column from the
-    `event_date=` path), which skips the row groups outside it. An unfiltered search's total and the
-    slice holding its page come from the row groups' row counts and time ranges (see `run_search`).
-    One DuckDB database serves every request, each on its own cursor; DuckDB caches the files' Parquet
-    footers across requests.
+    The snapshot (from the Delta log, via delta-rs) holds an index per data file: timestamps sorted and
+    the filter columns as integer codes (`pipelines.serving.index`). A search evaluates the request's
+    match condition, the same sqlglot tree Spark runs as SQL, over the index of each file its window
+    meets (`pipelines.serving.condition`): that gives the exact total and the newest matching rows. Only
+    those rows are read from the Parquet files (`pipelines.serving.rows`) and put in page order after
+    the scroll key (`gold.search.to_page`, the order the SQL page query renders).
 
     Args:
-        settings: the lakehouse settings (table location, serve.version_check_seconds).
-        threads: DuckDB worker threads per query (default: the machine's cores).
+        settings: the lakehouse settings (table location, serve.version_check_seconds, serve.row_cache_mb).
     """
 
     name = "inprocess"
 
-    def __init__(self, settings: Settings, threads: int | None = None):
+    def __init__(self, settings: Settings):
         location = str(table_location(settings, "gold.audit_events"))
-        self.snapshots = TableSnapshots(location, settings.serve.version_check_seconds)
-        threads = threads or os.cpu_count() or 1
-        # Only what the wheel carries: no extension is installed or loaded at run time.
-        self._db = duckdb.connect(
-            config={"threads": threads, "autoinstall_known_extensions": False, "autoload_known_extensions": False}
-        )
-        # Parquet footers are read once per file, not once per query.
-        self._db.execute("SET parquet_metadata_cache = true")
+        self.rows = RowGroupCache(settings.serve.row_cache_mb * 1024 * 1024, PAGE_COLUMNS)
+        self.snapshots = TableSnapshots(location, settings.serve.version_check_seconds, retired=self.rows.forget)
 
     def search(self, request: SearchRequest, now_ms: int | None = None) -> dict[str, Any]:
         """Return the response of `request`, read from the version its scroll id pins, else the latest.
@@ -72,42 +69,45 @@ class InProcessEngine:
         pinned = request.scroll is not None and request.scroll.table_version >= 0
         snapshot = self.snapshots.at(request.scroll.table_version) if pinned else self.snapshots.latest()
         resolved = request.with_window(now_ms)
+        matches = find_matches(snapshot, to_match_condition(resolved, now_ms), resolved.start_time,
+                               resolved.end_time, page_upper_bound(resolved, now_ms))  # fmt: skip
+        columns = PAGE_COLUMNS if resolved.include_raw else RESULT_COLUMNS
+        try:
+            rows = self._page(matches, resolved, columns, snapshot)
+        except OSError:
+            if not snapshot.files_exist():
+                raise gone(snapshot.version) from None
+            raise
+        return to_response(rows, matches.total, resolved, snapshot.version)
 
-        def source(start: int, end: int) -> exp.Expression | None:
-            files = snapshot.files_between(start, end)
-            return _parquet_source(files) if files else None
+    def _page(
+        self, matches: Matches, request: SearchRequest, columns: tuple[str, ...], snapshot: Snapshot
+    ) -> list[Mapping[str, Any]]:
+        """Read the newest candidate rows and order them into the page, widening until the page is sure.
 
-        with self._db.cursor() as cursor:
-            try:
-                return run_search(lambda sql: _rows(cursor, sql), source, "duckdb", resolved, now_ms, snapshot.version,
-                                  snapshot)  # fmt: skip
-            except (duckdb.IOException, duckdb.InvalidInputException, OSError):
-                if not snapshot.files_exist():
-                    raise gone(snapshot.version) from None
-                raise
+        Raises:
+            VersionGoneError: when a later page's files are gone, even if their rows are still cached: a
+                scroll answers from its version's files or not at all.
+        """
+        limit = request.size + (SCROLL_TIES if request.scroll is not None else 0)
+        while True:
+            candidates = matches.newest(limit)
+            if not candidates.positions:
+                return []
+            if request.scroll is not None and not all(Path(index.path).exists() for index, _ in candidates.positions):
+                raise gone(snapshot.version)
+            rows = [row for index, positions in candidates.positions for row in read_rows(self.rows, index, positions, columns)]
+            page = to_page(rows, request)
+            # Every matching row at or after the oldest candidate's time is a candidate, so a full page
+            # from them is the page.
+            if len(page) >= request.size or candidates.complete:
+                return page
+            limit *= 4
 
     def health(self) -> dict[str, Any]:
         """Return the audit table version the engine reads."""
         snapshot: Snapshot = self.snapshots.latest()
         return {"engine": self.name, "auditEventsVersion": snapshot.version}
-
-
-def _parquet_source(files: list[str]) -> exp.Expression:
-    """DuckDB's read_parquet over `files`, the partition column typed from the `event_date=` paths."""
-    hive_types = exp.Struct(expressions=[exp.PropertyEQ(this=exp.Literal.string("event_date"),
-                                                        expression=exp.Literal.string("DATE"))])  # fmt: skip
-    return exp.Anonymous(
-        this="read_parquet",
-        expressions=[
-            exp.Array(expressions=[exp.Literal.string(path) for path in files]),
-            exp.PropertyEQ(this=exp.column("hive_partitioning"), expression=exp.true()),
-            exp.PropertyEQ(this=exp.column("hive_types"), expression=hive_types),
-        ],
-    )
-
-
-def _rows(cursor: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
-    return cursor.sql(sql).to_arrow_table().to_pylist()
 
 
 class SparkEngine:

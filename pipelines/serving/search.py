@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from pyspark.sql import SparkSession
 from sqlglot import exp
@@ -28,16 +28,6 @@ RunSql = Callable[[str], list[dict[str, Any]]]
 SourceFor = Callable[[int, int], "str | exp.Expression | None"]
 
 
-class TableLayout(Protocol):
-    """What an engine knows of the table version's files without reading their rows."""
-
-    def count_between(self, start_ms: int, end_ms: int) -> int:
-        """Return the exact number of rows with start_ms <= timestamp < end_ms."""
-
-    def page_since(self, start_ms: int, upper_ms: int, size: int) -> int | None:
-        """Return a time from which [since, upper_ms) surely holds `size` rows of the window, or None."""
-
-
 def run_search(
     run_sql: RunSql,
     source: SourceFor,
@@ -45,15 +35,12 @@ def run_search(
     request: SearchRequest,
     now_ms: int,
     table_version: int = UNPINNED,
-    layout: TableLayout | None = None,
 ) -> dict[str, Any]:
     """Return DataHub's audit search response for one request, reading through `run_sql`.
 
-    Two steps: the exact total, then the page from the newest slice of the window known to hold it.
-    Without filters and with the files' `layout`, the total and the slice come from the file footers
-    (row counts and time ranges of row groups). Otherwise the matching events are counted per time
-    bucket (their sum is the total) and the buckets give the slice. When the slice falls short the
-    whole window is read.
+    Two steps: the matching events are counted per time bucket (their sum is the exact total), then the
+    page is read from the newest slice of the window the buckets show to hold it; when the slice falls
+    short the whole window is read.
 
     Args:
         run_sql: runs a query of `dialect` and returns its rows.
@@ -62,7 +49,6 @@ def run_search(
         request: the validated request.
         now_ms: the current time in epoch ms for the default window.
         table_version: the table version read, pinned in the next scroll id (UNPINNED: none).
-        layout: what the engine knows of the table version's row groups (None: nothing).
 
     Returns:
         `{nextScrollId?, count, total, usageEvents}` as plain JSON values.
@@ -71,19 +57,12 @@ def run_search(
         RequestError: when the request's resolved window is the wrong way round.
     """
     resolved = request.with_window(now_ms)
-    start, end = resolved.start_time, resolved.end_time
     upper = page_upper_bound(resolved, now_ms)
-    if layout is not None and not resolved.filtered:
-        total = layout.count_between(start, end)
-        # Rows at the scroll key's own time may precede the key: count only the rows strictly before it.
-        after_key = upper if resolved.scroll is None else min(upper, resolved.scroll.timestamp)
-        since = layout.page_since(start, after_key, resolved.size)
-    else:
-        window = source(start, end)
-        histogram_sql = build_histogram_sql(resolved, window, now_ms, dialect) if window is not None else None
-        histogram = {int(r["bucket"]): int(r["n"]) for r in (run_sql(histogram_sql) if histogram_sql else [])}
-        total = sum(histogram.values())
-        since = choose_since(histogram, resolved, now_ms)
+    window = source(resolved.start_time, resolved.end_time)
+    histogram_sql = build_histogram_sql(resolved, window, now_ms, dialect) if window is not None else None
+    histogram = {int(r["bucket"]): int(r["n"]) for r in (run_sql(histogram_sql) if histogram_sql else [])}
+    total = sum(histogram.values())
+    since = choose_since(histogram, resolved, now_ms)
     rows: list[dict[str, Any]] = []
     if total:
         rows = _page(run_sql, source, dialect, resolved, now_ms, since, upper)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -13,7 +16,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from conf.errors import ConfigError, RequestError
-from pipelines.serving.timespans import RowGroupRange, TimeSpans, count_rows_between, read_row_group_ranges
+from pipelines.serving.index import FileIndex, build_file_index
 
 # Pinned versions kept open besides the latest: scrolls that started a few publishes ago.
 DEFAULT_KEEP_VERSIONS = 8
@@ -21,6 +24,8 @@ DEFAULT_KEEP_VERSIONS = 8
 UNSUPPORTED_READER_FEATURES = ("deletionVectors", "columnMapping")
 # The version of a table that does not exist yet.
 NO_TABLE = -1
+# Threads that build the indexes of a version's new files.
+INDEX_THREADS = os.cpu_count() or 1
 
 
 class VersionGoneError(RequestError):
@@ -36,13 +41,13 @@ class DataFile:
     Attributes:
         path: the file's absolute local path.
         min_timestamp, max_timestamp: the least and greatest `timestamp` in the file (None: no statistics).
-        row_groups: the file's Parquet row groups, from its footer.
+        index: the file's searchable columns in memory (None: not built, e.g. in tests of file pruning).
     """
 
     path: str
     min_timestamp: int | None
     max_timestamp: int | None
-    row_groups: tuple[RowGroupRange, ...] = ()
+    index: FileIndex | None = None
 
     def overlaps(self, start_ms: int, end_ms: int) -> bool:
         """Return whether the file may hold rows with start_ms <= timestamp < end_ms."""
@@ -57,44 +62,15 @@ class Snapshot:
 
     Attributes:
         version: the Delta table version.
-        files: the version's data files, with their time ranges for pruning.
-        spans: the time spans of the files' row groups (None: some row group has no time range).
+        files: the version's data files, with their time ranges for pruning and their indexes.
     """
 
     version: int
     files: tuple[DataFile, ...]
-    spans: TimeSpans | None = None
 
-    def files_between(self, start_ms: int, end_ms: int) -> list[str]:
-        """Return the paths of the files that may hold rows in [start_ms, end_ms)."""
-        return [f.path for f in self.files if f.overlaps(start_ms, end_ms)]
-
-    def count_between(self, start_ms: int, end_ms: int) -> int:
-        """Return the exact number of rows with start_ms <= timestamp < end_ms, from the files' footers.
-
-        A row group inside the range counts its rows; only the row groups the range's edges cut are read,
-        and of them only the timestamp column.
-        """
-        total = 0
-        for data_file in self.files:
-            if not data_file.overlaps(start_ms, end_ms):
-                continue
-            cut = []
-            for index, group in enumerate(data_file.row_groups):
-                low, high = group.min_timestamp, group.max_timestamp
-                if group.rows == 0 or (high is not None and high < start_ms) or (low is not None and low >= end_ms):
-                    continue
-                if low is not None and high is not None and start_ms <= low and high < end_ms:
-                    total += group.rows
-                else:
-                    cut.append(index)
-            if cut:
-                total += count_rows_between(data_file.path, cut, start_ms, end_ms)
-        return total
-
-    def page_since(self, start_ms: int, upper_ms: int, size: int) -> int | None:
-        """Return a time from which [since, upper_ms) surely holds `size` rows of [start_ms, ...), or None."""
-        return self.spans.page_since(start_ms, upper_ms, size) if self.spans is not None else None
+    def files_between(self, start_ms: int, end_ms: int) -> list[DataFile]:
+        """Return the files that may hold rows in [start_ms, end_ms)."""
+        return [f for f in self.files if f.overlaps(start_ms, end_ms)]
 
     def files_exist(self) -> bool:
         """Return whether every data file of the version is still on disk (VACUUM removes them)."""
@@ -105,9 +81,9 @@ def open_snapshot(
     location: str,
     version: int | None = None,
     partition_column: str = "event_date",
-    footers: dict[str, tuple[RowGroupRange, ...]] | None = None,
+    indexes: dict[str, FileIndex] | None = None,
 ) -> Snapshot:
-    """Open one version of the Delta table at `location` (None: the latest) from its log and file footers.
+    """Open one version of the Delta table at `location` (None: the latest) from its log, indexing its files.
 
     A table not created yet opens as an empty snapshot of version -1 (searches find nothing until the
     pipeline creates it).
@@ -116,8 +92,8 @@ def open_snapshot(
         location: the table's local storage location.
         version: the version to open.
         partition_column: the table's partition column, which every file path must name (`col=value/`).
-        footers: row groups already read, by file path (data files never change, so they are read once);
-            the files read now are added to it.
+        indexes: file indexes already built, by file path (data files never change, so each is built
+            once); the ones built now are added to it.
 
     Raises:
         ConfigError: when the table's files cannot be read as plain Parquet with the partition value in
@@ -137,15 +113,17 @@ def open_snapshot(
             raise ConfigError(f"serve.engine: inprocess needs {partition_column}=<value>/ in file paths; {path} has not")
     minimum = actions.get("min.timestamp", [None] * len(paths))
     maximum = actions.get("max.timestamp", [None] * len(paths))
-    footers = {} if footers is None else footers
-    files = []
-    for path, low, high in zip(paths, minimum, maximum, strict=True):
-        local = str(Path(location) / path)
-        if local not in footers:
-            footers[local] = read_row_group_ranges(local)
-        files.append(DataFile(local, _millis(low), _millis(high), footers[local]))
-    spans = TimeSpans.from_row_groups(group for f in files for group in f.row_groups)
-    return Snapshot(version=table.version(), files=tuple(files), spans=spans)
+    indexes = {} if indexes is None else indexes
+    local_paths = [str(Path(location) / path) for path in paths]
+    missing = [(p, v) for p, v in zip(local_paths, partitions, strict=True) if p not in indexes]
+    # Parquet decoding releases the GIL: the files of a new version are indexed side by side.
+    with ThreadPoolExecutor(max_workers=min(INDEX_THREADS, max(1, len(missing)))) as pool:
+        built = pool.map(lambda item: build_file_index(item[0], {partition_column: item[1]} if item[1] is not None else {}),
+                         missing)  # fmt: skip
+        indexes.update(zip((p for p, _ in missing), built, strict=True))
+    files = [DataFile(local, _millis(low), _millis(high), indexes[local])
+             for local, low, high in zip(local_paths, minimum, maximum, strict=True)]  # fmt: skip
+    return Snapshot(version=table.version(), files=tuple(files))
 
 
 def _millis(value: object) -> int | None:
@@ -164,9 +142,16 @@ class TableSnapshots:
         location: the table's storage location.
         check_interval_s: the least time between two checks for a new version.
         keep_versions: how many older versions stay open for scrolls.
+        retired: called with the paths of files no open version reads any more (after compaction or VACUUM).
     """
 
-    def __init__(self, location: str, check_interval_s: float, keep_versions: int = DEFAULT_KEEP_VERSIONS):
+    def __init__(
+        self,
+        location: str,
+        check_interval_s: float,
+        keep_versions: int = DEFAULT_KEEP_VERSIONS,
+        retired: Callable[[set[str]], None] | None = None,
+    ):
         if check_interval_s < 0:
             raise ConfigError(f"check_interval_s: {check_interval_s!r} must be at least 0")
         if keep_versions < 1:
@@ -174,9 +159,10 @@ class TableSnapshots:
         self._location = location
         self._interval = check_interval_s
         self._keep = keep_versions
-        # Row groups by data file path, shared by every version opened (files are written once).
-        self._footers: dict[str, tuple[RowGroupRange, ...]] = {}
-        self._latest = open_snapshot(location, footers=self._footers)
+        self._retired = retired
+        # Indexes by data file path, shared by every version opened (files are written once).
+        self._indexes: dict[str, FileIndex] = {}
+        self._latest = open_snapshot(location, indexes=self._indexes)
         self._probe = DeltaTable(location) if self._latest.version != NO_TABLE else None
         self._checked = time.monotonic()
         self._check_lock = threading.Lock()
@@ -206,10 +192,10 @@ class TableSnapshots:
         self._probe.update_incremental()
         version = self._probe.version()
         if version != self._latest.version:
-            fresh = open_snapshot(self._location, version, footers=self._footers)
+            fresh = open_snapshot(self._location, version, indexes=self._indexes)
             self._remember(self._latest)
             self._latest = fresh
-            self._forget_footers()
+            self._forget_indexes()
 
     def at(self, version: int) -> Snapshot:
         """Return the snapshot of `version`, opening it when it is not open yet.
@@ -234,7 +220,7 @@ class TableSnapshots:
 
     def _open_pinned(self, version: int) -> Snapshot:
         try:
-            snapshot = open_snapshot(self._location, version, footers=self._footers)
+            snapshot = open_snapshot(self._location, version, indexes=self._indexes)
         except ConfigError:
             raise
         except Exception:  # delta-rs raises its own errors for a version it cannot load
@@ -247,13 +233,16 @@ class TableSnapshots:
         self._remember(snapshot)
         return snapshot
 
-    def _forget_footers(self) -> None:
-        """Drop the footers of files no open version reads (compaction and VACUUM retire files)."""
+    def _forget_indexes(self) -> None:
+        """Drop the indexes of files no open version reads (compaction and VACUUM retire files)."""
         with self._pinned_lock:
             snapshots = [self._latest, *self._pinned.values()]
         live = {f.path for snapshot in snapshots for f in snapshot.files}
-        for path in [p for p in self._footers if p not in live]:
-            self._footers.pop(path, None)
+        retired = {p for p in self._indexes if p not in live}
+        for path in retired:
+            self._indexes.pop(path, None)
+        if retired and self._retired is not None:
+            self._retired(retired)
 
     def _remember(self, snapshot: Snapshot) -> None:
         with self._pinned_lock:

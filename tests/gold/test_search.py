@@ -21,6 +21,7 @@ from gold.search import (
     decode_scroll_id,
     page_upper_bound,
     encode_scroll_id,
+    to_page,
     to_response,
 )
 
@@ -284,3 +285,19 @@ def test_empty_page_has_a_total_and_no_scroll():
     empty = _row("LogInEvent", 1, event_id=None)
     response = to_response([empty], 0, SearchRequest.parse({"size": "1"}).with_window(NOW))
     assert response == {"count": 0, "total": 0, "usageEvents": []}
+
+
+def test_a_page_of_rows_already_read_follows_the_sql_order_and_the_scroll_key():
+    def row(ts, event_type, actor, event_id):
+        return {"timestamp": ts, "event_type": event_type, "actor_urn": actor, "event_id": event_id}
+
+    rows = [row(5, "LogInEvent", "b", "2"), row(9, "LogInEvent", "a", "9"), row(5, "LogInEvent", None, "3"),
+            row(5, "FailedLogInEvent", "z", "4"), row(5, "LogInEvent", "b", "1"), row(1, "LogInEvent", "a", "0")]  # fmt: skip
+    # Newest first; at one time by event type, then actor (null first, as ""), then event id.
+    expected = ["9", "4", "3", "1", "2", "0"]
+    request = SearchRequest.parse({"size": "10"}).with_window(NOW)
+    assert [r["event_id"] for r in to_page(rows, request)] == expected
+    assert [r["event_id"] for r in to_page(rows, SearchRequest.parse({"size": "2"}))] == expected[:2]
+    scroll = encode_scroll_id(ScrollKey(5, "LogInEvent", "", "3", NOW - DAY_MS, NOW))
+    after = SearchRequest.parse({"size": "10", "scrollId": scroll})
+    assert [r["event_id"] for r in to_page(rows, after)] == ["1", "2", "0"]

@@ -143,7 +143,8 @@ def test_serve_settings_are_validated_all_at_once(tmp_path):
     from conf.settings import load_settings
 
     overrides = ["serve.engine=duckdb", "serve.query_slots=0", "serve.queue_depth=-1", "serve.max_size=10001",
-                 "serve.max_body_bytes=10", "serve.version_check_seconds=-1", "serve.queue_timeout_seconds=0"]  # fmt: skip
+                 "serve.max_body_bytes=10", "serve.version_check_seconds=-1", "serve.queue_timeout_seconds=0",
+                 "serve.row_cache_mb=-1"]  # fmt: skip
     with pytest.raises(ConfigError) as raised:
         load_settings("local", home=tmp_path, env={}, overrides=overrides)
     assert raised.value.problems == [
@@ -151,12 +152,13 @@ def test_serve_settings_are_validated_all_at_once(tmp_path):
         "serve.query_slots: 0 must be at least 1",
         "serve.queue_depth: -1 must be at least 0",
         "serve.max_body_bytes: 10 must be at least 1024",
+        "serve.row_cache_mb: -1 must be at least 0",
         "serve.max_size: 10001 is above the search contract's limit 10000",
         "serve.queue_timeout_seconds: 0.0 must be above 0",
         "serve.version_check_seconds: -1.0 must be at least 0",
     ]
     defaults = load_settings("local", home=tmp_path, env={}).serve
-    assert (defaults.engine, defaults.query_slots, defaults.max_size) == ("inprocess", 4, 10000)
+    assert (defaults.engine, defaults.query_slots, defaults.max_size, defaults.row_cache_mb) == ("inprocess", 4, 10000, 256)
 
 
 def test_a_server_started_before_the_table_exists_serves_it_once_published(spark, tmp_path):

@@ -29,7 +29,7 @@ def test_a_file_is_read_only_when_its_time_range_meets_the_window(low, high, sta
 def test_a_snapshot_lists_the_files_of_a_window(tmp_path):
     files = (DataFile(str(tmp_path / "a"), 0, 99), DataFile(str(tmp_path / "b"), 100, 199), DataFile(str(tmp_path / "c"), 200, 299))
     snapshot = Snapshot(version=3, files=files)
-    assert snapshot.files_between(150, 250) == [str(tmp_path / "b"), str(tmp_path / "c")]
+    assert [f.path for f in snapshot.files_between(150, 250)] == [str(tmp_path / "b"), str(tmp_path / "c")]
     assert snapshot.files_between(300, 400) == []
     assert not snapshot.files_exist()
     for f in files:

@@ -1,0 +1,135 @@
+"""An in-memory index of one audit data file: its timestamps sorted, its filter columns as small integer codes.
+
+A search evaluates its match condition over these arrays (`pipelines.serving.condition`) to count the
+matching rows and find the newest ones without decoding the file; only the rows of the page are then read
+from the file (`pipelines.serving.rows`). Data files never change, so an index is built once per file and
+shared by every table version that holds the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+TIME_COLUMN = "timestamp"
+# The string columns a search can filter on (gold.search BODY_FILTERS), kept as codes.
+CODED_COLUMNS = ("event_type", "entity_type", "aspect_name", "actor_urn")
+# The code of a null value.
+NULL_CODE = -1
+
+
+@dataclass(frozen=True)
+class CodedColumn:
+    """A string column as integer codes into its distinct values (NULL_CODE: null).
+
+    Attributes:
+        codes: one code per index position (the smallest integer type that holds them).
+        values: the distinct values; code i stands for values[i].
+    """
+
+    codes: np.ndarray
+    values: tuple[str, ...]
+    _positions: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_positions", {value: code for code, value in enumerate(self.values)})
+
+    def codes_of(self, values: Sequence[str]) -> list[int]:
+        """Return the codes of those `values` the column holds (values it never holds have none)."""
+        return [self._positions[v] for v in values if v in self._positions]
+
+
+@dataclass(frozen=True)
+class FileIndex:
+    """The searchable columns of one data file, sorted by time; rows without a timestamp are left out.
+
+    Attributes:
+        path: the file's local path.
+        timestamps: epoch ms, ascending.
+        rows: the file row number of each position (the file need not be sorted).
+        columns: the coded filter columns, aligned with `timestamps`.
+        constants: the partition values every row of the file shares (e.g. event_date as a date).
+        row_group_starts: the file row number of the first row of each Parquet row group, ascending.
+        metadata: the file's Parquet footer (reused to read rows without parsing it again).
+    """
+
+    path: str
+    timestamps: np.ndarray
+    rows: np.ndarray
+    columns: Mapping[str, CodedColumn]
+    constants: Mapping[str, object]
+    row_group_starts: np.ndarray
+    metadata: pq.FileMetaData
+
+    @property
+    def size(self) -> int:
+        """The number of indexed rows."""
+        return len(self.timestamps)
+
+    def between(self, start_ms: int, end_ms: int) -> tuple[int, int]:
+        """Return the positions [lo, hi) of the rows with start_ms <= timestamp < end_ms."""
+        lo = int(np.searchsorted(self.timestamps, start_ms, side="left"))
+        hi = int(np.searchsorted(self.timestamps, end_ms, side="left"))
+        return lo, max(lo, hi)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its arrays hold."""
+        arrays = [self.timestamps, self.rows, self.row_group_starts, *(c.codes for c in self.columns.values())]
+        return sum(a.nbytes for a in arrays)
+
+
+def build_file_index(path: str, partition: Mapping[str, object] | None = None) -> FileIndex:
+    """Read the time and filter columns of the Parquet file at `path` into a FileIndex.
+
+    Args:
+        path: the data file's local path.
+        partition: the file's partition values, typed as the table types them (delta-rs reads them so).
+    """
+    metadata = pq.read_metadata(path)
+    present = set(metadata.schema.names)
+    coded = [c for c in CODED_COLUMNS if c in present]
+    table = pq.read_table(path, columns=[TIME_COLUMN, *coded], read_dictionary=coded, use_threads=False)
+    times = table.column(TIME_COLUMN)
+    known = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
+    timestamps = np.asarray(pc.fill_null(times, 0).to_numpy(), dtype=np.int64)
+    rows = np.flatnonzero(known).astype(np.int32) if not known.all() else np.arange(len(timestamps), dtype=np.int32)
+    timestamps = timestamps[rows]
+    if len(timestamps) > 1 and not bool(np.all(timestamps[1:] >= timestamps[:-1])):
+        order = np.argsort(timestamps, kind="stable")
+        timestamps, rows = timestamps[order], rows[order]
+    columns = {name: _coded(table.column(name) if name in coded else None, rows, table.num_rows) for name in CODED_COLUMNS}
+    starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])[:-1]
+    return FileIndex(
+        path=path,
+        timestamps=timestamps,
+        rows=rows,
+        columns=columns,
+        constants=dict(partition or {}),
+        row_group_starts=np.asarray(starts, dtype=np.int64),
+        metadata=metadata,
+    )
+
+
+def _coded(column: pa.ChunkedArray | None, rows: np.ndarray, file_rows: int) -> CodedColumn:
+    """The codes of a dictionary-read string column at the index's `rows` (None: the file lacks the column)."""
+    if column is None or file_rows == 0:
+        return CodedColumn(np.full(len(rows), NULL_CODE, dtype=np.int8), ())
+    combined = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not pa.types.is_dictionary(combined.type):
+        combined = pc.dictionary_encode(combined)
+    values = tuple(combined.dictionary.to_pylist())
+    codes = np.asarray(pc.fill_null(combined.indices, NULL_CODE).to_numpy(), dtype=np.int64)[rows]
+    return CodedColumn(codes.astype(_smallest_int(len(values))), values)
+
+
+def _smallest_int(distinct: int) -> type:
+    for candidate in (np.int8, np.int16, np.int32):
+        if distinct <= np.iinfo(candidate).max:
+            return candidate
+    return np.int64
