@@ -41,6 +41,8 @@ _SCROLL_VERSION = 2
 # The table version of a scroll id that pins none (the Spark engine reads the latest version).
 UNPINNED = -1
 _SCROLL_CHECK_CHARS = 16
+# Built once: a type given as text is parsed again at every use.
+_DATE = exp.DataType.Type.DATE
 
 
 @dataclass(frozen=True)
@@ -337,8 +339,8 @@ def to_match_condition(request: SearchRequest, now_ms: int, since_ms: int | None
     if since_ms is not None:
         start = min(max(start, since_ms), end)
     conditions: list[exp.Expression] = [
-        exp.GTE(this=exp.column("event_date"), expression=exp.cast(exp.Literal.string(_utc_date(start)), "date")),
-        exp.LTE(this=exp.column("event_date"), expression=exp.cast(exp.Literal.string(_utc_date(end)), "date")),
+        exp.GTE(this=exp.column("event_date"), expression=exp.cast(exp.Literal.string(_utc_date(start)), _DATE)),
+        exp.LTE(this=exp.column("event_date"), expression=exp.cast(exp.Literal.string(_utc_date(end)), _DATE)),
         exp.GTE(this=exp.column("timestamp"), expression=exp.Literal.number(start)),
         exp.LT(this=exp.column("timestamp"), expression=exp.Literal.number(end)),
     ]

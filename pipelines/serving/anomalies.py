@@ -139,7 +139,7 @@ def anomalies_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
         f"(hour or day), kind, limit (1..{MAX_LIMIT}, default {DEFAULT_LIMIT}).",
     )
     async def list_anomalies(request: Request) -> JSONResponse:
-        await run_in_threadpool(verifier.authenticate, request.headers.get("authorization"), AUDIT_READ)
+        await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
         query = AnomalyQuery.parse(dict(request.query_params))
         rows = await run_in_threadpool(read_anomalies, location, query)
         return JSONResponse({"count": len(rows), "anomalies": rows})

@@ -171,7 +171,7 @@ def create_app(
     )
     async def audit_search(request: Request) -> JSONResponse:
         authorization = request.headers.get("authorization")
-        await run_in_threadpool(verifier.authenticate, authorization, AUDIT_READ)
+        await verifier.authenticate_request(authorization, AUDIT_READ)
         body = _decode_body(await _read_body(request, serve_settings.max_body_bytes))
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
         search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size)

@@ -130,7 +130,7 @@ def explorer_router(settings: Settings, verifier: TokenVerifier, sessions: Sessi
     changes_location = table_location(settings, CHANGES_TABLE)
 
     async def authenticated(request: Request, known: tuple[str, ...]) -> dict[str, str]:
-        await run_in_threadpool(verifier.authenticate, request.headers.get("authorization"), AUDIT_READ)
+        await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
         params = dict(request.query_params)
         check_parameters(params, known)
         return params

@@ -10,7 +10,6 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pyspark.sql import SparkSession
-from starlette.concurrency import run_in_threadpool
 
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
@@ -42,7 +41,7 @@ def report_router(settings: Settings, verifier: TokenVerifier, spark: SparkSessi
         responses={200: {"content": {media: {} for media in MEDIA_TYPES.values()}}},
     )
     async def download_report(request: Request) -> StreamingResponse:
-        await run_in_threadpool(verifier.authenticate, request.headers.get("authorization"), AUDIT_READ)
+        await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
         try:
             query = parse_report_query(dict(request.query_params))
         except InputError as exc:

@@ -89,6 +89,7 @@ def read_rows(cache: RowGroupCache, index: FileIndex, positions: np.ndarray, col
     rows: list[dict[str, Any]] = []
     for group in np.unique(groups):
         table = cache.read(index, int(group))
-        picked = table.take(pa.array(offsets[groups == group])).to_pylist()
-        rows += [{c: row.get(c) for c in columns} for row in picked]
+        present = [c for c in columns if c in table.column_names]
+        picked = table.select(present).take(pa.array(offsets[groups == group])).to_pylist()
+        rows += picked if len(present) == len(columns) else [{c: row.get(c) for c in columns} for row in picked]
     return rows

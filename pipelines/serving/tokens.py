@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from starlette.concurrency import run_in_threadpool
+
 from conf.errors import InputError
 from conf.settings import Settings
 from gold.auth import TokenRecord, bearer_token, issue_token, require_role, verify_token
@@ -106,13 +108,21 @@ class TokenSnapshot:
         Raises:
             AuthError: 401 for an unknown token.
         """
-        digest = hashlib.sha256(token.encode()).hexdigest()
+        digest = _digest(token)
         record = self._verified.get(digest)
         if record is None:
             record = verify_token(token, self.records)
             with self._lock:
                 self._verified[digest] = record
         return record
+
+    def remembered(self, token: str) -> TokenRecord | None:
+        """Return the record of `token` if it was verified against these records before, else None."""
+        return self._verified.get(_digest(token))
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class TokenVerifier:
@@ -151,5 +161,20 @@ class TokenVerifier:
         """
         token = bearer_token(authorization)
         record = self.snapshot().verify(token)
+        require_role(record, role)
+        return record
+
+    async def authenticate_request(self, authorization: str | None, role: str) -> TokenRecord:
+        """`authenticate` for a request handler: a token verified before at once, a new one on a worker thread.
+
+        Verifying a new token (PBKDF2) takes tens of milliseconds and must not block the event loop; a
+        remembered one costs a file stat and a hash, less than handing it to a thread.
+
+        Raises:
+            AuthError: as `authenticate`.
+        """
+        record = self.snapshot().remembered(bearer_token(authorization))
+        if record is None:
+            return await run_in_threadpool(self.authenticate, authorization, role)
         require_role(record, role)
         return record

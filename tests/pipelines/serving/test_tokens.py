@@ -60,3 +60,27 @@ def test_a_corrupt_token_file_is_named(tmp_path):
     settings.tokens_path.write_text("[1, 2")
     with pytest.raises(InputError, match="tokens.json"):
         load_tokens(settings.tokens_path)
+
+
+def test_a_request_handler_authenticates_a_remembered_token_at_once_and_still_checks_role_and_revokes(tmp_path):
+    import asyncio
+
+    settings = make_settings(tmp_path)
+    verifier = TokenVerifier(settings.tokens_path)
+    token, record = create_token(settings, "urn:li:corpuser:a", [AUDIT_READ])
+    metrics_token, _ = create_token(settings, "urn:li:corpuser:b", ["metrics-read"])
+    assert verifier.snapshot().remembered(token) is None
+    assert asyncio.run(verifier.authenticate_request(f"Bearer {token}", AUDIT_READ)) == record  # verified
+    assert verifier.snapshot().remembered(token) == record
+    assert asyncio.run(verifier.authenticate_request(f"Bearer {token}", AUDIT_READ)) == record  # remembered
+    verifier.authenticate(f"Bearer {metrics_token}", "metrics-read")
+    with pytest.raises(AuthError) as caught:
+        asyncio.run(verifier.authenticate_request(f"Bearer {metrics_token}", AUDIT_READ))
+    assert caught.value.status == 403
+    revoke_token(settings, record.token_id)
+    with pytest.raises(AuthError) as caught:
+        asyncio.run(verifier.authenticate_request(f"Bearer {token}", AUDIT_READ))
+    assert caught.value.status == 401
+    with pytest.raises(AuthError) as caught:
+        asyncio.run(verifier.authenticate_request(None, AUDIT_READ))
+    assert caught.value.status == 401
