@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from conf.errors import ConcurrencyError, ConfigError
 
@@ -26,7 +27,8 @@ class Admission:
     """Admit at most `slots` queries at once and `queue_depth` more waiting; turn the rest away at once.
 
     `admit()` is called on the event loop before any work is queued, so a rejected request costs nothing;
-    `slot()` is entered by the worker thread that runs the query.
+    `slot()` is awaited on the event loop too, so a request waiting for a slot holds no worker thread: only
+    the queries that run use threads (more threads than slots would only contend for the interpreter).
 
     Args:
         slots: queries that run at the same time.
@@ -46,7 +48,7 @@ class Admission:
         self.queue_depth = queue_depth
         self._wait_timeout_s = wait_timeout_s
         self._retry_after_s = retry_after_s
-        self._running = threading.BoundedSemaphore(slots)
+        self._running = asyncio.BoundedSemaphore(slots)
         self._admitted = 0
         self._lock = threading.Lock()
 
@@ -76,18 +78,20 @@ class Admission:
             with self._lock:
                 self._admitted -= 1
 
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
         """Run the block in one of the query slots, waiting at most the wait timeout for it.
 
         Raises:
             OverloadedError: when no slot freed up in time.
         """
-        if not self._running.acquire(timeout=self._wait_timeout_s):
+        try:
+            await asyncio.wait_for(self._running.acquire(), self._wait_timeout_s)
+        except TimeoutError:
             raise OverloadedError(
                 f"server busy: no query slot freed up within {self._wait_timeout_s} s; retry after {self._retry_after_s} s",
                 self._retry_after_s,
-            )
+            ) from None
         try:
             yield
         finally:

@@ -176,12 +176,9 @@ def create_app(
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
         search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size)
 
-        def run() -> dict[str, Any]:
-            with admission.slot():
-                return search_engine.search(search_request)
-
         with admission.admit():
-            return JSONResponse(await run_in_threadpool(run))
+            async with admission.slot():
+                return JSONResponse(await run_in_threadpool(search_engine.search, search_request))
 
     app.include_router(anomalies_router(settings, verifier))
     # The regulator report download (docs/audit-trail.md).

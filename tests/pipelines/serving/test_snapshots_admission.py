@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 
 import pytest
 
@@ -52,23 +52,33 @@ def test_admission_turns_away_what_is_beyond_slots_and_queue():
 
 def test_a_request_waiting_longer_than_the_timeout_for_a_slot_gets_overloaded():
     admission = Admission(slots=1, queue_depth=5, wait_timeout_s=0.1)
-    holding, release = threading.Event(), threading.Event()
 
-    def hold() -> None:
-        with admission.slot():
-            holding.set()
-            release.wait(5)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    holding.wait(5)
-    with pytest.raises(OverloadedError, match="no query slot freed up within 0.1 s"):
-        with admission.slot():
+    async def scenario() -> None:
+        async with admission.slot():
+            with pytest.raises(OverloadedError, match="no query slot freed up within 0.1 s"):
+                async with admission.slot():
+                    pass
+        async with admission.slot():  # the slot is free again
             pass
-    release.set()
-    thread.join()
-    with admission.slot():  # the slot is free again
-        pass
+
+    asyncio.run(scenario())
+
+
+def test_a_request_waiting_for_a_slot_gets_it_when_one_frees_up():
+    admission = Admission(slots=1, queue_depth=5, wait_timeout_s=2.0)
+    order = []
+
+    async def query(name: str, seconds: float) -> None:
+        async with admission.slot():
+            order.append(f"{name} start")
+            await asyncio.sleep(seconds)
+            order.append(f"{name} end")
+
+    async def scenario() -> None:
+        await asyncio.gather(query("first", 0.1), query("second", 0))
+
+    asyncio.run(scenario())
+    assert order == ["first start", "first end", "second start", "second end"]
 
 
 @pytest.mark.parametrize(("slots", "queue", "timeout", "named"), [(0, 1, 1.0, "slots"), (1, -1, 1.0, "queue_depth"), (1, 1, 0, "wait_timeout_s")])
