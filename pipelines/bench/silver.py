@@ -10,7 +10,8 @@ no MERGE).
 
 `--baseline` then runs the one-process Python baseline (`pipelines.bench.baseline`) on the same input
 files, checks that it derives the same event ids, and reports its wall time over land + refine's
-(`baseline_ratio`). `--floors` times the least work the steps can do. A `--work` folder keeps the
+(`baseline_ratio`). `--floors` times the least work the steps can do. `--micro-batches K` then refines
+K small batches against the state the run built (`pipelines.bench.micro_batches`). A `--work` folder keeps the
 generated input, so a repeated run measures the same files.
 """
 
@@ -35,11 +36,19 @@ from conf.errors import InputError, LakehouseError
 from conf.settings import Settings, load_settings
 from conf.tables import table_spec
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
+from pipelines.bench.micro_batches import run_micro_batches
 from pipelines.runtime.io import read_table
 from pipelines.cli.console import console
 
 ENGINES = ("sail", "classic")
-TARGETS = {"versions": 2_000_000, "wall_s": 60.0, "last_to_first_batch": 1.3, "peak_rss_bytes": 4 * 1024**3}
+TARGETS = {
+    "versions": 2_000_000,
+    "wall_s": 60.0,
+    "last_to_first_batch": 1.3,
+    "peak_rss_bytes": 4 * 1024**3,
+    # A 100-record micro-batch against a state of 1M (entity, aspect) keys (`--micro-batches`).
+    "micro_batch_refine_s": 3.0,
+}
 
 # The parts of a DataHub MCL / MCP line the bench loader reads.
 _ENVELOPE = (
@@ -67,11 +76,16 @@ def register(app: typer.Typer) -> None:
         floors: bool = typer.Option(
             False, "--floors", help="Also time only reading and parsing the input, and only scanning bronze (sail)."
         ),
+        micro_batches: int = typer.Option(
+            0, "--micro-batches", min=0, help="Then land and refine this many small batches against the state (sail)."
+        ),
+        micro_records: int = typer.Option(100, "--micro-records", min=1, help="Records per micro-batch."),
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
         result = run_silver_bench(
-            versions=versions, batches=batches, engine=engine, seed=seed, work=work, baseline=baseline, floors=floors
-        )
+            versions=versions, batches=batches, engine=engine, seed=seed, work=work, baseline=baseline, floors=floors,
+            micro_batches=micro_batches, micro_records=micro_records,
+        )  # fmt: skip
         path = write_result(out, f"silver-{engine}", result)
         refine = result["refine"]
         console.print(
@@ -79,6 +93,12 @@ def register(app: typer.Typer) -> None:
             f"({result['versions_per_s']} versions/s, {result['events_per_s']} events/s), "
             f"peak RSS {round(result['peak_rss_bytes'] / 2**20)} MiB, landing {result['landing']['wall_s']} s -> {path}"
         )
+        if micro_batches:
+            micro = result["micro_batches"]
+            console.print(
+                f"{micro_batches} micro-batches of {micro_records} records against {micro['state_keys']} state keys: "
+                f"refine median {micro['refine_wall_s']['median']} s, max {micro['refine_wall_s']['max']} s"
+            )
         if baseline:
             console.print(
                 f"baseline {result['baseline']['wall_s']} s vs land + refine {result['pipeline_wall_s']} s: "
@@ -95,6 +115,8 @@ def run_silver_bench(
     work: Path | None = None,
     baseline: bool = False,
     floors: bool = False,
+    micro_batches: int = 0,
+    micro_records: int = 100,
 ) -> dict[str, Any]:
     """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
 
@@ -102,7 +124,8 @@ def run_silver_bench(
     files, in a child process so its memory stays out of the pipeline's peak RSS; both must derive
     the same event ids. `baseline_ratio` is the baseline's wall time over land + refine's. With `floors`
     (sail only), `floors` holds the wall time of the least work a step can do: read the input files and
-    parse their records, and scan the landed rows' aspect JSON.
+    parse their records, and scan the landed rows' aspect JSON. With `micro_batches` (sail only), that
+    many batches of `micro_records` records then run against the state (`pipelines.bench.micro_batches`).
 
     Raises:
         InputError: for an unknown engine or a batch count larger than the versions.
@@ -127,12 +150,17 @@ def run_silver_bench(
         generated = int(json.loads((input_dir / "manifest.json").read_text())["totals"]["aspect_versions"])
         shutil.rmtree(folder / "home", ignore_errors=True)
         shutil.rmtree(folder / "classic", ignore_errors=True)
+        shutil.rmtree(folder / "micro", ignore_errors=True)
         batch_dirs = _batch_dirs(input_dir, batches)
         if floors and engine != "sail":
             raise InputError(f"--floors: measured on the sail engine only, not on {engine!r}")
+        if micro_batches and engine != "sail":
+            raise InputError(f"--micro-batches: measured on the sail engine only, not on {engine!r}")
         load_before = os.getloadavg()
         if engine == "sail":
-            figures = _run_sail(folder, batch_dirs, collect_ids=baseline, floors=floors)
+            figures = _run_sail(
+                folder, batch_dirs, collect_ids=baseline, floors=floors, micro=(micro_batches, micro_records, seed)
+            )
         else:
             figures = _run_classic(folder, batch_dirs, collect_ids=baseline)
         load_after = os.getloadavg()
@@ -162,6 +190,7 @@ def run_silver_bench(
             "load_average_1m": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
             **compared,
             **({"floors": figures["floors"]} if floors else {}),
+            **({"micro_batches": figures["micro_batches"]} if micro_batches else {}),
         }
     finally:
         if work is None:
@@ -313,7 +342,13 @@ def _floors(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> 
     return {"read_parse_input_s": read_parse.wall_s, "scan_bronze_s": scan.wall_s}
 
 
-def _run_sail(folder: Path, batch_dirs: list[Path], collect_ids: bool = False, floors: bool = False) -> dict[str, Any]:
+def _run_sail(
+    folder: Path,
+    batch_dirs: list[Path],
+    collect_ids: bool = False,
+    floors: bool = False,
+    micro: tuple[int, int, int] = (0, 0, 0),
+) -> dict[str, Any]:
     from pipelines.runtime.engine import open_session
     from pipelines.batch.refine import refine
 
@@ -336,6 +371,12 @@ def _run_sail(folder: Path, batch_dirs: list[Path], collect_ids: bool = False, f
                 )
         event_ids = _event_ids(read_table(spark, settings, "silver.entity_change_events")) if collect_ids else None
         floor_figures = _floors(spark, settings, batch_dirs) if floors else None
+        micro_batches, micro_records, seed = micro
+        micro_figures = (
+            run_micro_batches(spark, settings, folder, batch_dirs[-1], micro_batches, micro_records, seed)
+            if micro_batches
+            else None
+        )
     return {
         "landing": landing,
         "landing_mode": mode,
@@ -343,6 +384,7 @@ def _run_sail(folder: Path, batch_dirs: list[Path], collect_ids: bool = False, f
         "per_batch": per_batch,
         "event_ids": event_ids,
         "floors": floor_figures,
+        "micro_batches": micro_figures,
     }
 
 

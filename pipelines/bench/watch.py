@@ -155,22 +155,69 @@ def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
     return process.returncode
 
 
-def build_home(home: Path, entities: int, seed: int) -> None:
-    """Fill a new home with a generated history (bronze -> silver -> gold), the state a watcher starts on."""
-    from datagen.history import generate_history
+def build_home(home: Path, entities: int, seed: int, versions: int = 0) -> None:
+    """Fill a new home with a generated history (bronze -> silver -> gold), the state a watcher starts on.
+
+    Args:
+        home: the new home.
+        entities: entities of the generated history (with usage events), when `versions` is 0.
+        seed: the generator seed.
+        versions: when set, about this many aspect versions instead (`generate_aspect_versions`: 2M
+            versions give about 1M silver (entity, aspect) keys).
+    """
+    from datagen.history import generate_aspect_versions, generate_history
 
     inputs = home.parent / f"{home.name}-inputs"
-    generate_history(inputs, entities=entities, seed=seed)
+    if versions:
+        generate_aspect_versions(inputs, versions=versions, seed=seed, overwrite=True)
+    else:
+        generate_history(inputs, entities=entities, seed=seed)
     subprocess.run(
         [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false", "run", "--no-progress", "--path", str(inputs)],
         check=True, env=child_env(), stdout=subprocess.DEVNULL,
     )  # fmt: skip
 
 
+def settle_home(home: Path) -> None:
+    """Finish whatever the home has landed or refined and not yet published, so the watcher starts idle."""
+    subprocess.run(
+        [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false", "run", "--no-progress"],
+        check=True, env=child_env(), stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def top_up_audit_rows(home: Path, audit_rows: int, seed: int) -> int:
+    """Add generated usage events (the last 30 days) to gold.audit_events until it holds `audit_rows`; return the count added.
+
+    The rows are loaded and compacted the way `lakehouse bench search` builds its table.
+    """
+    from conf.settings import load_settings
+    from pipelines.bench.search import build_table
+
+    settings = load_settings(home=home, overrides=["mlflow.enabled=false"])
+    missing = audit_rows - state_rows(settings)["gold.audit_events"]
+    if missing <= 0:
+        return 0
+    actors = [f"urn:li:corpuser:watch-bench-user{i:04d}" for i in range(1000)]
+    build_table(settings, events=missing, days=30, actor_urns=actors, seed=seed, now_ms=int(time.time() * 1000))
+    return missing
+
+
 def run_watch_bench(
-    home: Path, files: int, records: int, interval: float, entities: int, seed: int, timeout: float = 60.0
+    home: Path,
+    files: int,
+    records: int,
+    interval: float,
+    entities: int,
+    seed: int,
+    timeout: float = 60.0,
+    versions: int = 0,
+    audit_rows: int = 0,
 ) -> dict[str, Any]:
     """Drop `files` files of `records` records every `interval` seconds and time each until searchable.
+
+    The home is built first when it is empty (`build_home`; `versions` for a large silver state),
+    settled (`settle_home`) and topped up to `audit_rows` gold audit rows (`top_up_audit_rows`).
 
     Returns:
         Freshness p50/p95/max (seconds), per-micro-batch step seconds, RSS of the watcher and the server.
@@ -179,7 +226,10 @@ def run_watch_bench(
     from pipelines.serving.tokens import create_token
 
     if not (home / "bronze").exists():
-        build_home(home, entities, seed)
+        build_home(home, entities, seed, versions)
+    settle_home(home)
+    if audit_rows:
+        top_up_audit_rows(home, audit_rows, seed)
     settings = load_settings(home=home, overrides=["mlflow.enabled=false"])
     token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
     landing = settings.landing_paths[0]
@@ -326,12 +376,20 @@ def register(app: typer.Typer) -> None:
         records: int = typer.Option(50, "--records", min=1, help="Records per file."),
         interval: float = typer.Option(1.0, "--interval", min=0.05, help="Seconds between two files."),
         entities: int = typer.Option(200, "--entities", min=11, help="Entities of the generated home (when built)."),
+        versions: int = typer.Option(
+            0, "--versions", min=0, help="Build the home from about this many aspect versions instead (2000000: ~1M state keys)."
+        ),
+        audit_rows: int = typer.Option(
+            0, "--audit-rows", min=0, help="Top gold.audit_events up to this many rows with generated usage events."
+        ),
         seed: int = typer.Option(7, "--seed", help="Generator seed."),
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
     ) -> None:
         """Measure watch-mode freshness (rename -> searchable over HTTP), micro-batch steps and RSS."""
         work = home or Path(tempfile.mkdtemp(prefix="watch-bench-home-")) / "home"
-        result = run_watch_bench(work.resolve(), files, records, interval, entities, seed)
+        result = run_watch_bench(
+            work.resolve(), files, records, interval, entities, seed, versions=versions, audit_rows=audit_rows
+        )
         path = write_result(out, "watch", result)
         fresh = result["freshness_s"]
         typer.echo(f"freshness p50 {fresh['p50']} s, p95 {fresh['p95']} s, max {fresh['max']} s -> {path}")
