@@ -645,7 +645,11 @@ def to_openmetadata_events(
         Rows with the columns of gold.openmetadata_change_events; changeDescription is null for
         entityCreated and entityDeleted, entity is set for entityCreated only.
     """
-    versioned_df = with_versions(to_change_sets(events_df), to_last_versions(published_df), batch_order)
+    # Only the entities these events touch need their last published version: aggregating the whole
+    # published table would make every batch, however small, cost as much as the table's history.
+    entities_df = with_openmetadata_entity(events_df).filter(F.col("om_entity_type").isNotNull()).select("entity_id")
+    touched_df = published_df.join(entities_df.distinct(), "entity_id", "left_semi")
+    versioned_df = with_versions(to_change_sets(events_df), to_last_versions(touched_df), batch_order)
     no_description = F.col("event_type").isin(CREATED, DELETED)
     description = F.concat(
         F.lit('{"fieldsAdded":'),
