@@ -172,8 +172,13 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     )
     pairs_df = to_pairs(sequenced_df)
     schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas, *timings)
+    # Only the generators of the batch's aspects run: a micro-batch often holds a few kinds of aspect.
+    aspect_names = [r.aspect_name for r in pairs_df.select("aspect_name").distinct().collect()]
     events_df = _stage(
-        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df), folder / "events", schemas, *timings
+        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df, aspect_names),
+        folder / "events",
+        schemas,
+        *timings,
     )
     skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas, *timings)
     status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas, *timings)

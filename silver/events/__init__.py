@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from bronze.aspects import FIELD_ARRAYS
 from conf.tables import table_spec
 from silver.aspects import is_key_aspect
+from silver.events import (
+    action_request,
+    deprecation,
+    documentation,
+    domain,
+    glossary_term,
+    owner,
+    structured_property,
+    tag,
+    technical_schema,
+)
 from silver.events.action_request import to_action_request_events
 from silver.events.common import EVENT_COLUMNS, with_schema_fields
 from silver.events.deprecation import to_deprecation_events
@@ -26,30 +39,49 @@ from silver.events.technical_schema import to_technical_schema_events
 CHANGE_EVENT_COLUMNS = table_spec("silver.entity_change_events").column_names
 
 
+def _one_of(aspects: Collection[str]) -> Callable[[str], bool]:
+    return lambda name: name in aspects
+
+
+def _lifecycle_aspect(name: str) -> bool:
+    # Key aspects (`datasetKey`, ... see silver.aspects.is_key_aspect) and `status`.
+    return name == "status" or name.endswith("Key")
+
+
 def to_raw_change_events(
-    pairs_df: DataFrame, owner_category: str = "OWNER", schema_pairs_df: DataFrame | None = None
+    pairs_df: DataFrame,
+    owner_category: str = "OWNER",
+    schema_pairs_df: DataFrame | None = None,
+    aspect_names: Collection[str] | None = None,
 ) -> DataFrame:
-    """Run every generator over the pairs and apply the DELETE rule (no ids yet).
+    """Run the generators over the pairs and apply the DELETE rule (no ids yet).
 
     A DELETE of a non-key aspect is its old content diffed against an empty aspect, and only its
     REMOVE events count: deleting `status` or `deprecation` is not a reinstatement or an un-deprecation.
     `schema_pairs_df` is `with_schema_fields(pairs_df)` when the caller has it already (None: computed).
+    `aspect_names`, when given, must hold every aspect name of `pairs_df`: generators that read none of
+    them are left out (they would find no rows, and a smaller plan is planned and run faster).
     """
     if schema_pairs_df is None:
         schema_pairs_df = with_schema_fields(pairs_df)
-    frames = [
-        to_tag_events(pairs_df),
-        to_glossary_term_events(pairs_df),
-        to_domain_events(pairs_df),
-        to_owner_events(pairs_df, owner_category),
-        to_structured_property_events(pairs_df),
-        to_deprecation_events(pairs_df),
-        to_technical_schema_events(schema_pairs_df),
-        to_field_tag_term_events(schema_pairs_df),
-        to_documentation_events(pairs_df, schema_pairs_df),
-        to_lifecycle_events(pairs_df),
-        to_action_request_events(pairs_df),
+    generators: list[tuple[Callable[[str], bool], Callable[[], DataFrame]]] = [
+        (_one_of(tag.ASPECTS), lambda: to_tag_events(pairs_df)),
+        (_one_of(glossary_term.ASPECTS), lambda: to_glossary_term_events(pairs_df)),
+        (_one_of(domain.ASPECTS), lambda: to_domain_events(pairs_df)),
+        (_one_of(owner.ASPECTS), lambda: to_owner_events(pairs_df, owner_category)),
+        (_one_of(structured_property.ASPECTS), lambda: to_structured_property_events(pairs_df)),
+        (_one_of(deprecation.ASPECTS), lambda: to_deprecation_events(pairs_df)),
+        (_one_of(technical_schema.ASPECTS), lambda: to_technical_schema_events(schema_pairs_df)),
+        (_one_of(FIELD_ARRAYS), lambda: to_field_tag_term_events(schema_pairs_df)),
+        (_one_of(documentation.ASPECTS), lambda: to_documentation_events(pairs_df, schema_pairs_df)),
+        (_lifecycle_aspect, lambda: to_lifecycle_events(pairs_df)),
+        (_one_of(action_request.ASPECTS), lambda: to_action_request_events(pairs_df)),
     ]
+    chosen = [
+        make for reads, make in generators if aspect_names is None or any(reads(name) for name in aspect_names)
+    ]
+    # A union needs one frame: with no generator chosen, one over no rows stands in.
+    frames = [make() for make in chosen] or [to_tag_events(pairs_df.filter(F.lit(False)))]
     events_df = reduce(DataFrame.unionByName, [f.select(*EVENT_COLUMNS) for f in frames])
     keep = ~F.col("is_delete") | is_key_aspect("aspect_name", "aspect_entity_type") | (F.col("operation") == "REMOVE")
     return events_df.filter(keep)
@@ -86,7 +118,10 @@ def with_event_ids(raw_events_df: DataFrame) -> DataFrame:
 
 
 def to_change_events(
-    pairs_df: DataFrame, owner_category: str = "OWNER", schema_pairs_df: DataFrame | None = None
+    pairs_df: DataFrame,
+    owner_category: str = "OWNER",
+    schema_pairs_df: DataFrame | None = None,
+    aspect_names: Collection[str] | None = None,
 ) -> DataFrame:
     """Return the Entity Change Events of aspect version pairs, with ids, in silver.entity_change_events' columns.
 
@@ -94,5 +129,7 @@ def to_change_events(
         pairs_df: one row per accepted aspect version with its predecessor (`silver.state.PAIR_COLUMNS`).
         owner_category: OWNER (ECE V1) or OWNERSHIP: the category name of owner events.
         schema_pairs_df: `with_schema_fields(pairs_df)`, when already computed (e.g. written once by refine).
+        aspect_names: every aspect name `pairs_df` holds, when known (e.g. a small batch's): only the
+            generators of those aspects run. None runs them all.
     """
-    return with_event_ids(to_raw_change_events(pairs_df, owner_category, schema_pairs_df))
+    return with_event_ids(to_raw_change_events(pairs_df, owner_category, schema_pairs_df, aspect_names))
