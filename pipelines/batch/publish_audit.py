@@ -13,7 +13,7 @@ from conf.tables import table_name, table_spec
 from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
 from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import insert_row, merge, read_table, replace_where
+from pipelines.runtime.io import append, insert_row, merge, read_table, replace_where
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
 
@@ -108,7 +108,8 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
     """MERGE audit rows into gold.audit_events on event_id, reading only the partitions of `days`.
 
     A new event is inserted; a stored one is replaced only by a row that `filter_first_per_event` would
-    prefer, so the table ends the same whichever order the batches were published in.
+    prefer, so the table ends the same whichever order the batches were published in. When none of the
+    rows is stored yet (the usual case), they are appended instead, which is what the MERGE would do.
 
     Rows are sorted by time within each day before the write, so files keep time-ordered statistics.
 
@@ -127,6 +128,16 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
     rank_s = f"CASE WHEN s.origin = '{ORIGIN_USAGE}' THEN 0 ELSE 1 END"
     rank_t = f"CASE WHEN t.origin = '{ORIGIN_USAGE}' THEN 0 ELSE 1 END"
     preferred = f"({rank_s} < {rank_t} OR ({rank_s} = {rank_t} AND s.source_id < t.source_id))"
+    stored_df = (
+        read_table(spark, settings, AUDIT_TABLE)
+        .filter(F.col("event_date").isin([F.lit(day.isoformat()).cast("date") for day in days]))
+        .select("event_date", "event_id")
+    )
+    if not source_df.join(stored_df, ["event_date", "event_id"], "left_semi").limit(1).count():
+        # Usually every event is new: then an append writes the new rows alone, where the MERGE would
+        # read and rewrite the days' files. The run lock keeps other writers out in between.
+        append(source_df, settings, AUDIT_TABLE)
+        return
     merge(
         spark,
         source_df,
