@@ -154,6 +154,26 @@ def to_numbered_lines(text_df: DataFrame, file_index: int, source_file: str) -> 
     )
 
 
+def to_numbered_lines_of_files(text_df: DataFrame, sources: Mapping[int, str]) -> DataFrame:
+    """Return the lines of several files written into one copy as `<file index>\t<line number>\t<record>`, tagged.
+
+    Args:
+        text_df: `spark.read.text` of the copy.
+        sources: file index -> the original file's path, for every file in the copy.
+    """
+    index = F.substring_index(F.col("value"), "\t", 1).cast("int")
+    numbered = F.expr("substr(value, instr(value, '\t') + 1)")
+    lookup = F.create_map(*[F.lit(v) for pair in sorted(sources.items()) for v in pair])
+    return text_df.select(index.alias("file_index"), numbered.alias("numbered")).select(
+        "file_index",
+        F.element_at(lookup, F.col("file_index")).alias("source_file"),
+        F.lit(None).cast("bigint").alias("mid"),
+        F.lit(None).cast("bigint").alias("line_crc"),
+        F.substring_index(F.col("numbered"), "\t", 1).cast("bigint").alias("line_number"),
+        _without_byte_order_mark(F.expr("substr(numbered, instr(numbered, '\t') + 1)")).alias("value"),
+    )
+
+
 def _without_byte_order_mark(line: Column) -> Column:
     """The line without a leading U+FEFF: editors on Windows start UTF-8 files with it, outside the record."""
     return F.when(line.startswith("\ufeff"), F.substring(line, 2, 1 << 30)).otherwise(line)

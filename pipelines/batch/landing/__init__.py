@@ -11,8 +11,9 @@ One call of `land_paths` is one batch:
      partitions put in file order by checking their first and last lines against the file (the embedded
      engine may number them out of order); a file that does not check out, that the engine cannot read
      (not UTF-8, a damaged gzip: the lines before the damage land), or whose path the engine would take as
-     a glob pattern, is numbered in Python instead. The lines staged must be as many as the file has, or
-     the landing stops;
+     a glob pattern, is numbered in Python instead, and so are small JSON-lines files of one kind, into one
+     shared copy staged by one engine job (`staging.stage_small_files`). The lines staged must be as many
+     as the file has, or the landing stops;
   4. the batch's landable rows lose their duplicates (within the batch, then against the table, on the
      record hash) and are appended to bronze.aspect_snapshots / bronze.usage_events, quarantined records
      to bronze.quarantine (`writes`);

@@ -21,7 +21,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from pipelines.batch.landing.discovery import list_input_files, plan_files
 from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, FilePlan, LandingReport
-from pipelines.batch.landing.staging import stage_file
+from pipelines.batch.landing.staging import stage_file, stage_small_files
 from pipelines.batch.landing.writes import discard_uncommitted_batches, write_batch
 from pipelines.runtime.io import read_table
 from pipelines.runtime.progress import committed_batches
@@ -107,9 +107,10 @@ def land_plans(
     try:
         plans = make_plans(scratch, hasher)
         total = len(plans) + 1
+        stage_small_files(spark, settings, plans, scratch)
         for plan in plans:
             _report(progress, plan.source, plan.index, total)
-            if plan.status == LANDED:
+            if plan.status == LANDED and plan.staged is None:
                 stage_file(spark, settings, plan, scratch)
             _report(progress, plan.source, plan.index + 1, total)
         _report(progress, f"commit batch {batch_id}", len(plans), total)

@@ -215,10 +215,25 @@ def number_lines(path: Path, out: Path) -> NumberedCopy:
     A file that cannot be read to its end (a truncated or corrupt gzip) gives the lines before the damage.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as target:
+        return write_numbered_lines(path, target)
+
+
+def write_numbered_lines(path: Path, target: TextIO, prefix: str = "") -> NumberedCopy:
+    """Write a JSON-lines file's lines to `target` as `<prefix><line>\t<line text>` lines.
+
+    Args:
+        path: the input file (plain or gzip).
+        target: the numbered copy, open for writing text.
+        prefix: written before each line number (several files in one copy: `<file index>\t`).
+
+    Returns:
+        How many lines were written and, for a file that could not be read to its end, why.
+    """
     number = 0
     pending: list[bytes] = []  # the start of a line no block has ended yet
     error = None
-    with open_binary(path) as source, open(out, "w", encoding="utf-8") as target:
+    with open_binary(path) as source:
         while True:
             try:
                 # One read of the source at a time: when one fails, the text of those before is kept.
@@ -236,13 +251,15 @@ def number_lines(path: Path, out: Path) -> NumberedCopy:
             pending = [block[cut + 1 :]]
             # Blocks end at a line break, so no UTF-8 sequence is cut in two.
             lines = text.decode("utf-8", "replace").split("\n")
-            target.write("".join(f"{number + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(lines, 1)))
+            target.write(
+                "".join(f"{prefix}{number + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(lines, 1))
+            )
             number += len(lines)
         tail = b"".join(pending).decode("utf-8", "replace")
         if error is not None:
             return NumberedCopy(lines=number, lines_read=number, error=error, cut_text=tail)
         if tail:
-            target.write(f"{number + 1}\t{tail.removesuffix(chr(13))}\n")
+            target.write(f"{prefix}{number + 1}\t{tail.removesuffix(chr(13))}\n")
             number += 1
     return NumberedCopy(lines=number, lines_read=number)
 

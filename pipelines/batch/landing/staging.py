@@ -16,23 +16,36 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
-from bronze.formats import EMPTY, FILE_SINK, USAGE
+from bronze.formats import EMPTY, FILE_SINK, MCL, MCP, USAGE
 from bronze.records import (
     order_partitions,
     parse_snapshot_lines,
     parse_usage_lines,
     to_lines,
     to_numbered_lines,
+    to_numbered_lines_of_files,
     to_partition_summary,
 )
 from conf.errors import InputError, LakehouseError
 from conf.settings import Settings
-from pipelines.batch.landing.files import FileDigest, LineScanner, NumberedCopy, convert_file_sink, number_lines
-from pipelines.batch.landing.model import FAMILIES, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
+from pipelines.batch.landing.files import (
+    FileDigest,
+    LineScanner,
+    NumberedCopy,
+    convert_file_sink,
+    is_gzip,
+    number_lines,
+    write_numbered_lines,
+)
+from pipelines.batch.landing.model import FAMILIES, LANDED, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
 
 log = logging.getLogger("lakehouse.landing")
 # The engine reads a path as a glob pattern: with one of these in it, it may read another file, or none.
 _GLOB_CHARACTERS = re.compile(r"[*?\[\]{}\\]")
+# Files up to this size are staged together with the batch's other small files of their kind (one engine
+# job for all of them), in groups of up to SMALL_FILES_BATCH_BYTES.
+SMALL_FILE_BYTES = 4 << 20
+SMALL_FILES_BATCH_BYTES = 64 << 20
 
 
 def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path) -> None:
@@ -139,24 +152,99 @@ def check_line_count(path: Path, got: int, what: str, expected: int | None) -> N
 
 def _stage_lines(settings: Settings, plan: FilePlan, scratch: Path, lines_df: DataFrame) -> list:
     """Validate `lines_df`, write it to the plan's staging folder, count it; return its partition summary."""
+    return _stage_plans_lines(settings, [plan], scratch / dict(FAMILIES)[plan.family] / f"{plan.index:05d}", lines_df)
+
+
+def _stage_plans_lines(settings: Settings, plans: list[FilePlan], staged: Path, lines_df: DataFrame) -> list:
+    """Validate the lines of `plans` (one family and kind), write them to `staged`, count them per plan.
+
+    Returns:
+        The partition summary of every plan's rows (`to_partition_summary`).
+    """
     limit = settings.ingest.max_record_bytes
-    if plan.family == USAGE_TABLE:
+    family, kind = plans[0].family, plans[0].kind
+    if family == USAGE_TABLE:
         staged_df = parse_usage_lines(lines_df, max_record_bytes=limit)
     else:
-        staged_df = parse_snapshot_lines(
-            lines_df, plan.kind, default_actor=settings.ingest.default_actor, max_record_bytes=limit
-        )
-    plan.staged = scratch / dict(FAMILIES)[plan.family] / f"{plan.index:05d}"
-    staged_df.write.mode("overwrite").parquet(str(plan.staged))
+        staged_df = parse_snapshot_lines(lines_df, kind, default_actor=settings.ingest.default_actor, max_record_bytes=limit)
+    staged_df.write.mode("overwrite").parquet(str(staged))
     # Read back as nullable: the parts of one family differ there (text reads have a non-null row id).
-    plan.schema = StructType([StructField(f.name, f.dataType, nullable=True) for f in staged_df.schema.fields])
+    schema = StructType([StructField(f.name, f.dataType, nullable=True) for f in staged_df.schema.fields])
     summary = []
-    if has_staged_files(plan.staged):
-        read_df = lines_df.sparkSession.read.schema(plan.schema).parquet(str(plan.staged))
+    if has_staged_files(staged):
+        read_df = lines_df.sparkSession.read.schema(schema).parquet(str(staged))
         summary = to_partition_summary(read_df).collect()
-    plan.records_read = sum(int(r.records_read) for r in summary) + len(plan.rejected)
-    plan.records_quarantined = sum(int(r.records_quarantined) for r in summary) + len(plan.rejected)
+    for plan in plans:
+        own = [r for r in summary if int(r.file_index) == plan.index]
+        plan.staged, plan.schema = staged, schema
+        plan.records_read = sum(int(r.records_read) for r in own) + len(plan.rejected)
+        plan.records_quarantined = sum(int(r.records_quarantined) for r in own) + len(plan.rejected)
     return summary
+
+
+def stage_small_files(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Path) -> None:
+    """Stage the batch's small JSON-lines files of each family and kind together, with one engine job.
+
+    A micro-batch of watch mode holds a few small files; staging each on its own costs an engine job per
+    file. Their lines are numbered in Python into one copy (`<file index>\t<line>\t<record>`) instead,
+    which is staged once; each plan's counts come from its own rows. Plans staged here have `staged` set;
+    the others (large, gzip, file-sink, already numbered, or alone of their kind) are left to `stage_file`.
+
+    Raises:
+        LakehouseError: when the lines staged for a file are not the lines it has (nothing is committed).
+    """
+    groups: dict[str, list[FilePlan]] = {}
+    for plan in plans:
+        if _is_small_lines_file(plan):
+            groups.setdefault(plan.kind, []).append(plan)
+    for kind, group in groups.items():
+        for chunk in _chunks(group, SMALL_FILES_BATCH_BYTES):
+            if len(chunk) > 1:
+                _stage_together(spark, settings, chunk, scratch, f"small-{kind}-{chunk[0].index:05d}")
+
+
+def _is_small_lines_file(plan: FilePlan) -> bool:
+    return (
+        plan.status == LANDED
+        and plan.kind in (MCL, MCP, USAGE)
+        and plan.numbered is None
+        and not is_gzip(plan.path)
+        and plan.path.stat().st_size <= SMALL_FILE_BYTES
+    )
+
+
+def _chunks(plans: list[FilePlan], max_bytes: int) -> list[list[FilePlan]]:
+    chunks: list[list[FilePlan]] = [[]]
+    size = 0
+    for plan in plans:
+        plan_size = plan.path.stat().st_size
+        if chunks[-1] and size + plan_size > max_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(plan)
+        size += plan_size
+    return chunks
+
+
+def _stage_together(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Path, name: str) -> None:
+    copy_path = scratch / "input" / f"{name}.txt"
+    copy_path.parent.mkdir(parents=True, exist_ok=True)
+    lines: dict[int, int] = {}
+    with open(copy_path, "w", encoding="utf-8") as target:
+        for plan in plans:
+            plan.family = USAGE_TABLE if plan.kind == USAGE else SNAPSHOTS_TABLE
+            copy = write_numbered_lines(plan.path, target, prefix=f"{plan.index}\t")
+            if copy.error is not None:
+                # A plain file that fails to read is an I/O error, not bad input: the batch stops.
+                raise LakehouseError(f"{plan.path}: cannot be read to its end ({copy.error}); the batch is not committed")
+            check_line_count(plan.path, copy.lines, "lines read", _file_lines(plan))
+            lines[plan.index] = copy.lines
+    text_df = spark.read.option("lineSep", "\n").text(str(copy_path))
+    lines_df = to_numbered_lines_of_files(text_df, {plan.index: plan.source for plan in plans})
+    summary = _stage_plans_lines(settings, plans, scratch / dict(FAMILIES)[plans[0].family] / name, lines_df)
+    for plan in plans:
+        staged_lines = sum(int(r.rows) for r in summary if int(r.file_index) == plan.index)
+        check_line_count(plan.path, staged_lines, "lines staged", lines[plan.index])
 
 
 def _file_order(path: Path, summary: list, digest: FileDigest) -> list[tuple[int, int]] | None:

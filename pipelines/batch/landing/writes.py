@@ -84,9 +84,9 @@ def write_batch(
         family = [p for p in landing if p.family == table_key and p.staged is not None and has_staged_files(p.staged)]
         if not family:
             continue
-        staged_df = with_line_numbers(
-            spark.read.schema(family[0].schema).parquet(*[str(p.staged) for p in family]), offsets
-        )
+        # Small files staged together share one folder.
+        folders = sorted({str(p.staged) for p in family})
+        staged_df = with_line_numbers(spark.read.schema(family[0].schema).parquet(*folders), offsets)
         if any(p.records_read > p.records_quarantined for p in family):
             _append_landable(spark, settings, table_key, filter_landable(staged_df), batch_id, landed_at)
         if any(p.records_quarantined > len(p.rejected) for p in family):

@@ -496,3 +496,58 @@ def test_split_reads_and_undecodable_files_get_exact_line_numbers(spark, setting
             assert row["timestamp"] % 10**6 == row["line_number"], row
     latin = sorted((r["line_number"], r["user_agent"]) for r in rows if r["source_file"].endswith("latin1.jsonl"))
     assert latin == [(1, "caf\ufffd"), (3, None)]
+
+
+def test_small_files_of_a_kind_are_staged_together_with_each_files_own_lines(spark, settings, tmp_path):
+    good = fixture_lines(MCL_FIXTURE)[:4]
+    inputs = tmp_path / "small"
+    inputs.mkdir()
+    login = {"type": "LogInEvent", "actorUrn": "urn:li:corpuser:a", "timestamp": 1700000000000}
+    files = {
+        "a.mcl.jsonl": [json.dumps(good[0]), "not json", json.dumps(good[1])],
+        "b.mcl.jsonl": ["", json.dumps(good[2]), json.dumps(dict(good[3], entityUrn="foo"))],
+        # The same record as a.mcl.jsonl's first line: a duplicate within the batch.
+        "c.mcl.jsonl": ["\ufeff" + json.dumps(good[0]), json.dumps(good[3])],
+        "d.usage.jsonl": [json.dumps(login), json.dumps(dict(login, type="Teleport"))],
+        "e.usage.jsonl": [json.dumps(dict(login, timestamp=1700000000001))],
+    }
+    for name, lines in files.items():
+        (inputs / name).write_text("\n".join(lines) + "\n")
+    with gzip.open(inputs / "f.mcl.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps(dict(good[1], entityUrn="urn:li:corpuser:gz")) + "\n")
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipelines.batch.landing.discovery import list_input_files, plan_files
+    from pipelines.batch.landing.staging import stage_small_files
+
+    with ThreadPoolExecutor(max_workers=1) as hasher:
+        plans = plan_files(spark, settings, list_input_files([inputs]), None, hasher)
+        stage_small_files(spark, settings, plans, tmp_path / "scratch")
+    folders = {plan.path.name: plan.staged for plan in plans}
+    assert folders["a.mcl.jsonl"] == folders["b.mcl.jsonl"] == folders["c.mcl.jsonl"] is not None
+    assert folders["d.usage.jsonl"] == folders["e.usage.jsonl"] not in (None, folders["a.mcl.jsonl"])
+    assert folders["f.mcl.jsonl.gz"] is None, "gzip files are staged on their own"
+    assert {p.path.name: (p.records_read, p.records_quarantined) for p in plans if p.staged} == {
+        "a.mcl.jsonl": (3, 1), "b.mcl.jsonl": (2, 1), "c.mcl.jsonl": (2, 0), "d.usage.jsonl": (2, 1),
+        "e.usage.jsonl": (1, 0),
+    }  # fmt: skip
+
+    report = land_paths(spark, settings, [inputs])
+    assert {Path(f.path).name: (f.records_read, f.records_landed, f.records_quarantined, f.duplicates_skipped)
+            for f in report.files} == {
+        "a.mcl.jsonl": (3, 2, 1, 0), "b.mcl.jsonl": (2, 1, 1, 0), "c.mcl.jsonl": (2, 1, 0, 1),
+        "d.usage.jsonl": (2, 1, 1, 0), "e.usage.jsonl": (1, 1, 0, 0), "f.mcl.jsonl.gz": (1, 1, 0, 0),
+    }  # fmt: skip
+    landed = sorted(
+        (Path(r["source_file"]).name, r["line_number"])
+        for key in ("bronze.aspect_snapshots", "bronze.usage_events")
+        for r in rows_of(spark, settings, key)
+    )
+    assert landed == [
+        ("a.mcl.jsonl", 1), ("a.mcl.jsonl", 3), ("b.mcl.jsonl", 2), ("c.mcl.jsonl", 2), ("d.usage.jsonl", 1),
+        ("e.usage.jsonl", 1), ("f.mcl.jsonl.gz", 1),
+    ]  # fmt: skip
+    quarantined = sorted((Path(r["source_file"]).name, r["line_number"], r["field"])
+                         for r in rows_of(spark, settings, "bronze.quarantine"))  # fmt: skip
+    assert quarantined == [("a.mcl.jsonl", 2, "record"), ("b.mcl.jsonl", 3, "entityUrn"), ("d.usage.jsonl", 2, "type")]
