@@ -136,7 +136,7 @@ class ServeSettings:
     query_slots: int = 4
     queue_depth: int = 32
     queue_timeout_seconds: float = 5.0
-    version_check_seconds: float = 1.0
+    version_check_seconds: float = 0.25
     max_body_bytes: int = 1048576
     max_size: int = 10000
     row_cache_mb: int = 256
