@@ -8,6 +8,7 @@ that differs, compares its rows with the table at the version the link names.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,10 @@ from pipelines.runtime.maintenance import maintenance_for
 CHAIN_TABLE = "ops.audit_chain"
 # Rows turned into canonical text at a time (bounds the Python objects alive at once).
 DIGEST_CHUNK_ROWS = 50_000
+# Each link names the one before it, so links are appended one publish at a time: within a process by
+# this lock (watch mode publishes the audit and OpenMetadata tables from two threads), across processes
+# by the run lock.
+_LINKING = threading.Lock()
 
 
 def chain_key(settings: Settings) -> ChainKey:
@@ -214,6 +219,11 @@ def link_batches(spark: SparkSession, settings: Settings, table_key: str, batch_
     """
     if table_key not in CHAINED_TABLES:
         raise InputError(f"table_key: {table_key!r} is not chained (chained: {', '.join(CHAINED_TABLES)})")
+    with _LINKING:
+        return _append_links(spark, settings, table_key, batch_ids)
+
+
+def _append_links(spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str]) -> int:
     chain = read_chain(spark, settings)
     latest = latest_links(chain)
     version = maintenance_for(settings, spark).version(table_key)

@@ -272,6 +272,7 @@ class Watcher:
                     return run_job(
                         self.job_settings, stages, paths=files, spark=session.spark,
                         wait_seconds=_LOCK_WAIT_SECONDS, deliver=False, kafka_messages=messages,
+                        publish_side_by_side=True,
                     )
                 except InputError:
                     bad = _undetectable(files)
