@@ -129,7 +129,8 @@ class Watcher:
         self.stop = stop
         self.roots = tuple(p.resolve() for p in settings.landing_paths)
         self.pending: dict[Path, float] = {}
-        self.arrivals: queue.Queue[Path] = queue.Queue()
+        # (file, when it was seen): a file that arrives while a micro-batch runs keeps its own arrival time.
+        self.arrivals: queue.Queue[tuple[Path, float]] = queue.Queue()
         self.started_at = time.time()
         self.batches = 0
         self.last_batch: dict[str, Any] | None = None
@@ -199,7 +200,7 @@ class Watcher:
             for change, name in changes:
                 path = Path(name)
                 if change != watchfiles.Change.deleted and is_complete_file(path, self.roots):
-                    self.arrivals.put(path)
+                    self.arrivals.put((path, time.time()))
 
     def _scan(self, session: _Session) -> None:
         """Queue the complete files of the landing folders that the ledger does not hold yet."""
@@ -217,14 +218,14 @@ class Watcher:
 
     def _drain(self, timeout: float) -> None:
         try:
-            path = self.arrivals.get(timeout=max(timeout, 0.01))
+            path, seen_at = self.arrivals.get(timeout=max(timeout, 0.01))
         except queue.Empty:
             return
         while True:
             if path.is_file():
-                self.pending.setdefault(path, time.time())
+                self.pending.setdefault(path, seen_at)
             try:
-                path = self.arrivals.get_nowait()
+                path, seen_at = self.arrivals.get_nowait()
             except queue.Empty:
                 return
 

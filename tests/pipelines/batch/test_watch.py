@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conf.tables import TABLES
-from pipelines.batch.watch import is_complete_file, retry_transient
+from pipelines.batch.watch import StopSignal, Watcher, is_complete_file, retry_transient
 from pipelines.bench.watch import (
     drop_file,
     free_port,
@@ -76,6 +76,22 @@ def test_an_engine_error_is_retried_and_a_project_error_is_not():
 
 
 @pytest.mark.slow
+def test_a_file_that_arrived_during_a_micro_batch_is_due_by_its_arrival_time(tmp_path):
+    # The loop reads arrivals only between micro-batches: a file seen 3 s ago, while one ran, has waited
+    # out the 2 s max_wait already and goes into the next micro-batch at once.
+    settings = make_settings(tmp_path / "home")
+    watcher = Watcher(settings, StopSignal())
+    landing = settings.landing_paths[0]
+    landing.mkdir(parents=True)
+    arrived = landing / "during.mcl.jsonl"
+    arrived.write_text("{}\n")
+    seen_at = time.time() - 3.0
+    watcher.arrivals.put((arrived, seen_at))
+    watcher._drain(timeout=0.01)
+    assert watcher.pending == {arrived: seen_at}
+    assert watcher._due()
+
+
 def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
     home = tmp_path / "home"
     landing = home / "landing"
