@@ -215,6 +215,7 @@ class WatchSettings:
     retry_attempts: int = 5
     retry_backoff_seconds: float = 1.0
     heartbeat_seconds: float = 5.0
+    compact_every_batches: int = 50
 
 
 @dataclass(frozen=True)
@@ -643,7 +644,7 @@ def _check_watch(watch: WatchSettings, ok) -> list[str]:
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value <= 0:
             problems.append(f"watch.{name}: {value!r} must be greater than 0")
-    for name in ("retry_attempts", "retry_backoff_seconds"):
+    for name in ("retry_attempts", "retry_backoff_seconds", "compact_every_batches"):
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value < 0:
             problems.append(f"watch.{name}: {value!r} must be 0 or more")

@@ -28,6 +28,7 @@ from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseErro
 from conf.settings import Settings
 from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
 from pipelines.batch.kafka.feed import KafkaFeed
+from pipelines.batch.watch_compaction import Compaction
 from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
 from pipelines.runtime.engine import open_session
 from pipelines.subscriptions.background import BackgroundDelivery
@@ -138,6 +139,7 @@ class Watcher:
         self.delivery: BackgroundDelivery | None = None
         self.kafka = KafkaFeed(settings, emit) if settings.ingest.kafka.enabled else None
         self.tracking = _BackgroundTracking(settings) if settings.mlflow.enabled else None
+        self.compaction = Compaction(settings, self.cfg.compact_every_batches, emit)
         # Tracking runs in the background (see _BackgroundTracking): a micro-batch does not wait for MLflow.
         self.job_settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
 
@@ -177,8 +179,12 @@ class Watcher:
             if self.kafka:
                 self.kafka.poll(session.spark)
             kafka_due = self.kafka is not None and self.kafka.due(self.cfg.max_wait_seconds)
-            if self._due() or kafka_due:
+            due = self._due() or kafka_due
+            if due:
                 self._micro_batch(session, self._take_batch() if self._due() else [])
+            if due or not self.pending:
+                # One table per turn: right after a micro-batch, or while no file waits.
+                self.compaction.compact_next(session.spark)
             if time.monotonic() - heartbeat >= self.cfg.heartbeat_seconds:
                 heartbeat = time.monotonic()
                 touch_lock(self.settings)
@@ -237,7 +243,8 @@ class Watcher:
 
     def _files_wait_seconds(self) -> float:
         if not self.pending:
-            return self.cfg.heartbeat_seconds
+            # While nothing waits, queued compactions go on one table per turn.
+            return 0.0 if self.compaction.queue else self.cfg.heartbeat_seconds
         oldest = min(self.pending.values())
         return min(self.cfg.heartbeat_seconds, oldest + self.cfg.max_wait_seconds - time.time())
 
@@ -313,6 +320,7 @@ class Watcher:
                 self.delivery.poke()
             if self.tracking:
                 self.tracking.submit(summary)
+            self.compaction.batch_done()
         self._write_state()
 
     def _quarantine(self, path: Path) -> Path:

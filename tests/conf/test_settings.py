@@ -297,3 +297,12 @@ def test_engine_memory_limit_defaults_to_the_local_profile_and_is_validated(tmp_
     with pytest.raises(ConfigError) as caught:
         load_settings(home=tmp_path, env={}, overrides=["engine.memory_limit_mb=lots"])
     assert "engine.memory_limit_mb: expected a whole number, got 'lots'" in str(caught.value)
+
+
+def test_watch_compaction_interval_is_a_count_of_micro_batches(tmp_path: Path):
+    assert load_settings(home=tmp_path, env={}).watch.compact_every_batches == 50
+    never = load_settings(home=tmp_path, env={}, overrides=["watch.compact_every_batches=0"])
+    assert never.watch.compact_every_batches == 0
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["watch.compact_every_batches=-1"])
+    assert "watch.compact_every_batches: -1 must be 0 or more" in caught.value.problems

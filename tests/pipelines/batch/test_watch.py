@@ -13,6 +13,7 @@ import pytest
 
 from conf.tables import TABLES
 from pipelines.batch.watch import StopSignal, Watcher, is_complete_file, retry_transient
+from pipelines.batch.watch_compaction import COMPACTED_TABLES
 from pipelines.bench.watch import (
     drop_file,
     free_port,
@@ -99,7 +100,8 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
     token, _ = create_token(settings, "urn:li:corpuser:admin", ["audit-read"])
     watch_log, serve_log = tmp_path / "watch.log", tmp_path / "serve.log"
     # MLflow on: each micro-batch is recorded as a run, from a background thread.
-    watcher = start_watch(home, watch_log, None, "mlflow.enabled=true")
+    # A round of compaction after every micro-batch (50 by default).
+    watcher = start_watch(home, watch_log, None, "mlflow.enabled=true", "watch.compact_every_batches=1")
     port = free_port()
     server = None
     try:
@@ -137,6 +139,19 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
         batches = wait_for(file_batches, 30, "the micro-batch log lines")
         assert sum(b["records"] for b in batches) == 5
         assert all(set(b["seconds"]) == {"land", "refine", "publish"} for b in batches)
+
+        # Each table a micro-batch writes is compacted in turn; the rows stay, and a later file lands on them.
+        def compacted_tables():
+            tables = {r["table"] for r in watch_log_records(watch_log, "compacted")}
+            return tables if tables >= set(COMPACTED_TABLES) else None
+
+        wait_for(compacted_tables, 120, "every table compacted")
+        assert watch_log_records(watch_log, "compaction_failed") == []
+        after = search_actor(port, token, "urn:li:corpuser:first")
+        assert {e["entityUrn"] for e in after} == {e["entityUrn"] for e in first}
+        drop_file(landing, "fourth.mcl.jsonl", mcl_lines("urn:li:corpuser:fourth", 2, now_ms, "fourth"))
+        fourth = wait_for(lambda: search_actor(port, token, "urn:li:corpuser:fourth"), 60, "a file's rows after compaction")
+        assert len(fourth) == 2
 
         # Anomaly scoring runs at start and every interval; without a registered model it says so and goes on.
         skipped = watch_log_records(watch_log, "anomaly_scoring_skipped")

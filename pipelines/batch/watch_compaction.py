@@ -1,0 +1,99 @@
+"""Watch mode's compaction: the tables micro-batches write are compacted as the watcher runs.
+
+Every micro-batch adds a small file to most tables it writes, and its state MERGE marks the rows it
+replaces with deletion vectors: left alone, each later micro-batch reads more files and applies more
+deletion vectors, and freshness drifts up hour by hour. After every `watch.compact_every_batches`
+micro-batches the watcher compacts these tables again, one table per turn of its loop (after a
+micro-batch, or while nothing waits), so a micro-batch never waits for more than one table's compaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from conf.errors import ConcurrencyError
+from conf.settings import Settings
+from pipelines.runtime.lock import run_lock
+from pipelines.runtime.maintenance import maintenance_for
+
+# What a micro-batch writes, the state first (its deletion vectors cost every micro-batch the most).
+COMPACTED_TABLES = (
+    "silver.aspect_state",
+    "bronze.aspect_snapshots",
+    "bronze.usage_events",
+    "bronze.landed_files",
+    "bronze.kafka_offsets",
+    "bronze.quarantine",
+    "silver.entity_change_events",
+    "silver.skipped_snapshots",
+    "gold.audit_events",
+    "gold.actor_activity_daily",
+    "gold.openmetadata_change_events",
+    "ops.stage_progress",
+    "ops.audit_chain",
+)
+# A compaction waits this long for a run that holds the lock, then tries again at the next turn.
+_LOCK_WAIT_SECONDS = 1.0
+
+
+class Compaction:
+    """Counts micro-batches and compacts the tables they write, one table per turn, every `every_batches`."""
+
+    def __init__(self, settings: Settings, every_batches: int, emit: Callable[[dict[str, Any]], None]):
+        """Start counting.
+
+        Args:
+            settings: the lakehouse settings (home, run lock).
+            every_batches: micro-batches between two rounds of compaction; 0 never compacts.
+            emit: writes one structured log line.
+        """
+        self.settings = settings
+        self.every_batches = every_batches
+        self.emit = emit
+        self.batches = 0
+        self.queue: list[str] = []
+
+    def batch_done(self) -> None:
+        """Count a micro-batch that wrote something; queue a round of compaction when one is due."""
+        if not self.every_batches:
+            return
+        self.batches += 1
+        if self.batches >= self.every_batches and not self.queue:
+            self.batches = 0
+            self.queue = list(COMPACTED_TABLES)
+
+    def compact_next(self, spark: SparkSession) -> None:
+        """Compact the next queued table under the run lock; log what it did.
+
+        A held lock leaves the table queued for the next turn. Any other failure is logged and the table
+        is left to the next round: compaction only speeds reads up, so the watch goes on without it.
+        """
+        if not self.queue:
+            return
+        table_key = self.queue[0]
+        started = time.monotonic()
+        try:
+            with run_lock(self.settings, owner="lakehouse run --watch (compaction)", wait_seconds=_LOCK_WAIT_SECONDS):
+                metrics = maintenance_for(self.settings, spark).optimize(table_key)
+        except ConcurrencyError as exc:
+            self.emit({"event": "compaction_waiting", "table": table_key, "reason": str(exc)})
+            return
+        except Exception as exc:  # noqa: BLE001 - see the docstring: a failed compaction never stops the watch
+            self.queue.pop(0)
+            error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            self.emit({"event": "compaction_failed", "table": table_key, "error": error})
+            return
+        self.queue.pop(0)
+        self.emit(
+            {
+                "event": "compacted",
+                "table": table_key,
+                "seconds": round(time.monotonic() - started, 3),
+                "files_removed": int(metrics.get("numFilesRemoved", 0)),
+                "files_added": int(metrics.get("numFilesAdded", 0)),
+            }
+        )
