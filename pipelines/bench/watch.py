@@ -213,11 +213,13 @@ def run_watch_bench(
     timeout: float = 60.0,
     versions: int = 0,
     audit_rows: int = 0,
+    watch_settings: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Drop `files` files of `records` records every `interval` seconds and time each until searchable.
 
     The home is built first when it is empty (`build_home`; `versions` for a large silver state),
     settled (`settle_home`) and topped up to `audit_rows` gold audit rows (`top_up_audit_rows`).
+    `watch_settings` (`KEY=VALUE`) are passed to the watcher with `--set`.
 
     Returns:
         Freshness p50/p95/max (seconds), per-micro-batch step seconds, RSS of the watcher and the server.
@@ -235,7 +237,7 @@ def run_watch_bench(
     landing = settings.landing_paths[0]
     logs = Path(tempfile.mkdtemp(prefix="watch-bench-"))
     port = free_port()
-    watcher = start_watch(home, logs / "watch.log")
+    watcher = start_watch(home, logs / "watch.log", None, *watch_settings)
     server = None
     rss: dict[str, list[dict[str, int]]] = {"watch": [], "serve": []}
     try:
@@ -264,6 +266,7 @@ def run_watch_bench(
         "files": files,
         "records_per_file": records,
         "interval_s": interval,
+        "watch_settings": list(watch_settings),
         "freshness_s": latency_summary(freshness),
         "state_rows": state_rows(settings),
         "refine_s": {
@@ -274,6 +277,9 @@ def run_watch_bench(
         "micro_batches": [
             {"files": b["files"], "records": b["records"], "seconds": b["seconds"], "total_s": b["total_seconds"]}
             for b in batches
+        ],
+        "compactions": [
+            {"table": c["table"], "seconds": c["seconds"]} for c in watch_log_records(logs / "watch.log", "compacted")
         ],
         "rss_bytes": {
             name: {"max": max((r.get("rss_bytes", 0) for r in samples), default=0),
@@ -383,12 +389,16 @@ def register(app: typer.Typer) -> None:
             0, "--audit-rows", min=0, help="Top gold.audit_events up to this many rows with generated usage events."
         ),
         seed: int = typer.Option(7, "--seed", help="Generator seed."),
+        watch_set: list[str] = typer.Option(
+            [], "--watch-set", help="A setting of the watcher, KEY=VALUE (repeatable), e.g. watch.compact_every_batches=10."
+        ),
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
     ) -> None:
         """Measure watch-mode freshness (rename -> searchable over HTTP), micro-batch steps and RSS."""
         work = home or Path(tempfile.mkdtemp(prefix="watch-bench-home-")) / "home"
         result = run_watch_bench(
-            work.resolve(), files, records, interval, entities, seed, versions=versions, audit_rows=audit_rows
+            work.resolve(), files, records, interval, entities, seed, versions=versions, audit_rows=audit_rows,
+            watch_settings=tuple(watch_set),
         )
         path = write_result(out, "watch", result)
         fresh = result["freshness_s"]
