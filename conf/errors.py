@@ -46,3 +46,8 @@ class SourceUnavailable(LakehouseError):
 
 class ConcurrencyError(LakehouseError):
     """Another run holds the lock, or a table commit kept losing races after bounded retries."""
+
+
+def error_text(exc: BaseException) -> str:
+    """The exception's type and message on one log field, cut to 500 characters (engine errors run long)."""
+    return f"{type(exc).__name__}: {str(exc)[:500]}"

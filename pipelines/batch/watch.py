@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable
+from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable, error_text
 from conf.settings import Settings
 from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
 from pipelines.batch.kafka.feed import KafkaFeed
@@ -292,7 +292,7 @@ class Watcher:
                     stages = JOB_STAGES if files or messages else JOB_STAGES[1:]
 
         def on_retry(number: int, exc: BaseException) -> None:
-            emit({"event": "retry", "attempt": number, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+            emit({"event": "retry", "attempt": number, "error": error_text(exc)})
             session.reopen()
 
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from conf.errors import ConcurrencyError
+from conf.errors import ConcurrencyError, error_text
 from conf.settings import Settings
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.maintenance import maintenance_for
@@ -84,8 +84,7 @@ class Compaction:
             return
         except Exception as exc:  # noqa: BLE001 - see the docstring: a failed compaction never stops the watch
             self.queue.pop(0)
-            error = f"{type(exc).__name__}: {str(exc)[:500]}"
-            self.emit({"event": "compaction_failed", "table": table_key, "error": error})
+            self.emit({"event": "compaction_failed", "table": table_key, "error": error_text(exc)})
             return
         self.queue.pop(0)
         self.emit(

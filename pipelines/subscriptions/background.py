@@ -10,7 +10,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from conf.errors import InputError
+from conf.errors import InputError, error_text
 from conf.settings import Settings
 from pipelines.subscriptions.delivery import HostLimits, deliver_outcomes
 from pipelines.subscriptions.store import list_subscriptions
@@ -83,7 +83,7 @@ class BackgroundDelivery:
             try:
                 names = [s.name for s in list_subscriptions(spark, self.settings) if not s.paused]
             except Exception as exc:  # an engine failure: the next poke or tick tries again
-                self._emit({"event": "delivery_failed", "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+                self._emit({"event": "delivery_failed", "error": error_text(exc)})
                 continue
             for name in names:
                 self._dispatch(name)
@@ -120,8 +120,7 @@ class BackgroundDelivery:
         except InputError:
             return  # removed since it was listed
         except Exception as exc:  # an engine failure mid-delivery: the cursor holds, the next round resumes
-            self._emit({"event": "delivery_failed", "subscription": name,
-                        "error": f"{type(exc).__name__}: {str(exc)[:500]}"})  # fmt: skip
+            self._emit({"event": "delivery_failed", "subscription": name, "error": error_text(exc)})
             return
         if outcome.posts:
             self._emit({
