@@ -147,31 +147,38 @@ def to_numbered_lines(text_df: DataFrame, file_index: int, source_file: str) -> 
     return text_df.select(
         F.lit(file_index).cast("int").alias("file_index"),
         F.lit(source_file).alias("source_file"),
-        F.lit(None).cast("bigint").alias("mid"),
-        F.lit(None).cast("bigint").alias("line_crc"),
-        F.substring_index(F.col("value"), "\t", 1).cast("bigint").alias("line_number"),
-        _without_byte_order_mark(F.expr("substr(value, instr(value, '\t') + 1)")).alias("value"),
+        *_numbered_line_columns("value"),
     )
 
 
 def to_numbered_lines_of_files(text_df: DataFrame, sources: Mapping[int, str]) -> DataFrame:
-    """Return the lines of several files written into one copy as `<file index>\t<line number>\t<record>`, tagged.
+    """Return the lines of several files written into one copy as `<file index>\\t<line number>\\t<record>`, tagged.
 
     Args:
         text_df: `spark.read.text` of the copy.
         sources: file index -> the original file's path, for every file in the copy.
     """
     index = F.substring_index(F.col("value"), "\t", 1).cast("int")
-    numbered = F.expr("substr(value, instr(value, '\t') + 1)")
     lookup = F.create_map(*[F.lit(v) for pair in sorted(sources.items()) for v in pair])
-    return text_df.select(index.alias("file_index"), numbered.alias("numbered")).select(
+    return text_df.select(index.alias("file_index"), _after_first_tab("value").alias("numbered")).select(
         "file_index",
         F.element_at(lookup, F.col("file_index")).alias("source_file"),
+        *_numbered_line_columns("numbered"),
+    )
+
+
+def _numbered_line_columns(line: str) -> list[Column]:
+    """mid, line_crc, line_number and value of the `<line number>\\t<record>` text in column `line`."""
+    return [
         F.lit(None).cast("bigint").alias("mid"),
         F.lit(None).cast("bigint").alias("line_crc"),
-        F.substring_index(F.col("numbered"), "\t", 1).cast("bigint").alias("line_number"),
-        _without_byte_order_mark(F.expr("substr(numbered, instr(numbered, '\t') + 1)")).alias("value"),
-    )
+        F.substring_index(F.col(line), "\t", 1).cast("bigint").alias("line_number"),
+        _without_byte_order_mark(_after_first_tab(line)).alias("value"),
+    ]
+
+
+def _after_first_tab(column: str) -> Column:
+    return F.expr(f"substr({column}, instr({column}, '\t') + 1)")
 
 
 def _without_byte_order_mark(line: Column) -> Column:

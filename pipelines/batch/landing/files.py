@@ -220,12 +220,12 @@ def number_lines(path: Path, out: Path) -> NumberedCopy:
 
 
 def write_numbered_lines(path: Path, target: TextIO, prefix: str = "") -> NumberedCopy:
-    """Write a JSON-lines file's lines to `target` as `<prefix><line>\t<line text>` lines.
+    """Write a JSON-lines file's lines to `target` as `<prefix><line>\\t<line text>` lines.
 
     Args:
         path: the input file (plain or gzip).
         target: the numbered copy, open for writing text.
-        prefix: written before each line number (several files in one copy: `<file index>\t`).
+        prefix: written before each line number (several files in one copy: `<file index>\\t`).
 
     Returns:
         How many lines were written and, for a file that could not be read to its end, why.

@@ -57,7 +57,7 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
     """
     if plan.kind == EMPTY:
         return
-    plan.family = USAGE_TABLE if plan.kind == USAGE else SNAPSHOTS_TABLE
+    plan.family = _family_of(plan.kind)
     if plan.numbered is not None:
         _stage_copy(spark, settings, plan, scratch, plan.path, plan.numbered)
         return
@@ -130,6 +130,11 @@ def _stage_copy(
     check_line_count(plan.path, sum(int(r.rows) for r in summary), "lines staged", copy.lines)
 
 
+def _family_of(kind: str) -> str:
+    """The bronze table a file of this kind lands in."""
+    return USAGE_TABLE if kind == USAGE else SNAPSHOTS_TABLE
+
+
 def _file_lines(plan: FilePlan) -> int | None:
     """How many lines the plan's file has (decompressed); None when that is unknown (a damaged gzip)."""
     if plan.lines_future is not None:
@@ -186,7 +191,7 @@ def stage_small_files(spark: SparkSession, settings: Settings, plans: list[FileP
     """Stage the batch's small JSON-lines files of each family and kind together, with one engine job.
 
     A micro-batch of watch mode holds a few small files; staging each on its own costs an engine job per
-    file. Their lines are numbered in Python into one copy (`<file index>\t<line>\t<record>`) instead,
+    file. Their lines are numbered in Python into one copy (`<file index>\\t<line>\\t<record>`) instead,
     which is staged once; each plan's counts come from its own rows. Plans staged here have `staged` set;
     the others (large, gzip, file-sink, already numbered, or alone of their kind) are left to `stage_file`.
 
@@ -232,7 +237,7 @@ def _stage_together(spark: SparkSession, settings: Settings, plans: list[FilePla
     lines: dict[int, int] = {}
     with open(copy_path, "w", encoding="utf-8") as target:
         for plan in plans:
-            plan.family = USAGE_TABLE if plan.kind == USAGE else SNAPSHOTS_TABLE
+            plan.family = _family_of(plan.kind)
             copy = write_numbered_lines(plan.path, target, prefix=f"{plan.index}\t")
             if copy.error is not None:
                 # A plain file that fails to read is an I/O error, not bad input: the batch stops.
