@@ -133,7 +133,8 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
         .filter(F.col("event_date").isin([F.lit(day.isoformat()).cast("date") for day in days]))
         .select("event_date", "event_id")
     )
-    if not source_df.join(stored_df, ["event_date", "event_id"], "left_semi").limit(1).count():
+    batch_keys_df = audit_df.select("event_date", "event_id")
+    if not batch_keys_df.join(stored_df, ["event_date", "event_id"], "left_semi").limit(1).count():
         # Usually every event is new: then an append writes the new rows alone, where the MERGE would
         # read and rewrite the days' files. The run lock keeps other writers out in between.
         append(source_df, settings, AUDIT_TABLE)
