@@ -13,7 +13,7 @@ from conf.tables import table_name, table_spec
 from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
 from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import append, insert_row, merge, read_table, replace_where
+from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, replace_where
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
 
@@ -133,8 +133,7 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
         .filter(F.col("event_date").isin([F.lit(day.isoformat()).cast("date") for day in days]))
         .select("event_date", "event_id")
     )
-    batch_keys_df = audit_df.select("event_date", "event_id")
-    if not batch_keys_df.join(stored_df, ["event_date", "event_id"], "left_semi").limit(1).count():
+    if not any_stored(audit_df, stored_df, ["event_date", "event_id"]):
         # Usually every event is new: then an append writes the new rows alone, where the MERGE would
         # read and rewrite the days' files. The run lock keeps other writers out in between.
         append(source_df, settings, AUDIT_TABLE)

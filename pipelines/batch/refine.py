@@ -35,7 +35,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import insert_missing, insert_row, merge, read_table
+from pipelines.runtime.io import any_stored, append, insert_missing, insert_row, merge, read_table
 from pipelines.runtime.progress import (
     StageResult,
     finished_batches,
@@ -59,6 +59,7 @@ STAGE = "refine"
 SOURCE_TABLE = "bronze.aspect_snapshots"
 EVENTS_TABLE = "silver.entity_change_events"
 STATE_TABLE = "silver.aspect_state"
+STATE_KEYS = ["entity_urn", "aspect_name"]
 SKIPPED_TABLE = "silver.skipped_snapshots"
 
 # Rows per row group of the staged Parquet files. A row group is the unit a reader hands to one core:
@@ -242,8 +243,18 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
 
     Flag rows (`with_entity_flag_rows`) only set entity_deleted on the existing rows of the entities
     the batch hard-deleted or re-created; they never insert.
+
+    When none of the batch's keys is in the state yet (a micro-batch of new entities), the rows are
+    appended instead, which is what the MERGE would do: the engine's MERGE reads every column of the
+    whole state, three times, whatever the batch's size. A re-run after the append finds the keys and
+    takes the MERGE, which leaves rows of the same batch as they are.
     """
     if not staged.state_rows:
+        return
+    state_rows_df = staged.read(spark, "state")
+    if not any_stored(state_rows_df, read_table(spark, settings, STATE_TABLE), STATE_KEYS):
+        # Unmatched flag rows change nothing; the run lock keeps other writers out in between.
+        append(state_rows_df.filter(~F.col("flag_only")), settings, STATE_TABLE)
         return
     target = table_name(settings, STATE_TABLE)
     updates = ", ".join(f"t.{c} = s.{c}" for c in table_spec(STATE_TABLE).column_names)
@@ -256,7 +267,7 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
         f"THEN UPDATE SET {updates} "
         f"WHEN NOT MATCHED AND NOT s.flag_only THEN {insert_row(STATE_TABLE)}"
     )
-    merge(spark, staged.read(spark, "state"), lambda source: statement.format(source=source), view_name="refine_state")
+    merge(spark, state_rows_df, lambda source: statement.format(source=source), view_name="refine_state")
 
 
 def _quote(text: str) -> str:

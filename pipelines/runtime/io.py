@@ -116,6 +116,21 @@ def merge(
         spark.catalog.dropTempView(view_name)
 
 
+def any_stored(keys_df: DataFrame, stored_df: DataFrame, keys: list[str]) -> bool:
+    """Whether any row of `keys_df` matches a row of `stored_df` on `keys`.
+
+    A semi join that stops at the first match: the engine filters `stored_df`'s scan by the (small)
+    `keys_df`'s values, so it costs little even against a large table. Writers use it to append a
+    batch whose keys are all new instead of running a MERGE that reads the whole target.
+
+    Args:
+        keys_df: the batch's keys (at least the `keys` columns).
+        stored_df: the stored rows to look in (at least the `keys` columns).
+        keys: the columns that identify a row.
+    """
+    return bool(keys_df.select(*keys).join(stored_df.select(*keys), keys, "left_semi").limit(1).count())
+
+
 def insert_missing(
     spark: SparkSession, settings: Settings, table_key: str, source_df: DataFrame, on: str, *, view_name: str
 ) -> list[Row]:

@@ -353,6 +353,34 @@ def test_a_hard_delete_and_a_re_creation_flag_every_state_row_of_the_entity(spar
     ]
 
 
+def test_a_batch_of_new_keys_is_appended_to_the_state_and_one_that_updates_keys_is_merged(spark, tmp_path):
+    settings = use(spark, make_settings(tmp_path / "append-or-merge"))
+    first, second = (f"urn:li:dataset:(urn:li:dataPlatform:hive,{n},PROD)" for n in ("first", "second"))
+
+    def tags(urn, tag, version, time):
+        return mcl(urn, "globalTags", {"tags": [{"tag": f"urn:li:tag:{tag}"}]}, version=version, time=time)
+
+    def state_commits():
+        actions = delta_log_actions(table_location(settings, "silver.aspect_state"))
+        return [a["commitInfo"]["operation"] for a in actions if "commitInfo" in a][1:]  # after CREATE TABLE
+
+    batches = [[tags(first, "A", 1, 1)], [tags(second, "A", 1, 2)], [tags(first, "B", 2, 3), tags(second, "B", 2, 4)]]
+    for index, rows in enumerate(batches):
+        land(spark, settings, to_bronze_rows(rows, f"b00{index}", batch_index=index))
+        refine(spark, settings)
+    assert state_commits() == ["WRITE", "WRITE", "MERGE"]
+    state = read_table(spark, settings, "silver.aspect_state").collect()
+    assert sorted((r.entity_urn, r.version, r.batch_id, r.prev_version) for r in state) == [
+        (first, 2, "b002", 1), (second, 2, "b002", 1)
+    ]
+    events = read_table(spark, settings, "silver.entity_change_events").collect()
+    assert sorted((r.entity_urn, r.operation, r.modifier) for r in events if r.category == "TAG") == sorted(
+        [(first, "ADD", "urn:li:tag:A"), (second, "ADD", "urn:li:tag:A"),
+         (first, "ADD", "urn:li:tag:B"), (first, "REMOVE", "urn:li:tag:A"),
+         (second, "ADD", "urn:li:tag:B"), (second, "REMOVE", "urn:li:tag:A")]
+    )
+
+
 def test_the_state_table_uses_deletion_vectors(spark, fixture_home):
     settings = use(spark, fixture_home[0])
     actions = delta_log_actions(table_location(settings, "silver.aspect_state"))
