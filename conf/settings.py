@@ -33,6 +33,7 @@ class EngineSettings:
     stop_on_exit: bool = True
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     memory_limit_mb: int | None = None
+    parquet_filter_pushdown: bool = True
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,9 @@ def _local_session(settings: Settings) -> Iterator[SparkSession]:
     if settings.engine.memory_limit_mb is not None:
         os.environ["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "fair"
         os.environ["SAIL_RUNTIME__MEMORY_POOL__FAIR__MAX_SIZE"] = str(settings.engine.memory_limit_mb * 2**20)
+    # A micro-batch joins its few keys with the whole state: with pushdown, the scan decodes the key
+    # columns, keeps the rows the join's filter lets through, and decodes the JSON of those alone.
+    os.environ["SAIL_PARQUET__PUSHDOWN_FILTERS"] = "true" if settings.engine.parquet_filter_pushdown else "false"
     from pysail.spark import SparkConnectServer
 
     server = SparkConnectServer(ip="127.0.0.1", port=0)

@@ -286,6 +286,15 @@ def test_databricks_profile_keeps_the_cluster_session(tmp_path: Path):
     assert settings.mlflow_tracking_uri == "databricks"
 
 
+def test_parquet_filter_pushdown_is_on_unless_turned_off_and_takes_only_a_boolean(tmp_path: Path):
+    assert load_settings(home=tmp_path, env={}).engine.parquet_filter_pushdown is True
+    off = load_settings(home=tmp_path, env={}, overrides=["engine.parquet_filter_pushdown=false"])
+    assert off.engine.parquet_filter_pushdown is False
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["engine.parquet_filter_pushdown=sometimes"])
+    assert "engine.parquet_filter_pushdown: expected true or false, got 'sometimes'" in str(caught.value)
+
+
 def test_engine_memory_limit_defaults_to_the_local_profile_and_is_validated(tmp_path: Path):
     assert load_settings(home=tmp_path, env={}).engine.memory_limit_mb == 5120
     assert load_settings("connect", home=tmp_path, env={"SPARK_REMOTE": "sc://h:1"}).engine.memory_limit_mb is None

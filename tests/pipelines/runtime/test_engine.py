@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import socket
 import subprocess
 import sys
@@ -144,3 +145,16 @@ def test_the_classic_profile_without_the_delta_jars_says_so_in_one_message(tmp_p
     assert "- engine: JVM Spark cannot open its session catalog:" in done.stderr
     assert "DeltaCatalog" in done.stderr and "needs the delta-spark jars" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_embedded_engine_filters_parquet_rows_while_decoding(spark, tmp_path: Path):
+    """engine.parquet_filter_pushdown (on by default): the scan itself drops the rows the filter rules out."""
+    spark.range(100_000).select("id", F.sha2(F.col("id").cast("string"), 256).alias("s")).write.parquet(
+        str(tmp_path / "rows")
+    )
+    spark.read.parquet(str(tmp_path / "rows")).createOrReplaceTempView("pushdown_rows")
+    # Hashes in id order: no row group's or page's statistics can rule the value out, only the rows can.
+    plan = spark.sql("EXPLAIN ANALYZE SELECT id FROM pushdown_rows WHERE s = sha2('7', 256)").collect()[0][0]
+    pruned = re.search(r"pushdown_rows_pruned=([\d.]+) ?(K?)", plan)
+    assert pruned, plan[-2000:]
+    assert float(pruned.group(1)) * (1000 if pruned.group(2) else 1) > 90_000
