@@ -217,6 +217,7 @@ class WatchSettings:
     retry_backoff_seconds: float = 1.0
     heartbeat_seconds: float = 5.0
     compact_every_batches: int = 50
+    compact_files_below_mb: int = 32
 
 
 @dataclass(frozen=True)
@@ -645,7 +646,7 @@ def _check_watch(watch: WatchSettings, ok) -> list[str]:
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value <= 0:
             problems.append(f"watch.{name}: {value!r} must be greater than 0")
-    for name in ("retry_attempts", "retry_backoff_seconds", "compact_every_batches"):
+    for name in ("retry_attempts", "retry_backoff_seconds", "compact_every_batches", "compact_files_below_mb"):
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value < 0:
             problems.append(f"watch.{name}: {value!r} must be 0 or more")

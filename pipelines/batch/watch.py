@@ -139,7 +139,7 @@ class Watcher:
         self.delivery: BackgroundDelivery | None = None
         self.kafka = KafkaFeed(settings, emit) if settings.ingest.kafka.enabled else None
         self.tracking = _BackgroundTracking(settings) if settings.mlflow.enabled else None
-        self.compaction = Compaction(settings, self.cfg.compact_every_batches, emit)
+        self.compaction = Compaction(settings, self.cfg.compact_every_batches, emit, self.cfg.compact_files_below_mb)
         # Tracking runs in the background (see _BackgroundTracking): a micro-batch does not wait for MLflow.
         self.job_settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
 

@@ -43,16 +43,20 @@ _LOCK_WAIT_SECONDS = 1.0
 class Compaction:
     """Counts micro-batches and compacts the tables they write, one table per turn, every `every_batches`."""
 
-    def __init__(self, settings: Settings, every_batches: int, emit: Callable[[dict[str, Any]], None]):
+    def __init__(
+        self, settings: Settings, every_batches: int, emit: Callable[[dict[str, Any]], None], files_below_mb: int = 0
+    ):
         """Start counting.
 
         Args:
             settings: the lakehouse settings (home, run lock).
             every_batches: micro-batches between two rounds of compaction; 0 never compacts.
             emit: writes one structured log line.
+            files_below_mb: merge only the files smaller than this many MiB; 0 rewrites every file.
         """
         self.settings = settings
         self.every_batches = every_batches
+        self.files_below_mb = files_below_mb
         self.emit = emit
         self.batches = 0
         self.queue: list[str] = []
@@ -78,7 +82,9 @@ class Compaction:
         started = time.monotonic()
         try:
             with run_lock(self.settings, owner="lakehouse run --watch (compaction)", wait_seconds=_LOCK_WAIT_SECONDS):
-                metrics = maintenance_for(self.settings, spark).optimize(table_key)
+                metrics = maintenance_for(self.settings, spark).optimize(
+                    table_key, small_file_mb=self.files_below_mb or None
+                )
         except ConcurrencyError as exc:
             self.emit({"event": "compaction_waiting", "table": table_key, "reason": str(exc)})
             return

@@ -6,7 +6,9 @@ delta-rs on the table's files; Spark Connect and classic Spark (Databricks, delt
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,13 +50,16 @@ class TableMaintenance(Protocol):
         zorder_by: tuple[str, ...] = (),
         row_group_rows: int | None = None,
         delta_encoded: tuple[str, ...] = (),
+        small_file_mb: int | None = None,
     ) -> dict[str, Any]:
         """Compact small files (and Z-order by `zorder_by`, one column: sort by it); return the engine's metrics.
 
         `row_group_rows` caps the rows per Parquet row group of the files written (None: the engine's
         default) and `delta_encoded` names integer columns written with DELTA_BINARY_PACKED encoding (a
         sorted time column shrinks to its small deltas and decodes faster); engines that choose row
-        groups by bytes and encodings themselves (Spark) keep their own.
+        groups by bytes and encodings themselves (Spark) keep their own. `small_file_mb` compacts only
+        the files smaller than that many MiB, into files of about that size, and leaves larger files
+        (and their deletion vectors) as they are (None: the engine's default sizes).
         """
 
 
@@ -102,12 +107,14 @@ class DeltaRsMaintenance:
         zorder_by: tuple[str, ...] = (),
         row_group_rows: int | None = None,
         delta_encoded: tuple[str, ...] = (),
+        small_file_mb: int | None = None,
     ) -> dict[str, Any]:
         from deltalake import ColumnProperties, WriterProperties
 
         _check_columns(table_key, zorder_by)
         _check_columns(table_key, delta_encoded, "delta_encoded")
         _check_row_group_rows(row_group_rows)
+        _check_small_file_mb(small_file_mb)
         table = self._table(table_key)
         properties = None
         if row_group_rows or delta_encoded:
@@ -115,9 +122,10 @@ class DeltaRsMaintenance:
             # Custom writer properties start from no compression: keep delta-rs's default codec.
             properties = WriterProperties(max_row_group_size=row_group_rows, compression="SNAPPY",
                                           column_properties={c: encoded for c in delta_encoded} or None)  # fmt: skip
+        target_size = small_file_mb * 2**20 if small_file_mb else None
         if zorder_by:
-            return dict(table.optimize.z_order(list(zorder_by), writer_properties=properties))
-        return dict(table.optimize.compact(writer_properties=properties))
+            return dict(table.optimize.z_order(list(zorder_by), target_size=target_size, writer_properties=properties))
+        return dict(table.optimize.compact(target_size=target_size, writer_properties=properties))
 
 
 class SqlMaintenance:
@@ -166,14 +174,21 @@ class SqlMaintenance:
         zorder_by: tuple[str, ...] = (),
         row_group_rows: int | None = None,
         delta_encoded: tuple[str, ...] = (),
+        small_file_mb: int | None = None,
     ) -> dict[str, Any]:
         _check_columns(table_key, zorder_by)
         _check_columns(table_key, delta_encoded, "delta_encoded")
         _check_row_group_rows(row_group_rows)
+        _check_small_file_mb(small_file_mb)
         sql = f"OPTIMIZE {table_name(self._settings, table_key)}"
         if zorder_by:
             sql += f" ZORDER BY ({', '.join(zorder_by)})"
-        rows = self._spark.sql(sql).collect()
+        sizes = {}
+        if small_file_mb:
+            # Delta's OPTIMIZE takes its file sizes from the session: set them for this statement only.
+            sizes = {key: str(small_file_mb * 2**20) for key in _DELTA_OPTIMIZE_FILE_SIZES}
+        with _session_conf(self._spark, sizes):
+            rows = self._spark.sql(sql).collect()
         if not rows:
             return {}
         # Delta's OPTIMIZE returns (path, metrics): the counts are in the metrics struct.
@@ -215,6 +230,31 @@ def _as_dict(value: Any) -> dict[str, Any]:
 def _check_hours(hours: int) -> None:
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 0:
         raise InputError(f"retention_hours: {hours!r} must be a whole number of hours >= 0")
+
+
+# Delta's OPTIMIZE compacts the files below minFileSize into files of about maxFileSize.
+_DELTA_OPTIMIZE_FILE_SIZES = ("spark.databricks.delta.optimize.minFileSize", "spark.databricks.delta.optimize.maxFileSize")
+
+
+@contextlib.contextmanager
+def _session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
+    """Set session configuration values for the block, then put back what was there."""
+    before = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _check_small_file_mb(small_file_mb: int | None) -> None:
+    if small_file_mb is not None and small_file_mb < 1:
+        raise InputError(f"small_file_mb: {small_file_mb!r} must be at least 1 (or None for the engine's sizes)")
 
 
 def _check_row_group_rows(rows: int | None) -> None:

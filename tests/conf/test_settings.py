@@ -315,3 +315,7 @@ def test_watch_compaction_interval_is_a_count_of_micro_batches(tmp_path: Path):
     with pytest.raises(ConfigError) as caught:
         load_settings(home=tmp_path, env={}, overrides=["watch.compact_every_batches=-1"])
     assert "watch.compact_every_batches: -1 must be 0 or more" in caught.value.problems
+    assert load_settings(home=tmp_path, env={}).watch.compact_files_below_mb == 32
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["watch.compact_files_below_mb=-5"])
+    assert "watch.compact_files_below_mb: -5 must be 0 or more" in caught.value.problems

@@ -115,3 +115,26 @@ def test_optimize_applies_the_deletion_vectors_of_the_state_table(spark, tmp_pat
     assert metrics["numFilesRemoved"] == 2 and metrics["numFilesAdded"] == 1
     kept = sorted((r.entity_urn, r.aspect_json) for r in read_table(spark, settings, state).collect())
     assert kept == sorted((f"urn:{k}", "new" if k == 3 else "old") for k in range(10))
+
+
+def test_optimize_of_small_files_merges_them_and_leaves_the_larger_files_as_they_are(spark, tmp_path):
+    settings = make_settings(tmp_path / "small-files")
+    register_fresh_tables(spark, settings)
+    # Random hex run ids compress poorly: one file of a few MiB.
+    large_df = _progress_rows(spark, "large").crossJoin(spark.range(60_000)).withColumn(
+        "run_id", F.sha2(F.col("id").cast("string"), 256)
+    )
+    append(large_df.coalesce(1), settings, KEY)
+    location = table_location(settings, KEY)
+    large_files = _data_files(location)
+    assert len(large_files) == 1 and (location / next(iter(large_files))).stat().st_size > 2**20
+    for batch in ("b1", "b2", "b3"):
+        append(_progress_rows(spark, batch), settings, KEY)
+
+    metrics = maintenance_for(settings).optimize(KEY, small_file_mb=1)
+    assert (metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (3, 1)
+    live = DeltaRsMaintenance(settings)._table(KEY).file_uris()
+    assert any(uri.endswith(next(iter(large_files))) for uri in live) and len(live) == 2
+    assert read_table(spark, settings, KEY).count() == 60_003
+    with pytest.raises(InputError, match="small_file_mb: 0 must be at least 1"):
+        maintenance_for(settings).optimize(KEY, small_file_mb=0)
