@@ -1,10 +1,11 @@
 """Watch mode's compaction: the tables micro-batches write are compacted as the watcher runs.
 
-Every micro-batch adds a small file to most tables it writes, and its state MERGE marks the rows it
-replaces with deletion vectors: left alone, each later micro-batch reads more files and applies more
-deletion vectors, and freshness drifts up hour by hour. After every `watch.compact_every_batches`
-micro-batches the watcher compacts these tables again, one table per turn of its loop (after a
-micro-batch, or while nothing waits), so a micro-batch never waits for more than one table's compaction.
+Every micro-batch adds a small file to most tables it writes: left alone, each later micro-batch reads
+more files, and freshness drifts up hour by hour. After every `watch.compact_every_batches` micro-batches
+the watcher merges these small files again, one table per turn of its loop (after a micro-batch, or
+while nothing waits), so a micro-batch never waits for more than one table's compaction. Only files
+below `watch.compact_files_below_mb` are merged: rewriting a large table whole (and the deletion
+vectors its MERGEs left) takes seconds, and is the nightly `maintain --optimize`'s work.
 """
 
 from __future__ import annotations

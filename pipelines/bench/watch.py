@@ -181,9 +181,9 @@ def build_home(home: Path, entities: int, seed: int, versions: int = 0) -> None:
 def settle_home(home: Path) -> None:
     """Finish whatever the home has landed or refined and not yet published, then compact what micro-batches write.
 
-    The watcher starts idle, on tables as a watcher leaves them after a round of compaction: without
-    it, a run would start wherever the last one left the compaction cycle (a publish reads one more
-    small file per earlier micro-batch), and runs could not be compared.
+    The watcher starts idle, on tables as the nightly `maintain --optimize` leaves them: without it, a
+    run would start wherever the last one left the compaction cycle (a publish reads one more small
+    file per earlier micro-batch), and runs could not be compared.
     """
     from pipelines.batch.watch_compaction import COMPACTED_TABLES
 
