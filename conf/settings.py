@@ -116,6 +116,13 @@ class EventSettings:
 
 
 @dataclass(frozen=True)
+class RefineSettings:
+    """The refine stage: where a batch's state rows go (docs/change-events.md#state)."""
+
+    state_log_max_rows: int = 10000
+
+
+@dataclass(frozen=True)
 class ApiSettings:
     """The HTTP audit search API."""
 
@@ -232,6 +239,7 @@ class Settings:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)
     events: EventSettings = field(default_factory=EventSettings)
+    refine: RefineSettings = field(default_factory=RefineSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     serve: ServeSettings = field(default_factory=ServeSettings)
     mlflow: MlflowSettings = field(default_factory=MlflowSettings)
@@ -549,6 +557,8 @@ def _check_values(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     if ok("audit_chain.max_examples") and settings.audit_chain.max_examples < 1:
         problems.append(f"audit_chain.max_examples: {settings.audit_chain.max_examples!r} must be at least 1")
     problems.extend(_check_watch(settings.watch, ok))
+    if ok("refine.state_log_max_rows") and settings.refine.state_log_max_rows < 0:
+        problems.append(f"refine.state_log_max_rows: {settings.refine.state_log_max_rows!r} must be 0 or more")
     problems.extend(_check_subscriptions(settings.subscriptions, ok))
     mlflow = settings.mlflow
     if ok("mlflow.experiment") and not mlflow.experiment.strip():

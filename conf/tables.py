@@ -152,6 +152,20 @@ _SPECS = (
     ),
     TableSpec(
         "silver",
+        "aspect_state_log",
+        "entity_urn STRING, entity_type STRING, aspect_name STRING, aspect_json STRING, version BIGINT, "
+        "order_key STRING, change_type STRING, created_time BIGINT, created_actor STRING, deleted BOOLEAN, "
+        "entity_deleted BOOLEAN, record_hash STRING, batch_id STRING, updated_at TIMESTAMP, "
+        "source_file STRING, line_number BIGINT, prev_version BIGINT, "
+        "prev_order_key STRING, prev_change_type STRING, prev_created_time BIGINT, prev_created_actor STRING, "
+        "prev_record_hash STRING, prev_batch_id STRING, flag_only BOOLEAN, log_seq BIGINT",
+        (),
+        "A state row of a small batch not folded into silver.aspect_state yet (the current state is both, "
+        "the newest row of each key winning); flag_only: the row only sets entity_deleted on the key; "
+        "log_seq: the order in which batches were logged.",
+    ),
+    TableSpec(
+        "silver",
         "skipped_snapshots",
         "entity_urn STRING, aspect_name STRING, version BIGINT, order_key STRING, change_type STRING, "
         "reason STRING, state_order_key STRING, record_hash STRING, batch_id STRING, source_file STRING, "

@@ -430,3 +430,57 @@ def to_next_state(state_df: DataFrame, state_rows_df: DataFrame) -> DataFrame:
     keys_df = state_rows_df.select("entity_urn", "aspect_name")
     kept_df = state_df.join(keys_df, on=["entity_urn", "aspect_name"], how="left_anti")
     return kept_df.unionByName(state_rows_df.select(*state_df.columns))
+
+
+def to_current_state(state_df: DataFrame, log_df: DataFrame) -> DataFrame:
+    """Return the state with the logged rows applied: what MERGEing each logged batch in turn would give.
+
+    A content row of the log replaces its key's row when its order_key is newer; of two rows with the
+    same order_key the later one wins (after a fold the state holds a copy of its logged winner, and
+    a fold cut short leaves both). A flag row sets entity_deleted on the row its key holds at that
+    point, and never inserts: only the last flag counts, and only when it came after the winning row.
+
+    Each key's newest rank and last flag are found by one aggregation and joined back: the engine's
+    max_by over a whole row is a sort per key, about ten times slower on 380k rows.
+
+    Args:
+        state_df: silver.aspect_state, or the rows of any set of whole entities of it.
+        log_df: silver.aspect_state_log rows of the same entities (or of more: keys only in the log
+            come out as inserted).
+
+    Returns:
+        state_df's columns, one row per key.
+    """
+    key = ["entity_urn", "aspect_name"]
+    columns = state_df.columns
+    # order_key has a fixed width, so the rank sorts by order_key and then by the log order; flag rows
+    # have none. The state's rows come first in the log order (log_seq 0).
+    log_order = F.lpad(F.col("log_seq").cast("string"), 19, "0")
+    ranked_df = (
+        state_df.withColumn("flag_only", F.lit(False))
+        .withColumn("log_seq", F.lit(0).cast("bigint"))
+        .unionByName(log_df.select(*columns, "flag_only", "log_seq"))
+        .withColumn(
+            "_rank",
+            F.when(~F.col("flag_only"), F.concat(F.coalesce(F.col("order_key"), F.lit("")), F.lit("#"), log_order)),
+        )
+    )
+    flag_seq = F.when(F.col("flag_only"), F.col("log_seq"))
+    tops_df = ranked_df.groupBy(*key).agg(
+        F.max("_rank").alias("_top"),
+        F.max(flag_seq).alias("_last_flag"),
+        F.max_by(F.col("entity_deleted"), flag_seq).alias("_flag_deleted"),
+    )
+    flagged_later = F.col("_last_flag") > F.col("log_seq")
+    return (
+        ranked_df.join(tops_df, on=key, how="inner")
+        .filter(F.col("_rank") == F.col("_top"))
+        .select(
+            *[
+                F.when(flagged_later, F.col("_flag_deleted")).otherwise(F.col(c)).alias(c)
+                if c == "entity_deleted"
+                else F.col(c)
+                for c in columns
+            ]
+        )
+    )

@@ -11,9 +11,9 @@ Crash safety. One batch is written in this order, each write idempotent:
      everything is written to Parquet under `<home>/_scratch/refine/<batch>` (recomputed on a re-run);
   2. MERGE events on event_id (insert only, pruned to the batch's event dates and its own files);
   3. MERGE skipped snapshots on (batch_id, source_file, line_number) (insert only);
-  4. MERGE state rows: insert new keys, update a key only from another batch with a newer order key,
-     and in the same statement set the hard-deleted flag on the other keys of entities the batch
-     deleted or re-created;
+  4. write state rows (`pipelines.batch.state_store.write_state`): insert new keys, update a key only
+     from another batch with a newer order key, and set the hard-deleted flag on the other keys of
+     entities the batch deleted or re-created; a small batch of updates goes to the state's log;
   5. record progress (last).
 A run killed anywhere and started again recomputes the same staged data and ends with the same tables.
 """
@@ -33,9 +33,9 @@ from pyspark.sql.types import StructType
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import table_name, table_spec
+from pipelines.batch.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import any_stored, append, insert_missing, insert_row, merge, read_table
+from pipelines.runtime.io import insert_missing, read_table
 from pipelines.runtime.progress import (
     StageResult,
     finished_batches,
@@ -58,8 +58,6 @@ from silver.state import (
 STAGE = "refine"
 SOURCE_TABLE = "bronze.aspect_snapshots"
 EVENTS_TABLE = "silver.entity_change_events"
-STATE_TABLE = "silver.aspect_state"
-STATE_KEYS = ["entity_urn", "aspect_name"]
 SKIPPED_TABLE = "silver.skipped_snapshots"
 
 # Rows per row group of the staged Parquet files. A row group is the unit a reader hands to one core:
@@ -72,7 +70,8 @@ STAGED_ROW_GROUP_ROWS = 65_536
 class StagedBatch:
     """One batch computed and written to Parquet, ready to be merged into the silver tables.
 
-    `state_rows` counts the rows the state MERGE applies: the batch's new state rows and its flag rows.
+    `state_rows` counts the rows the state write applies: the batch's new state rows and its flag rows;
+    `state_write` receives how they were written (`pipelines.batch.state_store.write_state`).
     `seconds` holds the wall time of each staged part and, once refine_batch has run them, of each
     write step (STEP_NAMES); `cpu_seconds` the CPU time of this process (the embedded engine's threads
     included) over the same steps.
@@ -88,6 +87,7 @@ class StagedBatch:
     schemas: dict[str, StructType] = field(default_factory=dict, compare=False, repr=False)
     seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
     cpu_seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+    state_write: list[str] = field(default_factory=list, compare=False, repr=False)
 
     def read(self, spark: SparkSession, part: str) -> DataFrame:
         """Read one staged part (events, skipped or state), empty ones included."""
@@ -155,9 +155,11 @@ def _stage(
 def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> StagedBatch:
     """Compute one batch against the state before it and write every result to the batch's scratch folder.
 
-    The sequenced rows are written first, partitioned by aspect name, so the window work is done once
-    and each event generator reads only its own aspects' files; then the schema aspects' fields, parsed
-    once for the three generators that read them; then the events and the state rows.
+    When the state's log holds rows of the batch's entities, those entities' current state rows are
+    written first (`batch_state`: the log applied once, for the three steps that read the state). Then
+    the sequenced rows, partitioned by aspect name, so the window work is done once and each event
+    generator reads only its own aspects' files; then the schema aspects' fields, parsed once for the
+    three generators that read them; then the events and the state rows.
     """
     folder = scratch_folder(settings, batch_id)
     schemas: dict[str, StructType] = {}
@@ -165,7 +167,13 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     cpu_seconds: dict[str, float] = {}
     timings = (seconds, cpu_seconds)
     batch_df = read_batch(spark, settings, [batch_id])
-    state_df = read_table(spark, settings, STATE_TABLE)
+    entities_df = batch_df.select("entity_urn")
+    if has_logged_rows(spark, settings, entities_df):
+        # Applying the log is joins and aggregations: done once, for the three steps that read the state.
+        state_df = _stage(read_state(spark, settings, entities_df), folder / "batch_state", schemas, *timings)
+    else:
+        # Those steps join the state with the batch's keys, and the engine reads only their rows.
+        state_df = read_table(spark, settings, STATE_TABLE)
     pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
 
     sequenced_df = _stage(
@@ -239,35 +247,15 @@ def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) 
 
 
 def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
-    """Write the batch's state: insert new keys, replace rows only from another, older batch, set entity flags.
+    """Write the batch's state rows (`pipelines.batch.state_store.write_state`): appended, logged or MERGEd.
 
-    Flag rows (`with_entity_flag_rows`) only set entity_deleted on the existing rows of the entities
-    the batch hard-deleted or re-created; they never insert.
-
-    When none of the batch's keys is in the state yet (a micro-batch of new entities), the rows are
-    appended instead, which is what the MERGE would do: the engine's MERGE reads every column of the
-    whole state, three times, whatever the batch's size. A re-run after the append finds the keys and
-    takes the MERGE, which leaves rows of the same batch as they are.
+    How they were written is kept in `staged.state_write`.
     """
     if not staged.state_rows:
         return
-    state_rows_df = staged.read(spark, "state")
-    if not any_stored(state_rows_df, read_table(spark, settings, STATE_TABLE), STATE_KEYS):
-        # Unmatched flag rows change nothing; the run lock keeps other writers out in between.
-        append(state_rows_df.filter(~F.col("flag_only")), settings, STATE_TABLE)
-        return
-    target = table_name(settings, STATE_TABLE)
-    updates = ", ".join(f"t.{c} = s.{c}" for c in table_spec(STATE_TABLE).column_names)
-    statement = (
-        f"MERGE INTO {target} AS t USING {{source}} AS s "
-        f"ON t.entity_urn = s.entity_urn AND t.aspect_name = s.aspect_name "
-        f"WHEN MATCHED AND s.flag_only AND t.entity_deleted <> s.entity_deleted "
-        f"THEN UPDATE SET t.entity_deleted = s.entity_deleted "
-        f"WHEN MATCHED AND NOT s.flag_only AND t.batch_id <> s.batch_id AND s.order_key > t.order_key "
-        f"THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED AND NOT s.flag_only THEN {insert_row(STATE_TABLE)}"
+    staged.state_write.append(
+        write_state(spark, settings, staged.read(spark, "state"), staged.batch_id, staged.state_rows)
     )
-    merge(spark, state_rows_df, lambda source: statement.format(source=source), view_name="refine_state")
 
 
 def _quote(text: str) -> str:
@@ -283,6 +271,7 @@ BATCH_STEPS = (
 
 # What a batch's time is reported by: its staged parts in the order stage_batch writes them, then BATCH_STEPS.
 STEP_NAMES = (
+    "batch_state",
     "sequenced",
     "schema_fields",
     "events",
@@ -329,9 +318,10 @@ def refine(
 
     Returns:
         The batches processed, bronze rows read, events written, and per-run metrics: events, skipped
-        and state rows, `seconds.<step>`, the wall time of each staged part and write step summed
-        over the batches (where a batch's time goes; STEP_NAMES), and `cpu_seconds.<step>`, the
-        process's CPU time over the same steps.
+        and state rows, `state_<how>` the batches whose state rows were written each way
+        (`pipelines.batch.state_store.write_state`), `seconds.<step>`, the wall time of each staged
+        part and write step summed over the batches (where a batch's time goes; STEP_NAMES), and
+        `cpu_seconds.<step>`, the process's CPU time over the same steps.
 
     Raises:
         InputError: when max_batches is not a positive number.
@@ -351,6 +341,7 @@ def refine(
             "events": float(sum(s.events for s in staged)),
             "skipped": float(sum(s.skipped for s in staged)),
             "state_rows": float(sum(s.state_rows for s in staged)),
+            **{f"state_{how}": float(sum(s.state_write.count(how) for s in staged)) for how in STATE_WRITES},
             **{f"seconds.{name}": round(sum(s.seconds.get(name, 0.0) for s in staged), 3) for name in STEP_NAMES},
             **{f"cpu_seconds.{name}": round(sum(s.cpu_seconds.get(name, 0.0) for s in staged), 3) for name in STEP_NAMES},
         },

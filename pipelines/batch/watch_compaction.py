@@ -18,12 +18,14 @@ from pyspark.sql import SparkSession
 
 from conf.errors import ConcurrencyError, error_text
 from conf.settings import Settings
+from pipelines.batch.state_store import STATE_TABLE, fold_state_log
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.maintenance import maintenance_for
 
-# What a micro-batch writes, the state first (its deletion vectors cost every micro-batch the most).
+# What a micro-batch writes, the state first (its deletion vectors cost every micro-batch the most; its
+# log is folded into it in the same turn).
 COMPACTED_TABLES = (
-    "silver.aspect_state",
+    STATE_TABLE,
     "bronze.aspect_snapshots",
     "bronze.usage_events",
     "bronze.landed_files",
@@ -83,6 +85,7 @@ class Compaction:
         started = time.monotonic()
         try:
             with run_lock(self.settings, owner="lakehouse run --watch (compaction)", wait_seconds=_LOCK_WAIT_SECONDS):
+                folded = fold_state_log(spark, self.settings) if table_key == STATE_TABLE else 0
                 metrics = maintenance_for(self.settings, spark).optimize(
                     table_key, small_file_mb=self.files_below_mb or None
                 )
@@ -101,5 +104,6 @@ class Compaction:
                 "seconds": round(time.monotonic() - started, 3),
                 "files_removed": int(metrics.get("numFilesRemoved", 0)),
                 "files_added": int(metrics.get("numFilesAdded", 0)),
+                "folded_rows": folded,
             }
         )

@@ -19,7 +19,6 @@ from pyspark.sql import SparkSession
 from conf.errors import InputError
 from conf.settings import Settings
 from pipelines.bench.harness import measure, percentile
-from pipelines.runtime.io import read_table
 
 # Micro-batch k's versions start at (k + 1) * VERSION_STEP: above every version the generator writes.
 VERSION_STEP = 1_000_000
@@ -84,6 +83,7 @@ def run_micro_batches(
     """
     from pipelines.batch.landing import land_paths
     from pipelines.batch.refine import refine
+    from pipelines.batch.state_store import STATE_WRITES, read_state
 
     if batches < 1 or records < 1:
         raise InputError(f"--micro-batches / --micro-records: {batches!r} / {records!r} must be at least 1")
@@ -91,7 +91,7 @@ def run_micro_batches(
     if records > len(pool):
         raise InputError(f"--micro-records: {records!r} is more than the {len(pool)} input lines to pick from")
     rng = random.Random(seed)
-    state_keys = read_table(spark, settings, "silver.aspect_state").count()
+    state_keys = read_state(spark, settings).count()
     per_batch = []
     for index in range(batches):
         batch_folder = folder / "micro" / f"batch-{index:05d}"
@@ -108,6 +108,7 @@ def run_micro_batches(
                 "land_s": landing.wall_s,
                 "wall_s": one.wall_s,
                 "steps_s": {k.removeprefix("seconds."): v for k, v in result.metrics.items() if k.startswith("seconds.")},
+                "state_write": [how for how in STATE_WRITES if result.metrics.get(f"state_{how}")],
             }
         )
     walls = [b["wall_s"] for b in per_batch]

@@ -319,3 +319,11 @@ def test_watch_compaction_interval_is_a_count_of_micro_batches(tmp_path: Path):
     with pytest.raises(ConfigError) as caught:
         load_settings(home=tmp_path, env={}, overrides=["watch.compact_files_below_mb=-5"])
     assert "watch.compact_files_below_mb: -5 must be 0 or more" in caught.value.problems
+
+
+def test_the_state_log_size_is_a_count_of_rows_and_0_merges_every_batch(tmp_path: Path):
+    assert load_settings(home=tmp_path, env={}).refine.state_log_max_rows == 10000
+    assert load_settings(home=tmp_path, env={}, overrides=["refine.state_log_max_rows=0"]).refine.state_log_max_rows == 0
+    with pytest.raises(ConfigError) as caught:
+        load_settings(home=tmp_path, env={}, overrides=["refine.state_log_max_rows=-1"])
+    assert "refine.state_log_max_rows: -1 must be 0 or more" in caught.value.problems

@@ -7,10 +7,13 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
+from chispa import assert_df_equality
+
 from conf.tables import table_spec
 from silver.state import (
     ACCEPTED,
     DUPLICATE,
+    to_current_state,
     to_empty_state,
     to_entity_status,
     to_pre_batch_state,
@@ -19,6 +22,7 @@ from silver.state import (
     to_state_rows,
 )
 from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows
+from tests.silver.state_log_rows import logged_state
 
 URN = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"
 
@@ -109,3 +113,13 @@ def test_reverting_a_batch_takes_the_replaced_json_from_the_bronze_snapshot_it_n
     reverted = to_pre_batch_state(state_b2_df, "b2", bronze_df(spark, first + second)).collect()
     assert [(r.batch_id, r.version, json.loads(r.aspect_json)) for r in reverted] == [("b1", 1, tags("a"))]
     assert to_pre_batch_state(state_b1_df, "b1", first_df).count() == 0  # b1 inserted its row: nothing before
+
+
+@pytest.mark.pure
+def test_the_current_state_applies_logged_rows_as_a_merge_of_each_batch_in_turn_would(pure_spark):
+    state_df, log_df, expected_df = logged_state(pure_spark)
+    current_df = to_current_state(state_df, log_df)
+    assert current_df.columns == state_df.columns
+    assert_df_equality(
+        current_df.select(*expected_df.columns), expected_df, ignore_row_order=True, ignore_nullable=True
+    )

@@ -6,6 +6,7 @@ import typer
 
 from conf.errors import InputError
 from conf.tables import TABLES, table_location, table_name
+from pipelines.batch.state_store import STATE_TABLE, fold_state_log
 from pipelines.cli.console import console, print_json_lines, print_table
 from pipelines.runtime.maintenance import maintenance_for
 
@@ -81,6 +82,8 @@ def register(app: typer.Typer) -> None:
             maintenance = maintenance_for(state.settings, spark)
             for key in keys:
                 if optimize:
+                    if key == STATE_TABLE:
+                        console.print(f"{key}: folded {fold_state_log(spark, state.settings)} logged rows")
                     metrics = maintenance.optimize(key)
                     console.print(f"{key}: optimized ({metrics.get('numFilesRemoved', 0)} files compacted)")
                 if vacuum:

@@ -6,6 +6,7 @@ committed with a bronze.landed_files row, as landing does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from datahub_actions.event.event_registry import EntityChangeEvent
 
 from conf.tables import table_location, table_name
 from pipelines.batch.export_ece import write_ece_jsonl
+from pipelines.batch.state_store import APPENDED, FOLDED, LOGGED, MERGED, fold_state_log, read_state
 from pipelines.runtime.io import read_table
 from pipelines.batch.refine import (
     BATCH_STEPS,
@@ -42,7 +44,8 @@ from tests.silver.bronze_rows import (
 from tests.silver.events_helpers import change_event_rows
 
 CUSTOMERS_6 = "urn:li:dataset:(urn:li:dataPlatform:postgres,appdb.public.customers_6,PROD)"
-SILVER = ("silver.entity_change_events", "silver.aspect_state", "silver.skipped_snapshots")
+STATE = "silver.aspect_state"
+SILVER = ("silver.entity_change_events", STATE, "silver.skipped_snapshots")
 # Processing timestamps differ between runs by nature; everything else must be identical.
 VOLATILE = ("updated_at", "recorded_at")
 COMPARED = ("event_id", "entity_urn", "entity_type", "category", "operation", "modifier", "parameters", "actor",
@@ -51,10 +54,10 @@ COMPARED = ("event_id", "entity_urn", "entity_type", "category", "operation", "m
 
 
 def tables_snapshot(spark, settings) -> dict[str, list[str]]:
-    """Every silver table's rows (volatile columns left out) as sorted JSON text."""
+    """Every silver table's rows (volatile columns left out) as sorted JSON text; the state with its log applied."""
     snapshot = {}
     for key in SILVER:
-        table_df = read_table(spark, settings, key)
+        table_df = read_state(spark, settings) if key == STATE else read_table(spark, settings, key)
         columns = [c for c in table_df.columns if c not in VOLATILE]
         rows = table_df.select(*columns).collect()
         snapshot[key] = sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str) for r in rows)
@@ -90,7 +93,7 @@ def test_fixture_history_refines_batch_by_batch_like_one_batch(spark, fixture_ho
     assert result.rows_out == len(stored)
     assert comparable(stored) == comparable(change_event_rows(spark, read_mcl_fixture()))
     assert {r["batch_id"] for r in stored} == {"b000", "b001", "b002"}
-    state = read_table(spark, settings, "silver.aspect_state").collect()
+    state = read_state(spark, settings).collect()
     assert len(state) == len({(r["entityUrn"], r["aspectName"]) for r in read_mcl_fixture()})
     assert {r.entity_urn for r in state if r.entity_deleted} == {CUSTOMERS_6}
     assert all(r.deleted for r in state if r.entity_urn == CUSTOMERS_6)
@@ -276,11 +279,13 @@ def test_refine_reports_the_seconds_of_every_staged_part_and_write_of_its_batche
     _, result, wall_s = fixture_home
     seconds = {k: v for k, v in result.metrics.items() if k.startswith("seconds.")}
     assert list(seconds) == [
-        "seconds.sequenced", "seconds.schema_fields", "seconds.events", "seconds.skipped", "seconds.entity_status",
+        "seconds.batch_state", "seconds.sequenced", "seconds.schema_fields", "seconds.events", "seconds.skipped", "seconds.entity_status",
         "seconds.state", "seconds.events_merged", "seconds.skipped_merged", "seconds.state_merged"]
     assert all(v >= 0 for v in seconds.values())
-    # Every batch of the fixture writes events and state rows, so those steps took time.
+    # Every batch of the fixture writes events and state rows, so those steps took time; the last one
+    # updates entities the second one logged, so it read them through the log.
     assert min(seconds["seconds.sequenced"], seconds["seconds.events"], seconds["seconds.state_merged"]) > 0
+    assert seconds["seconds.batch_state"] > 0
     # Steps are timed one after another inside the run, never overlapping; each batch's figures are
     # rounded to the millisecond (half of one each, for the fixture's three batches).
     assert sum(seconds.values()) <= wall_s + 0.0005 * len(seconds) * 3
@@ -313,7 +318,7 @@ def test_late_and_replayed_versions_are_skipped_and_change_nothing(spark, tmp_pa
     events = read_table(spark, settings, "silver.entity_change_events").orderBy("source_order_key", "operation").collect()
     assert [(e.source_version, e.operation, e.modifier) for e in events] == [
         (1, "ADD", "urn:li:tag:A"), (3, "ADD", "urn:li:tag:C"), (4, "REMOVE", "urn:li:tag:A")]
-    state = read_table(spark, settings, "silver.aspect_state").collect()
+    state = read_state(spark, settings).collect()
     assert [(s.version, s.batch_id, s.prev_version, s.prev_batch_id) for s in state] == [(4, "b001", 3, "b000")]
     # From scratch the late version 2 is a step of the history, so the replay shows what it changed.
     result = replay_window(spark, settings, 0, 2**62)
@@ -334,7 +339,7 @@ def test_a_hard_delete_and_a_re_creation_flag_every_state_row_of_the_entity(spar
         return mcl(urn, "globalTags", {"tags": [{"tag": "urn:li:tag:A"}]}, version=1, time=time)
 
     def flags():
-        rows = read_table(spark, settings, "silver.aspect_state").collect()
+        rows = read_state(spark, settings).collect()
         return sorted((r.entity_urn, r.aspect_name, r.entity_deleted, r.batch_id) for r in rows)
 
     land(spark, settings, to_bronze_rows([key(gone, 1, 1), tags(gone, 2), key(kept, 1, 3), tags(kept, 4)], "b000"))
@@ -353,36 +358,59 @@ def test_a_hard_delete_and_a_re_creation_flag_every_state_row_of_the_entity(spar
     ]
 
 
-def test_a_batch_of_new_keys_is_appended_to_the_state_and_one_that_updates_keys_is_merged(spark, tmp_path):
-    settings = use(spark, make_settings(tmp_path / "append-or-merge"))
+def test_new_keys_are_appended_small_updates_logged_and_folded_and_large_ones_merged(spark, tmp_path):
+    settings = use(spark, make_settings(tmp_path / "append-log-merge"))
     first, second = (f"urn:li:dataset:(urn:li:dataPlatform:hive,{n},PROD)" for n in ("first", "second"))
 
     def tags(urn, tag, version, time):
         return mcl(urn, "globalTags", {"tags": [{"tag": f"urn:li:tag:{tag}"}]}, version=version, time=time)
 
-    def state_commits():
-        actions = delta_log_actions(table_location(settings, "silver.aspect_state"))
+    def commits(key):
+        actions = delta_log_actions(table_location(settings, key))
         return [a["commitInfo"]["operation"] for a in actions if "commitInfo" in a][1:]  # after CREATE TABLE
 
+    def versions(state_df):
+        return sorted((r.entity_urn, r.version, r.batch_id, r.prev_version) for r in state_df.collect())
+
+    def refine_next(index, rows, batch_settings):
+        land(spark, batch_settings, to_bronze_rows(rows, f"b00{index}", batch_index=index))
+        return refine_batch(spark, batch_settings, f"b00{index}").state_write
+
     batches = [[tags(first, "A", 1, 1)], [tags(second, "A", 1, 2)], [tags(first, "B", 2, 3), tags(second, "B", 2, 4)]]
-    for index, rows in enumerate(batches):
-        land(spark, settings, to_bronze_rows(rows, f"b00{index}", batch_index=index))
-        refine(spark, settings)
-    assert state_commits() == ["WRITE", "WRITE", "MERGE"]
-    state = read_table(spark, settings, "silver.aspect_state").collect()
-    assert sorted((r.entity_urn, r.version, r.batch_id, r.prev_version) for r in state) == [
-        (first, 2, "b002", 1), (second, 2, "b002", 1)
-    ]
+    assert [refine_next(i, rows, settings) for i, rows in enumerate(batches)] == [[APPENDED], [APPENDED], [LOGGED]]
+    assert (commits(STATE), commits("silver.aspect_state_log")) == (["WRITE", "WRITE"], ["WRITE"])
+    updated = [(first, 2, "b002", 1), (second, 2, "b002", 1)]
+    assert versions(read_state(spark, settings)) == updated
+    assert versions(read_table(spark, settings, STATE)) == [(first, 1, "b000", None), (second, 1, "b001", None)]
+
+    assert fold_state_log(spark, settings) == 2
+    assert (commits(STATE)[-1], commits("silver.aspect_state_log")[-1]) == ("MERGE", "DELETE")
+    assert read_table(spark, settings, "silver.aspect_state_log").count() == 0
+    assert versions(read_table(spark, settings, STATE)) == versions(read_state(spark, settings)) == updated
+    assert fold_state_log(spark, settings) == 0
+
+    # With room for one row: a larger batch is MERGEd; one that fills the log past it is logged, then folded.
+    one_row = dataclasses.replace(settings, refine=dataclasses.replace(settings.refine, state_log_max_rows=1))
+    assert refine_next(3, [tags(first, "C", 3, 5), tags(second, "C", 3, 6)], one_row) == [MERGED]
+    assert commits(STATE)[-1] == "MERGE"
+    assert versions(read_table(spark, settings, STATE)) == [(first, 3, "b003", 2), (second, 3, "b003", 2)]
+    assert refine_next(4, [tags(first, "D", 4, 7)], one_row) == [LOGGED]
+    assert refine_next(5, [tags(second, "D", 4, 8)], one_row) == [FOLDED]
+    assert (commits(STATE)[-1], commits("silver.aspect_state_log")[-2:]) == ("MERGE", ["WRITE", "DELETE"])
+    assert versions(read_table(spark, settings, STATE)) == [(first, 4, "b004", 3), (second, 4, "b005", 3)]
     events = read_table(spark, settings, "silver.entity_change_events").collect()
     assert sorted((r.entity_urn, r.operation, r.modifier) for r in events if r.category == "TAG") == sorted(
-        [(first, "ADD", "urn:li:tag:A"), (second, "ADD", "urn:li:tag:A"),
-         (first, "ADD", "urn:li:tag:B"), (first, "REMOVE", "urn:li:tag:A"),
-         (second, "ADD", "urn:li:tag:B"), (second, "REMOVE", "urn:li:tag:A")]
+        [(urn, op, f"urn:li:tag:{tag}") for urn in (first, second)
+         for op, tag in (("ADD", "A"), ("ADD", "B"), ("REMOVE", "A"), ("ADD", "C"), ("REMOVE", "B"),
+                         ("ADD", "D"), ("REMOVE", "C"))]
     )
 
 
 def test_the_state_table_uses_deletion_vectors(spark, fixture_home):
     settings = use(spark, fixture_home[0])
+    before = tables_snapshot(spark, settings)
+    assert fold_state_log(spark, settings) > 0  # the later batches were logged; the fold MERGEs them
+    assert tables_snapshot(spark, settings) == before
     actions = delta_log_actions(table_location(settings, "silver.aspect_state"))
     assert any(a.get("metaData", {}).get("configuration", {}).get("delta.enableDeletionVectors") == "true" for a in actions)
     # Later batches replaced rows written by earlier ones: those are marked, not rewritten with their files.
@@ -455,11 +483,30 @@ def test_a_killed_refine_process_resumes_to_the_same_tables(spark, crash_base, u
     )
     assert killed.returncode == -9, killed.stderr[-2000:]
     settings = use(spark, make_settings(home))
-    state_rows = read_table(spark, settings, "silver.aspect_state").filter("batch_id = 'b001'").count()
-    assert state_rows > 0  # the kill came after the state MERGE
+    state_rows = read_state(spark, settings).filter("batch_id = 'b001'").count()
+    assert state_rows > 0  # the kill came after the state write
     assert refine(spark, settings).batch_ids == ("b001",)
     assert tables_snapshot(spark, settings) == uninterrupted
     assert spark.sql(f"SELECT count(*) AS n FROM {table_name(settings, 'ops.stage_progress')}").collect()[0].n == 2
+
+
+@pytest.mark.slow
+def test_a_fold_killed_between_its_merge_and_emptying_the_log_gives_the_same_state(spark, crash_base, uninterrupted, tmp_path):
+    settings = copy_home(spark, crash_base, tmp_path / "home")
+    assert refine_batch(spark, settings, "b001").state_write == [LOGGED]
+    env = {**os.environ, "LAKEHOUSE_CRASH_AT": "state.folded", "RUST_LOG": "error"}
+    killed = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "--home", str(settings.home), "maintain", "--optimize", "-t", STATE],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    settings = use(spark, settings)
+    logged = read_table(spark, settings, "silver.aspect_state_log").count()
+    assert logged > 0  # the kill came after the MERGE and before the log was emptied
+    assert read_table(spark, settings, STATE).filter("batch_id = 'b001'").count() > 0
+    assert tables_snapshot(spark, settings) == uninterrupted
+    assert fold_state_log(spark, settings) == logged
+    assert tables_snapshot(spark, settings) == uninterrupted
 
 
 def test_staged_files_are_cut_into_row_groups_that_cores_read_in_parallel(spark, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conf.tables import table_spec
+from pipelines.batch.state_store import read_state
 from pipelines.batch.watch_compaction import COMPACTED_TABLES, Compaction
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.lock import run_lock
@@ -46,7 +47,12 @@ def test_one_table_per_turn_rows_unchanged_and_a_held_lock_defers_it(spark, tmp_
             for k in range(4)
         ]
         append(spark.createDataFrame(rows, spec.columns), settings, STATE)
-    before = sorted(r.entity_urn for r in read_table(spark, settings, STATE).collect())
+    log_spec = table_spec("silver.aspect_state_log")
+    update = {**{c: None for c in log_spec.column_names}, "entity_urn": "urn:li:dataset:0-0", "aspect_name": "status",
+              "order_key": "v0000000000000000002.0", "batch_id": "b9", "flag_only": False, "log_seq": 1}
+    append(spark.createDataFrame([update], log_spec.columns), settings, "silver.aspect_state_log")
+    before = sorted((r.entity_urn, r.batch_id) for r in read_state(spark, settings).collect())
+    assert ("urn:li:dataset:0-0", "b9") in before
     records: list[dict] = []
     compaction = Compaction(settings, 1, records.append)
     compaction.batch_done()
@@ -59,6 +65,9 @@ def test_one_table_per_turn_rows_unchanged_and_a_held_lock_defers_it(spark, tmp_
 
     compaction.compact_next(spark)
     assert records[-1]["event"] == "compacted" and records[-1]["table"] == STATE
-    assert (records[-1]["files_removed"], records[-1]["files_added"]) == (3, 1)
+    # The state's turn folds its log into it first: the MERGE adds a file, the compaction merges them all.
+    assert records[-1]["folded_rows"] == 1
+    assert (records[-1]["files_removed"], records[-1]["files_added"]) == (4, 1)
     assert compaction.queue == list(COMPACTED_TABLES[1:])
-    assert sorted(r.entity_urn for r in read_table(spark, settings, STATE).collect()) == before
+    assert read_table(spark, settings, "silver.aspect_state_log").count() == 0
+    assert sorted((r.entity_urn, r.batch_id) for r in read_table(spark, settings, STATE).collect()) == before

@@ -14,7 +14,7 @@ from pipelines.bench.silver import BaselineMismatch, compare_with_baseline
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
 
-STEPS = ["sequenced", "schema_fields", "events", "skipped", "entity_status", "state", "events_merged",
+STEPS = ["batch_state", "sequenced", "schema_fields", "events", "skipped", "entity_status", "state", "events_merged",
          "skipped_merged", "state_merged"]
 
 

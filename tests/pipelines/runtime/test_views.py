@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import sqlglot
 import pytest
+import sqlglot
+
+from chispa import assert_df_equality
 
 from conf.errors import ConfigError
-from conf.tables import TABLES
+from conf.tables import TABLES, schema_name, table_spec
+from pipelines.runtime.io import append
 from pipelines.runtime.views import ViewSpec, create_view_sql, load_views, qualify_select
-from tests.conftest import make_settings
+from tests.conftest import make_settings, register_fresh_tables
+from tests.silver.state_log_rows import logged_state
 from tests.pipelines.cli.test_cli import run_cli
 
 VIEWS = load_views()
@@ -30,6 +34,22 @@ def test_each_view_parses_as_spark_sql_and_reads_only_declared_tables(view: View
 def test_each_view_runs_in_a_session(spark, lakehouse, view: ViewSpec):
     rows = spark.sql(f"SELECT * FROM gold.{view.name}").collect()
     assert rows == []  # the tables are empty; running it proves names and columns resolve
+
+
+def test_the_current_aspect_state_view_applies_the_log_to_the_state(spark, lakehouse, tmp_path):
+    settings = make_settings(tmp_path / "home")
+    register_fresh_tables(spark, settings)
+    try:
+        state_df, log_df, expected_df = logged_state(spark)
+        append(state_df, settings, "silver.aspect_state")
+        append(log_df, settings, "silver.aspect_state_log")
+        current_df = spark.sql(f"SELECT * FROM {schema_name(settings, 'gold')}.current_aspect_state")
+        assert current_df.columns == list(table_spec("silver.aspect_state").column_names)
+        assert_df_equality(
+            current_df.select(*expected_df.columns), expected_df, ignore_row_order=True, ignore_nullable=True
+        )
+    finally:
+        register_fresh_tables(spark, lakehouse)  # the module's other tests read the (empty) module home
 
 
 def test_views_follow_the_configured_catalog_and_schemas(tmp_path):
