@@ -74,8 +74,9 @@ def write_state(
       its flag rows match nothing, so they are dropped).
     - The batch has at most `refine.state_log_max_rows` rows: they are appended to the log, and when
       the log then holds more than that, the log is folded (one MERGE for its batches and this one).
-    - Otherwise the log is folded, and the rows are MERGEd: insert new keys, replace a key only from
-      another batch with a newer order key, and set entity_deleted from the flag rows.
+    - Otherwise, or when the state holds the batch's own rows (a re-run), the log is folded and the
+      rows are MERGEd: insert new keys, replace a key only from another batch with a newer order key,
+      and set entity_deleted from the flag rows.
 
     Args:
         spark: the session.
@@ -98,7 +99,11 @@ def write_state(
     if log_df.filter(F.col("batch_id") == batch_id).limit(1).count():
         return ALREADY_LOGGED
     limit = settings.refine.state_log_max_rows
-    if row_count <= limit:
+    # A re-run of a batch whose rows the state already holds (it appended or MERGEd them before a crash)
+    # takes the MERGE, which leaves those rows as they are: logging them again would change nothing but
+    # the log.
+    state_df = read_table(spark, settings, STATE_TABLE).filter(F.col("batch_id") == batch_id)
+    if row_count <= limit and not any_stored(rows_df.filter(~F.col("flag_only")), state_df, STATE_KEYS):
         logged = log_df.agg(F.count(F.lit(1)).alias("rows"), F.max("log_seq").alias("seq")).collect()[0]
         # Flag rows carry the batch id too, so that a re-run finds a batch that logged only flags.
         append(
