@@ -34,6 +34,12 @@ STATE_TABLE = "silver.aspect_state"
 LOG_TABLE = "silver.aspect_state_log"
 STATE_KEYS = ["entity_urn", "aspect_name"]
 
+# What the state's two MERGEs share: the match on the key, and the update of every column from the source row.
+_MERGE_ON_KEY = (
+    "MERGE INTO {target} AS t USING {source} AS s ON t.entity_urn = s.entity_urn AND t.aspect_name = s.aspect_name"
+)
+_SET_EVERY_COLUMN = ", ".join(f"t.{c} = s.{c}" for c in table_spec(STATE_TABLE).column_names)
+
 # How a batch's state rows were written (`write_state`).
 APPENDED, LOGGED, FOLDED, MERGED, ALREADY_LOGGED = "appended", "logged", "folded", "merged", "already_logged"
 STATE_WRITES = (APPENDED, LOGGED, FOLDED, MERGED, ALREADY_LOGGED)
@@ -90,10 +96,9 @@ def write_state(
         APPENDED, LOGGED, FOLDED (logged, then the log folded), MERGED, or ALREADY_LOGGED (a re-run of
         a logged batch: nothing is written).
     """
+    state_df = read_table(spark, settings, STATE_TABLE)
     log_df = read_table(spark, settings, LOG_TABLE)
-    if not any_stored(rows_df, read_table(spark, settings, STATE_TABLE), STATE_KEYS) and not any_stored(
-        rows_df, log_df, STATE_KEYS
-    ):
+    if not any_stored(rows_df, state_df, STATE_KEYS) and not any_stored(rows_df, log_df, STATE_KEYS):
         append(rows_df.filter(~F.col("flag_only")), settings, STATE_TABLE)
         return APPENDED
     if log_df.filter(F.col("batch_id") == batch_id).limit(1).count():
@@ -102,32 +107,30 @@ def write_state(
     # A re-run of a batch whose rows the state already holds (it appended or MERGEd them before a crash)
     # takes the MERGE, which leaves those rows as they are: logging them again would change nothing but
     # the log.
-    state_df = read_table(spark, settings, STATE_TABLE).filter(F.col("batch_id") == batch_id)
-    if row_count <= limit and not any_stored(rows_df.filter(~F.col("flag_only")), state_df, STATE_KEYS):
-        logged = log_df.agg(F.count(F.lit(1)).alias("rows"), F.max("log_seq").alias("seq")).collect()[0]
+    own_rows_df = state_df.filter(F.col("batch_id") == batch_id)
+    if row_count <= limit and not any_stored(rows_df.filter(~F.col("flag_only")), own_rows_df, STATE_KEYS):
+        logged_rows, last_seq = _log_extent(log_df)
         # Flag rows carry the batch id too, so that a re-run finds a batch that logged only flags.
         append(
-            rows_df.withColumn("batch_id", F.lit(batch_id)).withColumn("log_seq", F.lit((logged["seq"] or 0) + 1)),
+            rows_df.withColumn("batch_id", F.lit(batch_id)).withColumn("log_seq", F.lit(last_seq + 1)),
             settings,
             LOG_TABLE,
         )
-        if logged["rows"] + row_count <= limit:
+        if logged_rows + row_count <= limit:
             return LOGGED
         fold_state_log(spark, settings)
         return FOLDED
     fold_state_log(spark, settings)
-    target = table_name(settings, STATE_TABLE)
-    updates = ", ".join(f"t.{c} = s.{c}" for c in table_spec(STATE_TABLE).column_names)
     statement = (
-        f"MERGE INTO {target} AS t USING {{source}} AS s "
-        f"ON t.entity_urn = s.entity_urn AND t.aspect_name = s.aspect_name "
+        f"{_MERGE_ON_KEY} "
         f"WHEN MATCHED AND s.flag_only AND t.entity_deleted <> s.entity_deleted "
         f"THEN UPDATE SET t.entity_deleted = s.entity_deleted "
         f"WHEN MATCHED AND NOT s.flag_only AND t.batch_id <> s.batch_id AND s.order_key > t.order_key "
-        f"THEN UPDATE SET {updates} "
+        f"THEN UPDATE SET {_SET_EVERY_COLUMN} "
         f"WHEN NOT MATCHED AND NOT s.flag_only THEN {insert_row(STATE_TABLE)}"
     )
-    merge(spark, rows_df, lambda source: statement.format(source=source), view_name="refine_state")
+    target = table_name(settings, STATE_TABLE)
+    merge(spark, rows_df, lambda source: statement.format(target=target, source=source), view_name="refine_state")
     return MERGED
 
 
@@ -141,29 +144,32 @@ def fold_state_log(spark: SparkSession, settings: Settings) -> int:
         The number of log rows applied (0 when the log was empty: nothing is written).
     """
     log_df = read_table(spark, settings, LOG_TABLE)
-    logged = log_df.agg(F.count(F.lit(1)).alias("rows"), F.max("log_seq").alias("seq")).collect()[0]
-    if not logged["rows"]:
+    logged_rows, last_seq = _log_extent(log_df)
+    if not logged_rows:
         return 0
     state_df = read_table(spark, settings, STATE_TABLE)
     keys_df = log_df.select(*STATE_KEYS).distinct()
     resolved_df = to_current_state(state_df.join(keys_df, on=STATE_KEYS, how="left_semi"), log_df)
     scratch = settings.home / "_scratch" / "fold"
     resolved_df.write.mode("overwrite").parquet(str(scratch))
-    columns = table_spec(STATE_TABLE).column_names
-    target = table_name(settings, STATE_TABLE)
     statement = (
-        f"MERGE INTO {target} AS t USING {{source}} AS s "
-        f"ON t.entity_urn = s.entity_urn AND t.aspect_name = s.aspect_name "
-        f"WHEN MATCHED THEN UPDATE SET {', '.join(f't.{c} = s.{c}' for c in columns)} "
+        f"{_MERGE_ON_KEY} WHEN MATCHED THEN UPDATE SET {_SET_EVERY_COLUMN} "
         f"WHEN NOT MATCHED THEN {insert_row(STATE_TABLE)}"
     )
+    target = table_name(settings, STATE_TABLE)
     merge(
         spark,
         spark.read.schema(resolved_df.schema).parquet(str(scratch)),
-        lambda source: statement.format(source=source),
+        lambda source: statement.format(target=target, source=source),
         view_name="fold_state",
     )
     crash_point("state.folded")
-    spark.sql(f"DELETE FROM {table_name(settings, LOG_TABLE)} WHERE log_seq <= {int(logged['seq'])}").collect()
+    spark.sql(f"DELETE FROM {table_name(settings, LOG_TABLE)} WHERE log_seq <= {last_seq}").collect()
     shutil.rmtree(scratch, ignore_errors=True)
-    return int(logged["rows"])
+    return logged_rows
+
+
+def _log_extent(log_df: DataFrame) -> tuple[int, int]:
+    """The log's row count and its last log_seq (0 for an empty log)."""
+    row = log_df.agg(F.count(F.lit(1)).alias("rows"), F.max("log_seq").alias("seq")).collect()[0]
+    return int(row["rows"]), int(row["seq"] or 0)
