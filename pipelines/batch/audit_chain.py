@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -200,8 +200,8 @@ def latest_links(chain: list[Mapping[str, Any]]) -> dict[tuple[str, str], Mappin
     return {(link["table_key"], link["batch_id"]): link for link in chain}
 
 
-def link_batches(spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str]) -> int:
-    """Append chain links for the batches just published to a chained table (one commit).
+def link_batches(spark: SparkSession, settings: Settings, table_keys: Sequence[str], batch_ids: list[str]) -> int:
+    """Append chain links for the batches just published to chained tables (one commit for all of them).
 
     Also re-links earlier batches whose rows the publish legitimately took over (a MERGE that replaced
     a stored row with a preferred one moves it to the new batch), but only when every row such a batch
@@ -211,36 +211,43 @@ def link_batches(spark: SparkSession, settings: Settings, table_key: str, batch_
     Args:
         spark: the session.
         settings: the lakehouse settings.
-        table_key: a key of CHAINED_TABLES.
+        table_keys: keys of CHAINED_TABLES, linked in this order.
         batch_ids: the batches this publish wrote.
 
     Returns:
         The number of links appended (0 on a re-run after they were appended).
+
+    Raises:
+        InputError: for a table that is not chained.
     """
-    if table_key not in CHAINED_TABLES:
-        raise InputError(f"table_key: {table_key!r} is not chained (chained: {', '.join(CHAINED_TABLES)})")
+    unchained = [key for key in table_keys if key not in CHAINED_TABLES]
+    if unchained:
+        raise InputError(f"table_keys: {unchained!r} not chained (chained: {', '.join(CHAINED_TABLES)})")
     with _LINKING:
-        return _append_links(spark, settings, table_key, batch_ids)
+        return _append_links(spark, settings, table_keys, batch_ids)
 
 
-def _append_links(spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str]) -> int:
+def _append_links(spark: SparkSession, settings: Settings, table_keys: Sequence[str], batch_ids: list[str]) -> int:
     chain = read_chain(spark, settings)
     latest = latest_links(chain)
-    version = maintenance_for(settings, spark).version(table_key)
-    digests = digest_batches(spark, settings, table_key, sorted(batch_ids))
-    candidates = {b: digests[b] for b in sorted(batch_ids) if b in digests}
-    candidates.update(_taken_over(spark, settings, table_key, latest, batch_ids, version))
     key = chain_key(settings)
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
     recorded_at = int(time.time() * 1000)
     links = []
-    for batch_id, (count, digest) in candidates.items():
-        previous = latest.get((table_key, batch_id))
-        if previous is not None and previous["batch_digest"] == digest:
-            continue
-        link = new_link(len(chain) + len(links), table_key, batch_id, version, count, digest, head, recorded_at, key)
-        links.append(link)
-        head = link["link_digest"]
+    for table_key in table_keys:
+        version = maintenance_for(settings, spark).version(table_key)
+        digests = digest_batches(spark, settings, table_key, sorted(batch_ids))
+        candidates = {b: digests[b] for b in sorted(batch_ids) if b in digests}
+        candidates.update(_taken_over(spark, settings, table_key, latest, batch_ids, version))
+        for batch_id, (count, digest) in candidates.items():
+            previous = latest.get((table_key, batch_id))
+            if previous is not None and previous["batch_digest"] == digest:
+                continue
+            link = new_link(
+                len(chain) + len(links), table_key, batch_id, version, count, digest, head, recorded_at, key
+            )
+            links.append(link)
+            head = link["link_digest"]
     if links:
         schema = table_spec(CHAIN_TABLE).columns
         append(spark.createDataFrame([tuple(l[c] for c in table_spec(CHAIN_TABLE).column_names) for l in links], schema),

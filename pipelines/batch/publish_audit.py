@@ -58,7 +58,7 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
         crash_point("publish_audit.merged")
         refresh_actor_activity(spark, settings, days, batch_ids)
     # Linked before progress: a re-run after a crash links what is missing and nothing twice.
-    link_batches(spark, settings, AUDIT_TABLE, batch_ids)
+    link_batches(spark, settings, [AUDIT_TABLE], batch_ids)
     for batch_id in batch_ids:
         counts = per_batch.get(batch_id, {"rows_in": 0, "rows_out": 0})
         record_progress(

@@ -68,8 +68,7 @@ def publish_openmetadata(spark: SparkSession, settings: Settings, run_id: str | 
         merge_change_events(spark, settings, staged_df, sorted(days))
     crash_point("publish_openmetadata.merged")
     # Linked before progress: a re-run after a crash links what is missing and nothing twice.
-    for table_key in (SOURCE_TABLE, TARGET_TABLE):
-        link_batches(spark, settings, table_key, batch_ids)
+    link_batches(spark, settings, [SOURCE_TABLE, TARGET_TABLE], batch_ids)
     for batch_id in batch_ids:
         record_progress(
             spark,
@@ -110,4 +109,8 @@ def merge_change_events(
         change_events_df,
         f"t.event_date IN ({day_list}) AND t.event_date = s.event_date AND t.id = s.id",
         view_name="publish_openmetadata_source",
+        # Usually none: then the ChangeEvents are appended.
+        candidates_df=read_table(spark, settings, TARGET_TABLE)
+        .filter(F.col("event_date").isin([F.lit(day.isoformat()).cast("date") for day in days]))
+        .join(change_events_df.select("event_date", "id"), ["event_date", "id"], "left_semi"),
     )

@@ -228,6 +228,10 @@ def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -
         f"t.event_id = s.event_id AND t.event_date = s.event_date AND t.batch_id = s.batch_id "
         f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}' AND t.batch_id = '{_quote(staged.batch_id)}'",
         view_name="refine_events",
+        # On a first run there are none, and the events are appended.
+        candidates_df=_own_rows(spark, settings, EVENTS_TABLE, staged.batch_id).filter(
+            F.col("event_date").between(F.lit(low).cast("date"), F.lit(high).cast("date"))
+        ),
     )
 
 
@@ -243,7 +247,13 @@ def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) 
         f"t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
         f"AND t.batch_id = '{_quote(staged.batch_id)}'",
         view_name="refine_skipped",
+        candidates_df=_own_rows(spark, settings, SKIPPED_TABLE, staged.batch_id),
     )
+
+
+def _own_rows(spark: SparkSession, settings: Settings, table_key: str, batch_id: str) -> DataFrame:
+    """A table's rows written by `batch_id`: only a run of the batch that died after writing them leaves any."""
+    return read_table(spark, settings, table_key).filter(F.col("batch_id") == F.lit(batch_id)).select("batch_id")
 
 
 def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:

@@ -79,7 +79,7 @@ def bench_verify(
             with measure() as load:
                 batch_ids = load_audit_rows(spark, settings, rows, batches)
             with measure() as link:
-                link_batches(spark, settings, "gold.audit_events", batch_ids)
+                link_batches(spark, settings, ["gold.audit_events"], batch_ids)
             timings = []
             for _ in range(runs):
                 with measure() as run:

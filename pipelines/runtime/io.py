@@ -132,11 +132,21 @@ def any_stored(keys_df: DataFrame, stored_df: DataFrame, keys: list[str]) -> boo
 
 
 def insert_missing(
-    spark: SparkSession, settings: Settings, table_key: str, source_df: DataFrame, on: str, *, view_name: str
+    spark: SparkSession,
+    settings: Settings,
+    table_key: str,
+    source_df: DataFrame,
+    on: str,
+    *,
+    view_name: str,
+    candidates_df: DataFrame | None = None,
 ) -> list[Row]:
     """Insert the source rows that no row of a declared table matches: an insert-only `MERGE INTO`.
 
     Running it again with the same rows inserts nothing, which makes the writes it serves idempotent.
+    When `candidates_df` holds no row, the rows are appended instead: nothing can match, and an
+    append writes the new rows alone where the MERGE reads the target's files. The run lock keeps
+    other writers out in between.
 
     Args:
         spark: the session.
@@ -147,10 +157,16 @@ def insert_missing(
             columns let the engine skip what cannot match: other partitions, and files whose column
             statistics rule the literal out.
         view_name: the source's temporary view name (letters, digits and underscores).
+        candidates_df: the only table rows `on` can match (narrowed by the same literal filters), or
+            None to always MERGE.
 
     Returns:
-        The MERGE's result rows (its metrics on engines that return them).
+        The MERGE's result rows (its metrics on engines that return them); none after an append.
     """
+    if candidates_df is not None and not candidates_df.limit(1).count():
+        # Two threads of one run may write a table at once (watch mode publishes side by side).
+        retry_commit(lambda: append(source_df, settings, table_key))
+        return []
     target = table_name(settings, table_key)
     return merge(
         spark,

@@ -75,8 +75,19 @@ def pending_batches(spark: SparkSession, settings: Settings, stage: str) -> list
     upstream = STAGE_UPSTREAM[stage]
     if upstream is None:
         raise InputError(f"stage: {stage!r} has no upstream; it creates batches")
-    done = set(finished_batches(spark, settings, stage))
-    return [b for b in finished_batches(spark, settings, upstream) if b not in done]
+    if STAGE_UPSTREAM[upstream] is None:
+        done = set(finished_batches(spark, settings, stage))
+        return [b for b in finished_batches(spark, settings, upstream) if b not in done]
+    # Both stages' progress rows in one query: a micro-batch's publish asks this on every run.
+    rows = (
+        read_table(spark, settings, "ops.stage_progress")
+        .filter(F.col("stage").isin(stage, upstream))
+        .orderBy("processed_at", "batch_id")
+        .select("stage", "batch_id")
+        .collect()
+    )
+    done = {r.batch_id for r in rows if r.stage == stage}
+    return [r.batch_id for r in rows if r.stage == upstream and r.batch_id not in done]
 
 
 def record_progress(
@@ -117,6 +128,9 @@ def record_progress(
         row_df,
         "t.stage = s.stage AND t.batch_id = s.batch_id",
         view_name=f"progress_{stage}",
+        candidates_df=read_table(spark, settings, "ops.stage_progress").filter(
+            (F.col("stage") == stage) & (F.col("batch_id") == batch_id)
+        ),
     )
 
 

@@ -84,7 +84,14 @@ def test_publishing_again_adds_no_link(spark, home_copy):
     before = len(read_chain(spark, home_copy))
     publish_audit(spark, home_copy)
     publish_openmetadata(spark, home_copy)
-    assert link_batches(spark, home_copy, "gold.audit_events", ["b-1", "b-2"]) == 0
+    assert link_batches(spark, home_copy, ["gold.audit_events"], ["b-1", "b-2"]) == 0
+    assert len(read_chain(spark, home_copy)) == before
+
+
+def test_linking_an_unchained_table_is_refused_naming_it(spark, home_copy):
+    before = len(read_chain(spark, home_copy))
+    with pytest.raises(InputError, match="table_keys: \\['silver.aspect_state'\\] not chained"):
+        link_batches(spark, home_copy, ["gold.audit_events", "silver.aspect_state"], ["b-1"])
     assert len(read_chain(spark, home_copy)) == before
 
 

@@ -27,6 +27,7 @@ from pipelines.batch.refine import (
     BATCH_STEPS,
     STAGED_ROW_GROUP_ROWS,
     _stage,
+    merge_events,
     refine,
     refine_batch,
     stage_batch,
@@ -470,6 +471,25 @@ def test_a_batch_stopped_after_any_step_resumes_to_the_same_tables(spark, crash_
         step(spark, settings, staged)
     assert refine(spark, settings).batch_ids == ("b001",)
     assert tables_snapshot(spark, settings) == uninterrupted
+
+
+def test_a_batch_s_events_are_appended_on_its_first_run_and_merged_without_copies_on_a_re_run(spark, crash_base, tmp_path):
+    settings = copy_home(spark, crash_base, tmp_path / "home")
+    staged = stage_batch(spark, settings, "b001")
+    assert staged.events > 0
+
+    def commits():
+        actions = delta_log_actions(table_location(settings, "silver.entity_change_events"))
+        return [a["commitInfo"]["operation"] for a in actions if "commitInfo" in a]
+
+    before = len(commits())
+    merge_events(spark, settings, staged)
+    assert commits()[before:] == ["WRITE"]
+    # The re-run's MERGE finds every event stored: it inserts nothing (and the engine commits nothing).
+    merge_events(spark, settings, staged)
+    assert commits()[before + 1 :] in ([], ["MERGE"])
+    events_df = read_table(spark, settings, "silver.entity_change_events").filter("batch_id = 'b001'")
+    assert events_df.count() == events_df.select("event_id").distinct().count() == staged.events
 
 
 @pytest.mark.slow
