@@ -165,7 +165,10 @@ def java_message(exc: BaseException) -> str:
 def _apply_conf(spark: SparkSession, settings: Settings) -> None:
     """Set the profile's runtime Spark settings that a running session accepts."""
     for key, value in settings.engine.spark_conf.items():
-        if key.startswith("spark.sql.") and key not in ("spark.sql.extensions", "spark.sql.catalog.spark_catalog"):
+        # JVM Spark fixes spark.python.* when it starts (a classic session gets them from its builder);
+        # the embedded engine takes them at any time.
+        runtime = key.startswith("spark.sql.") or (key.startswith("spark.python.") and settings.engine.kind == "local")
+        if runtime and key not in ("spark.sql.extensions", "spark.sql.catalog.spark_catalog"):
             spark.conf.set(key, value)
 
 

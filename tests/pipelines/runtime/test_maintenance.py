@@ -53,6 +53,20 @@ def test_history_lists_every_commit_newest_first(maintained):
     assert all(c.timestamp_ms and c.timestamp_ms > 1_600_000_000_000 for c in commits)
 
 
+def test_the_version_is_delta_rs_s_after_a_checkpoint_and_further_commits(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    settings = make_settings(tmp_path / "home")
+    register_fresh_tables(spark, settings)
+    location = str(table_location(settings, KEY))
+    for batch in ("b1", "b2"):
+        append(_progress_rows(spark, batch), settings, KEY)
+    DeltaTable(location).create_checkpoint()
+    append(_progress_rows(spark, "b3"), settings, KEY)
+    # The log holds a checkpoint, _last_checkpoint and the commits: only the commits count.
+    assert maintenance_for(settings).version(KEY) == DeltaTable(location).version() == 3
+
+
 def test_optimize_compacts_files_and_keeps_rows(spark, maintained):
     maintenance = maintenance_for(maintained)
     files_before = _data_files(table_location(maintained, KEY))
