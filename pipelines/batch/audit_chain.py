@@ -233,9 +233,10 @@ def _append_links(spark: SparkSession, settings: Settings, table_keys: Sequence[
     key = chain_key(settings)
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
     recorded_at = int(time.time() * 1000)
+    maintenance = maintenance_for(settings, spark)
     links = []
     for table_key in table_keys:
-        version = maintenance_for(settings, spark).version(table_key)
+        version = maintenance.version(table_key)
         digests = digest_batches(spark, settings, table_key, sorted(batch_ids))
         candidates = {b: digests[b] for b in sorted(batch_ids) if b in digests}
         candidates.update(_taken_over(spark, settings, table_key, latest, batch_ids, version))

@@ -53,14 +53,19 @@ def finished_batches(spark: SparkSession, settings: Settings, stage: str) -> lis
     _check_stage(stage)
     if STAGE_UPSTREAM[stage] is None:
         return committed_batches(spark, settings)
+    return _finished_by(spark, settings, [stage])[stage]
+
+
+def _finished_by(spark: SparkSession, settings: Settings, stages: list[str]) -> dict[str, list[str]]:
+    """Each stage's recorded batches, in the order it finished them, from one read of ops.stage_progress."""
     rows = (
         read_table(spark, settings, "ops.stage_progress")
-        .filter(F.col("stage") == stage)
+        .filter(F.col("stage").isin(stages))
         .orderBy("processed_at", "batch_id")
-        .select("batch_id")
+        .select("stage", "batch_id")
         .collect()
     )
-    return [r.batch_id for r in rows]
+    return {stage: [r.batch_id for r in rows if r.stage == stage] for stage in stages}
 
 
 def pending_batches(spark: SparkSession, settings: Settings, stage: str) -> list[str]:
@@ -76,18 +81,12 @@ def pending_batches(spark: SparkSession, settings: Settings, stage: str) -> list
     if upstream is None:
         raise InputError(f"stage: {stage!r} has no upstream; it creates batches")
     if STAGE_UPSTREAM[upstream] is None:
-        done = set(finished_batches(spark, settings, stage))
-        return [b for b in finished_batches(spark, settings, upstream) if b not in done]
-    # Both stages' progress rows in one query: a micro-batch's publish asks this on every run.
-    rows = (
-        read_table(spark, settings, "ops.stage_progress")
-        .filter(F.col("stage").isin(stage, upstream))
-        .orderBy("processed_at", "batch_id")
-        .select("stage", "batch_id")
-        .collect()
-    )
-    done = {r.batch_id for r in rows if r.stage == stage}
-    return [r.batch_id for r in rows if r.stage == upstream and r.batch_id not in done]
+        finished = {s: finished_batches(spark, settings, s) for s in (stage, upstream)}
+    else:
+        # Both stages' progress rows in one query: a micro-batch's publish asks this on every run.
+        finished = _finished_by(spark, settings, [stage, upstream])
+    done = set(finished[stage])
+    return [b for b in finished[upstream] if b not in done]
 
 
 def record_progress(
