@@ -113,6 +113,8 @@ STAGED_COLUMNS = (
 
 _PARTITION_BITS = 33  # monotonically_increasing_id(): partition index above bit 33, row below
 _FILE_KEY_FACTOR = 1 << 31
+# A line's key in filter_out_lines: file_index above bit 40 (a trillion lines per file), the line below.
+_LINE_KEY_FACTOR = 1 << 40
 
 
 def to_lines(text_df: DataFrame, file_index: int, source_file: str) -> DataFrame:
@@ -589,8 +591,36 @@ def to_duplicate_hashes(landable_df: DataFrame) -> DataFrame:
     return landable_df.groupBy("record_hash").count().filter(F.col("count") > 1).select("record_hash")
 
 
+def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
+    """Return the (file_index, line_number) of every landable row whose record hash an earlier row has.
+
+    Earlier: by file, then line. Only the three key columns are read and sorted, so a batch of wide
+    rows with a few repeats costs a narrow aggregation, not a sort of every row (`filter_out_lines`
+    then drops them).
+    """
+    lines_df = landable_df.select("record_hash", "file_index", "line_number")
+    first = Window.partitionBy("record_hash").orderBy("file_index", "line_number")
+    return (
+        lines_df.join(to_duplicate_hashes(lines_df), "record_hash", "left_semi")
+        .withColumn("_occurrence", F.row_number().over(first))
+        .filter("_occurrence > 1")
+        .select("file_index", "line_number")
+    )
+
+
+def filter_out_lines(landable_df: DataFrame, lines: Sequence[tuple[int, int]]) -> DataFrame:
+    """Drop the rows at the given (file_index, line_number) pairs (a literal set: no join of the wide rows)."""
+    if not lines:
+        return landable_df
+    line_key = F.col("file_index").cast("bigint") * F.lit(_LINE_KEY_FACTOR) + F.col("line_number")
+    return landable_df.filter(~line_key.isin([int(f) * _LINE_KEY_FACTOR + int(n) for f, n in lines]))
+
+
 def drop_batch_duplicates(landable_df: DataFrame) -> DataFrame:
-    """Keep the first occurrence (by file, then line) of each record hash within the batch."""
+    """Keep the first occurrence (by file, then line) of each record hash within the batch.
+
+    A sort of every row: for batches whose repeats are too many to pass as `filter_out_lines`' literals.
+    """
     first = Window.partitionBy("record_hash").orderBy("file_index", "line_number")
     return landable_df.withColumn("_occurrence", F.row_number().over(first)).filter("_occurrence = 1").drop(
         "_occurrence"

@@ -16,6 +16,7 @@ from bronze.records import (
     drop_batch_duplicates,
     drop_landed_duplicates,
     filter_landable,
+    filter_out_lines,
     filter_quarantined,
     line_offsets,
     order_partitions,
@@ -26,6 +27,7 @@ from bronze.records import (
     to_numbered_lines,
     to_partition_summary,
     to_quarantine_rows,
+    to_repeated_lines,
     with_line_numbers,
 )
 from conf.errors import InputError
@@ -407,6 +409,11 @@ def test_duplicates_keep_the_first_occurrence_and_landed_ones_are_dropped(pure_s
     assert sorted(r.record_hash for r in to_duplicate_hashes(landable_df).collect()) == ["h1"]
     first = {(r.file_index, r.line_number, r.record_hash) for r in drop_batch_duplicates(landable_df).collect()}
     assert first == {(0, 4, "h1"), (0, 2, "h2"), (1, 1, "h3")}
+    repeated = sorted((r.file_index, r.line_number) for r in to_repeated_lines(landable_df).collect())
+    assert repeated == [(0, 9), (1, 5)]
+    listed = {(r.file_index, r.line_number, r.record_hash) for r in filter_out_lines(landable_df, repeated).collect()}
+    assert listed == first
+    assert filter_out_lines(landable_df, []).count() == 5
     landed_df = pure_spark.createDataFrame([("h2", 1), ("h9", 2)], "record_hash string, other int")
     left = sorted(r.record_hash for r in drop_landed_duplicates(landable_df, landed_df).collect())
     assert left == ["h1", "h1", "h1", "h3"]
