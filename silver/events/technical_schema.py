@@ -14,14 +14,16 @@ from silver.events.common import explode_matched_items, filter_aspects, op_is, t
 ASPECTS = ("schemaMetadata",)
 
 
-def _field_json(f: Column) -> Column:
-    return F.to_json(
-        F.struct(
+def _compared_fields(fields: Column) -> Column:
+    """Each field as the events show it: fieldPath, nullable, nativeDataType and its type's name (a union member)."""
+    return F.transform(
+        fields,
+        lambda f: F.struct(
             f["fieldPath"].alias("fieldPath"),
             f["nullable"].alias("nullable"),
             f["nativeDataType"].alias("nativeDataType"),
             F.try_element_at(F.map_keys(f["type"]["type"]), F.lit(1)).alias("type"),
-        )
+        ),
     )
 
 
@@ -33,7 +35,10 @@ def to_technical_schema_events(schema_pairs_df: DataFrame) -> DataFrame:
     MODIFY carries the previous field's path and nullable, as DataHub does.
     """
     sets_df = with_set_items(
-        filter_aspects(schema_pairs_df, ASPECTS), F.col("prev_fields"), F.col("new_fields"), lambda f: f["fieldPath"]
+        filter_aspects(schema_pairs_df, ASPECTS),
+        _compared_fields(F.col("prev_fields")),
+        _compared_fields(F.col("new_fields")),
+        lambda f: f["fieldPath"],
     )
     matched_df = explode_matched_items(sets_df, "prev_set", "new_set", lambda f: f["fieldPath"])
     old, new = F.col("old"), F.col("new")
@@ -59,6 +64,6 @@ def to_technical_schema_events(schema_pairs_df: DataFrame) -> DataFrame:
             "nullable": F.when(F.coalesce(F.col("field.nullable"), F.lit(False)), F.lit("true")).otherwise(F.lit("false")),
             "modificationCategory": F.when(op_is("MODIFY"), F.lit("TYPE_CHANGE")),
         },
-        old_value=F.when(~op_is("ADD"), _field_json(F.col("item.old"))),
-        new_value=F.when(~op_is("REMOVE"), _field_json(F.col("item.new"))),
+        old_value=F.when(~op_is("ADD"), F.to_json(F.col("item.old"))),
+        new_value=F.when(~op_is("REMOVE"), F.to_json(F.col("item.new"))),
     )
