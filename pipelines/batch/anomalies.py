@@ -20,7 +20,7 @@ from conf.errors import ConfigError, InputError
 from conf.settings import Settings
 from gold.anomaly_features import FEATURES, bucket_width_ms, to_actor_features
 from gold.anomaly_model import ActivityModel, fit, score
-from pipelines.runtime.io import read_table, replace_where
+from pipelines.runtime.io import read_table, replace_where, write_scratch
 from pipelines.runtime.tracking import tracked_run
 
 DAY_MS = 86_400_000
@@ -127,7 +127,7 @@ def features_for(events_df: DataFrame, settings: Settings, granularity: str, sin
         features_df = features_df.where(F.col("bucket_start") >= since_ms)
     folder = settings.home / "_scratch" / "anomalies" / f"{granularity}-{uuid.uuid4().hex}"
     try:
-        features_df.write.mode("overwrite").parquet(str(folder))
+        write_scratch(features_df, folder)
         return pq.read_table(folder).to_pandas()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -22,7 +22,7 @@ from conf.settings import Settings
 from gold.openmetadata import to_openmetadata_events
 from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import insert_missing, read_table
+from pipelines.runtime.io import insert_missing, read_table, write_scratch
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
 
 STAGE = "publish_openmetadata"
@@ -55,7 +55,7 @@ def publish_openmetadata(spark: SparkSession, settings: Settings, run_id: str | 
         F.col("batch_id").isNull() | ~F.col("batch_id").isin(batch_ids)
     )
     folder = scratch_folder(settings)
-    to_openmetadata_events(events_df, published_df, batch_ids).write.mode("overwrite").parquet(str(folder))
+    write_scratch(to_openmetadata_events(events_df, published_df, batch_ids), folder)
     staged_df = spark.read.parquet(str(folder))
 
     rows_in = {r.batch_id: int(r.n) for r in events_df.groupBy("batch_id").agg(F.count(F.lit(1)).alias("n")).collect()}

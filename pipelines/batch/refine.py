@@ -35,7 +35,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from pipelines.batch.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import insert_missing, read_table
+from pipelines.runtime.io import insert_missing, read_table, write_scratch
 from pipelines.runtime.progress import (
     StageResult,
     finished_batches,
@@ -59,12 +59,6 @@ STAGE = "refine"
 SOURCE_TABLE = "bronze.aspect_snapshots"
 EVENTS_TABLE = "silver.entity_change_events"
 SKIPPED_TABLE = "silver.skipped_snapshots"
-
-# Rows per row group of the staged Parquet files. A row group is the unit a reader hands to one core:
-# the engine's default (about a million rows) leaves one core parsing an aspect's whole file. Engines
-# without this writer option ignore it.
-STAGED_ROW_GROUP_ROWS = 65_536
-
 
 @dataclass(frozen=True)
 class StagedBatch:
@@ -131,23 +125,13 @@ def _stage(
     cpu_seconds: dict[str, float],
     partition_by: str | None = None,
 ) -> DataFrame:
-    """Write `df` to Parquet and return it read back (with its schema: an empty result writes no file).
+    """Write `df` to Parquet (`write_scratch`) and return it read back (with its schema: an empty result writes no file).
 
     The part's schema goes into `schemas` and the write's wall and CPU time into `seconds` and
     `cpu_seconds`, under the part's name.
-
-    Staged files live for one batch: they are compressed for speed (snappy), not for size, and cut
-    into row groups of STAGED_ROW_GROUP_ROWS so that readers split one large file across every core.
     """
-    writer = (
-        df.write.mode("overwrite")
-        .option("compression", "snappy")
-        .option("maxRowGroupSize", STAGED_ROW_GROUP_ROWS)
-    )
-    if partition_by:
-        writer = writer.partitionBy(partition_by)
     with _timed(path.name, seconds, cpu_seconds):
-        writer.parquet(str(path))
+        write_scratch(df, path, partition_by)
     schemas[path.name] = df.schema
     return df.sparkSession.read.schema(df.schema).parquet(str(path))
 

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table
+from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, write_scratch
 from silver.state import to_current_state
 
 STATE_TABLE = "silver.aspect_state"
@@ -151,7 +151,7 @@ def fold_state_log(spark: SparkSession, settings: Settings) -> int:
     keys_df = log_df.select(*STATE_KEYS).distinct()
     resolved_df = to_current_state(state_df.join(keys_df, on=STATE_KEYS, how="left_semi"), log_df)
     scratch = settings.home / "_scratch" / "fold"
-    resolved_df.write.mode("overwrite").parquet(str(scratch))
+    write_scratch(resolved_df, scratch)
     statement = (
         f"{_MERGE_ON_KEY} WHEN MATCHED THEN UPDATE SET {_SET_EVERY_COLUMN} "
         f"WHEN NOT MATCHED THEN {insert_row(STATE_TABLE)}"

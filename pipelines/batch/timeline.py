@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
-from pipelines.runtime.io import read_table
+from pipelines.runtime.io import read_table, write_scratch
 from pipelines.runtime.progress import committed_batches, finished_batches
 from pipelines.batch.refine import STAGE as REFINE_STAGE
 from silver.events import to_change_events
@@ -144,11 +144,11 @@ def replay_window(
         # Pairs and events are computed once each: every generator reads the pairs, the comparison
         # reads the events three times.
         pairs_df = to_pairs(sequenced_df)
-        pairs_df.write.mode("overwrite").partitionBy("aspect_name").parquet(str(folder / "pairs"))
+        write_scratch(pairs_df, folder / "pairs", partition_by="aspect_name")
         pairs_df = spark.read.schema(pairs_df.schema).parquet(str(folder / "pairs"))
         events_df = to_change_events(pairs_df, settings.events.owner_category)
         window_df = _comparable(events_df, since_ms, until_ms)
-        window_df.write.mode("overwrite").parquet(str(folder / "events"))
+        write_scratch(window_df, folder / "events")
         # With its schema: a window without events writes no file to take one from.
         recomputed_df = spark.read.schema(window_df.schema).parquet(str(folder / "events"))
         stored_df = _comparable(read_table(spark, settings, EVENTS_TABLE), since_ms, until_ms)

@@ -35,6 +35,32 @@ def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataF
     return spark.table(table_name(settings, table_key))
 
 
+# Rows per row group of scratch Parquet files. A row group is the unit a reader hands to one core: the
+# engine's default (about a million rows) leaves one core decoding a large file. Engines without this
+# writer option ignore it.
+SCRATCH_ROW_GROUP_ROWS = 65_536
+
+
+def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) -> None:
+    """Write `df` to Parquet at `path` (replacing what is there), to be read back by the same job.
+
+    Scratch files live for one batch or step: they are compressed for speed (snappy), not for size,
+    and cut into row groups of SCRATCH_ROW_GROUP_ROWS so that readers split one large file across every
+    core.
+
+    Args:
+        df: the rows.
+        path: the folder to write.
+        partition_by: a column to partition the files by (one folder per value).
+    """
+    writer = (
+        df.write.mode("overwrite").option("compression", "snappy").option("maxRowGroupSize", SCRATCH_ROW_GROUP_ROWS)
+    )
+    if partition_by:
+        writer = writer.partitionBy(partition_by)
+    writer.parquet(str(path))
+
+
 def select_table_columns(df: DataFrame, table_key: str) -> DataFrame:
     """Return `df` with exactly the table's columns, in the table's order and types.
 

@@ -22,10 +22,9 @@ from datahub_actions.event.event_registry import EntityChangeEvent
 from conf.tables import table_location, table_name
 from pipelines.batch.export_ece import write_ece_jsonl
 from pipelines.batch.state_store import APPENDED, FOLDED, LOGGED, MERGED, fold_state_log, read_state
-from pipelines.runtime.io import read_table
+from pipelines.runtime.io import SCRATCH_ROW_GROUP_ROWS, read_table
 from pipelines.batch.refine import (
     BATCH_STEPS,
-    STAGED_ROW_GROUP_ROWS,
     _stage,
     merge_events,
     refine,
@@ -530,11 +529,11 @@ def test_a_fold_killed_between_its_merge_and_emptying_the_log_gives_the_same_sta
 
 
 def test_staged_files_are_cut_into_row_groups_that_cores_read_in_parallel(spark, tmp_path):
-    rows = 2 * STAGED_ROW_GROUP_ROWS + 1000
+    rows = 2 * SCRATCH_ROW_GROUP_ROWS + 1000
     # Partitioned like the sequenced rows: each partition value is one file.
     one_value_df = spark.range(rows).selectExpr("id", "concat('row-', id) AS text", "'all' AS part")
     read_back_df = _stage(one_value_df, tmp_path / "staged", {}, {}, {}, partition_by="part")
     metadata = [pq.ParquetFile(path).metadata for path in sorted((tmp_path / "staged").rglob("*.parquet"))]
     groups = [m.row_group(i).num_rows for m in metadata for i in range(m.num_row_groups)]
     assert len(metadata) == 1 and len(groups) == 3
-    assert max(groups) <= STAGED_ROW_GROUP_ROWS and read_back_df.count() == rows
+    assert max(groups) <= SCRATCH_ROW_GROUP_ROWS and read_back_df.count() == rows
