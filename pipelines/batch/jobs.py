@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +77,7 @@ def run_job(
     spark: SparkSession | None = None,
     deliver: bool = True,
     kafka_messages: Sequence[Message] | None = None,
-    publish_side_by_side: bool = False,
+    openmetadata_alongside: bool = False,
 ) -> RunSummary:
     """Run pipeline stages in order under the run lock, as one MLflow run.
 
@@ -97,9 +97,12 @@ def run_job(
             from its own thread instead, so a slow receiver never holds up a micro-batch.
         kafka_messages: with ingest.kafka configured, the messages to land (watch mode's feed); None
             lands everything the topics hold now.
-        publish_side_by_side: publish the audit and the OpenMetadata tables at the same time, from two
-            threads. Watch mode does: a micro-batch's engine jobs are small and mostly wait, so running
-            the two publishes together shortens every micro-batch.
+        openmetadata_alongside: publish the OpenMetadata ChangeEvents of the batches refined before
+            this run from a second thread, while the run's stages go on; its publish stage then
+            publishes the audit tables alone, and this run's batches get their ChangeEvents in the next
+            run. Watch mode does: the ChangeEvents are the longest part of a micro-batch's publish, and
+            the audit rows (what search serves) no longer wait for them. Their report comes last, as
+            stage `publish_openmetadata`.
 
     Returns:
         The run summary.
@@ -123,18 +126,21 @@ def run_job(
                     {"profile": settings.profile, "home": str(settings.home), "stages": ",".join(ordered)}
                 )
                 reports = []
-                for stage in ordered:
-                    crash_point(f"before_{stage}")
-                    if on_stage:
-                        on_stage(stage)
-                    reports.append(
-                        _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver,
-                                   kafka_messages, publish_side_by_side)  # fmt: skip
-                    )
-                    crash_point(f"after_{stage}")
+                with _openmetadata_alongside(spark, settings, tracker.run_id, openmetadata_alongside) as side:
+                    for stage in ordered:
+                        crash_point(f"before_{stage}")
+                        if on_stage:
+                            on_stage(stage)
+                        reports.append(
+                            _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver,
+                                       kafka_messages, openmetadata=not openmetadata_alongside)  # fmt: skip
+                        )
+                        crash_point(f"after_{stage}")
+                reports.extend(side)
                 versions_after = {key: maintenance.version(key) for key in TABLES}
                 batch_ids = sorted({b for r in reports for b in r.batch_ids})
-                events_by_category = _events_by_category(spark, settings, batch_ids) if "refine" in ordered else {}
+                refined = sorted({b for r in reports if r.stage == "refine" for b in r.batch_ids})
+                events_by_category = _events_by_category(spark, settings, refined)
             summary = RunSummary(
                 run_id=tracker.run_id,
                 stages=reports,
@@ -164,7 +170,7 @@ def _run_stage(
     land_progress: Any,
     deliver: bool,
     kafka_messages: Sequence[Message] | None,
-    publish_side_by_side: bool,
+    openmetadata: bool,
 ) -> StageReport:
     started = time.monotonic()
     if stage == "land":
@@ -187,11 +193,14 @@ def _run_stage(
 
         results = [refine(spark, settings, run_id=run_id)]
     else:
-        results = _publish(spark, settings, run_id, deliver, publish_side_by_side)
-    seconds = round(time.monotonic() - started, 3)
+        results = _publish(spark, settings, run_id, deliver, openmetadata)
+    return _stage_report(stage, time.monotonic() - started, results)
+
+
+def _stage_report(stage: str, seconds: float, results: Sequence[StageResult]) -> StageReport:
     return StageReport(
         stage=stage,
-        seconds=seconds,
+        seconds=round(seconds, 3),
         batch_ids=tuple(sorted({b for r in results for b in r.batch_ids})),
         rows_in=sum(r.rows_in for r in results),
         rows_out=sum(r.rows_out for r in results),
@@ -204,25 +213,49 @@ def _run_stage(
 
 
 def _publish(
-    spark: SparkSession, settings: Settings, run_id: str, deliver: bool, side_by_side: bool
+    spark: SparkSession, settings: Settings, run_id: str, deliver: bool, openmetadata: bool
 ) -> list[StageResult]:
     from pipelines.batch.publish_audit import publish_audit
     from pipelines.batch.publish_openmetadata import publish_openmetadata
     from pipelines.subscriptions.delivery import deliver_pending
 
-    if side_by_side:
-        # Each publish commits its own tables and progress rows; their chain links are appended one at a
-        # time (audit_chain.link_batches). An error in either is raised once both have ended.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-openmetadata") as side:
-            openmetadata = side.submit(publish_openmetadata, spark, settings, run_id=run_id)
-            audit = publish_audit(spark, settings, run_id=run_id)
-        results = [audit, openmetadata.result()]
-    else:
-        audit = publish_audit(spark, settings, run_id=run_id)
+    results = [publish_audit(spark, settings, run_id=run_id)]
+    if openmetadata:
         crash_point("between_publish_audit_and_openmetadata")
-        results = [audit, publish_openmetadata(spark, settings, run_id=run_id)]
+        results.append(publish_openmetadata(spark, settings, run_id=run_id))
     # Receiver failures never raise: they are retried, recorded on the subscription or dead-lettered.
     return [*results, deliver_pending(spark, settings)] if deliver else results
+
+
+@contextlib.contextmanager
+def _openmetadata_alongside(
+    spark: SparkSession, settings: Settings, run_id: str, enabled: bool
+) -> Iterator[list[StageReport]]:
+    """Publish the pending OpenMetadata ChangeEvents from a second thread during the block (when enabled).
+
+    Yields the list that receives the publish's report once the block has ended. The thread is waited
+    for even when the block fails, since it writes under the block's run lock; its own error is raised
+    only when the block succeeded.
+    """
+    reports: list[StageReport] = []
+    if not enabled:
+        yield reports
+        return
+    from pipelines.batch.publish_openmetadata import STAGE, publish_openmetadata
+
+    def publish() -> StageReport:
+        started = time.monotonic()
+        result = publish_openmetadata(spark, settings, run_id=run_id)
+        return _stage_report(STAGE, time.monotonic() - started, [result])
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-openmetadata") as side:
+        future = side.submit(publish)
+        try:
+            yield reports
+        except BaseException:
+            wait([future])
+            raise
+        reports.append(future.result())
 
 
 def _events_by_category(spark: SparkSession, settings: Settings, batch_ids: list[str]) -> dict[str, int]:

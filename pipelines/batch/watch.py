@@ -28,6 +28,7 @@ from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseErro
 from conf.settings import Settings
 from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
 from pipelines.batch.kafka.feed import KafkaFeed
+from pipelines.batch.publish_openmetadata import STAGE as OPENMETADATA_STAGE
 from pipelines.batch.watch_compaction import Compaction
 from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
 from pipelines.runtime.engine import open_session
@@ -136,6 +137,10 @@ class Watcher:
         self.batches = 0
         self.last_batch: dict[str, Any] | None = None
         self.last_scored: float | None = None  # scores once at start, then every score_interval_minutes
+        # A micro-batch publishes the ChangeEvents of the batches refined before it (run_job's
+        # openmetadata_alongside): after one that refined batches, theirs wait for the next run.
+        self.openmetadata_behind = False
+        self.last_run_ended = time.monotonic()
         self.delivery: BackgroundDelivery | None = None
         self.kafka = KafkaFeed(settings, emit) if settings.ingest.kafka.enabled else None
         self.tracking = _BackgroundTracking(settings) if settings.mlflow.enabled else None
@@ -159,6 +164,9 @@ class Watcher:
                 # A start resumes whatever an earlier (killed) watcher or run left between stages.
                 self._micro_batch(session, [])
                 self._loop(session)
+                if self.openmetadata_behind:
+                    # The last micro-batch's ChangeEvents, before exiting: a few seconds at most.
+                    self._micro_batch(session, [])
             finally:
                 self.delivery.close(timeout=_DELIVERY_STOP_SECONDS)
                 if self.kafka:
@@ -182,6 +190,8 @@ class Watcher:
             due = self._due() or kafka_due
             if due:
                 self._micro_batch(session, self._take_batch() if self._due() else [])
+            elif self._openmetadata_due():
+                self._micro_batch(session, [])
             if due or not self.pending:
                 # One table per turn: right after a micro-batch, or while no file waits.
                 self.compaction.compact_next(session.spark)
@@ -235,6 +245,14 @@ class Watcher:
             except queue.Empty:
                 return
 
+    def _openmetadata_due(self) -> bool:
+        """Whether to publish the last micro-batch's ChangeEvents now: no file came for max_wait_seconds."""
+        return (
+            self.openmetadata_behind
+            and not self.pending
+            and time.monotonic() - self.last_run_ended >= self.cfg.max_wait_seconds
+        )
+
     def _wait_seconds(self) -> float:
         if self.kafka:
             # The Kafka client fetches in the background; the loop moves its messages over this often.
@@ -244,7 +262,12 @@ class Watcher:
     def _files_wait_seconds(self) -> float:
         if not self.pending:
             # While nothing waits, queued compactions go on one table per turn.
-            return 0.0 if self.compaction.queue else self.cfg.heartbeat_seconds
+            if self.compaction.queue:
+                return 0.0
+            if self.openmetadata_behind:
+                due_in = self.last_run_ended + self.cfg.max_wait_seconds - time.monotonic()
+                return min(self.cfg.heartbeat_seconds, due_in)
+            return self.cfg.heartbeat_seconds
         oldest = min(self.pending.values())
         return min(self.cfg.heartbeat_seconds, oldest + self.cfg.max_wait_seconds - time.time())
 
@@ -280,7 +303,7 @@ class Watcher:
                     return run_job(
                         self.job_settings, stages, paths=files, spark=session.spark,
                         wait_seconds=_LOCK_WAIT_SECONDS, deliver=False, kafka_messages=messages,
-                        publish_side_by_side=True,
+                        openmetadata_alongside=True,
                     )
                 except InputError:
                     bad = _undetectable(files)
@@ -306,6 +329,9 @@ class Watcher:
             if self.kafka and session.spark is not None:
                 # What was taken and not landed (the lock was held, an error) is consumed again.
                 self.kafka.settle(session.spark, messages)
+        self.last_run_ended = time.monotonic()
+        refined = [r for r in summary.stages if r.stage == "refine"]
+        self.openmetadata_behind = bool(refined and refined[0].batch_ids)
         for path in arrived:
             self.pending.pop(path, None)
         record = _batch_record(summary, arrived, len(files), quarantined)
@@ -316,7 +342,7 @@ class Watcher:
             self.batches += 1
             self.last_batch = record
             emit({"event": "micro_batch", **self.last_batch})
-            if self.delivery and record["batch_ids"]:
+            if self.delivery and (record["batch_ids"] or record["openmetadata_batch_ids"]):
                 self.delivery.poke()
             if self.tracking:
                 self.tracking.submit(summary)
@@ -433,7 +459,9 @@ def _batch_record(
         "seconds": {r.stage: r.seconds for r in summary.stages},
         "total_seconds": summary.seconds,
         "lag_seconds": round(now - min(arrived.values()), 3) if arrived else 0.0,
-        "batch_ids": sorted({b for r in summary.stages for b in r.batch_ids}),
+        "batch_ids": sorted({b for r in summary.stages if r.stage != OPENMETADATA_STAGE for b in r.batch_ids}),
+        # The batches of earlier micro-batches whose ChangeEvents this one published (run_job's openmetadata_alongside).
+        "openmetadata_batch_ids": sorted(stages[OPENMETADATA_STAGE].batch_ids if OPENMETADATA_STAGE in stages else ()),
     }
 
 

@@ -190,7 +190,7 @@ def insert_missing(
         The MERGE's result rows (its metrics on engines that return them); none after an append.
     """
     if candidates_df is not None and not candidates_df.limit(1).count():
-        # Two threads of one run may write a table at once (watch mode publishes side by side).
+        # Two threads of one run may write a table at once (watch mode publishes OpenMetadata alongside).
         retry_commit(lambda: append(source_df, settings, table_key))
         return []
     target = table_name(settings, table_key)

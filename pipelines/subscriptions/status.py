@@ -53,7 +53,7 @@ def subscription_status(spark: SparkSession, settings: Settings, names: Sequence
         cursor = read_cursor(spark, settings, subscription.subscription_id)
         batches = pending_batches(stream, subscription, cursor)
         counts = pending_counts(spark, settings, subscription, batches, cursor)
-        oldest = next((b.published_at for b in batches if b.batch_id in counts), None)
+        oldest = next((b.published_for(subscription) for b in batches if b.batch_id in counts), None)
         if subscription.paused:
             state = "paused"
         elif subscription.failing_since is not None:

@@ -1,9 +1,10 @@
 """The subscription tables: add, list, remove and resume subscriptions; delivery cursors; dead letters.
 
-Order of delivery. Events become deliverable once their batch is published (publish_openmetadata has
-recorded it); batches are delivered in the order refine finished them, and a subscription only takes the
-batches refine finished after its `start_after` (by default the newest batch refined when it was
-added). Inside a batch the selected events are in a fixed order, so "the first N selected events of
+Order of delivery. Events become deliverable once their batch is published for the subscription
+(`Subscription.gate_stage`: publish_audit has recorded it, or publish_openmetadata for a subscription
+that reads ChangeEvents); batches are delivered in the order refine finished them, and a subscription
+only takes the batches refine finished after its `start_after` (by default the newest batch refined
+when it was added). Inside a batch the selected events are in a fixed order, so "the first N selected events of
 batch B" names the same events on every run: that is what a cursor row records.
 """
 
@@ -48,6 +49,8 @@ OPENMETADATA_ORDER = ("timestamp", "entity_id", "entity_sequence", "id")
 # avoids most commit races (those with other processes are retried).
 _STATE_WRITES = threading.Lock()
 _STATE_COLUMNS = ("paused", "failing_since", "next_attempt_at", "last_error", "last_error_at", "last_delivered_at")
+# The publish stages that make a batch deliverable (`Subscription.gate_stage`).
+AUDIT_GATE, OPENMETADATA_GATE = "publish_audit", "publish_openmetadata"
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,19 @@ class Subscription:
             last_delivered_at=_utc(row["last_delivered_at"]),
         )
 
+    @property
+    def gate_stage(self) -> str:
+        """The publish stage whose progress row makes a batch deliverable to this subscription.
+
+        publish_audit for `ece` and `slack` without an eventFilter: their events are silver's, and once
+        the audit publish has recorded a batch, search finds them (a slack line links to it). Watch
+        mode publishes a batch's OpenMetadata ChangeEvents one micro-batch later, so only the
+        subscriptions that read them (the `openmetadata` format, or an eventFilter) wait for
+        publish_openmetadata.
+        """
+        reads_change_events = self.format == "openmetadata" or self.filters.om_filter is not None
+        return OPENMETADATA_GATE if reads_change_events else AUDIT_GATE
+
     def describe(self) -> dict[str, Any]:
         """The subscription as shown by `list`: the secret only as whether one is set."""
         filters = self.filters
@@ -126,11 +142,15 @@ def _utc(value: datetime | None) -> datetime | None:
 
 @dataclass(frozen=True)
 class StreamBatch:
-    """One published batch: its id and when refine and publish_openmetadata finished it."""
+    """One refined batch: its id, when refine finished it, and when each publish gate stage did (absent: not yet)."""
 
     batch_id: str
     refined_at: datetime
-    published_at: datetime
+    published_at: Mapping[str, datetime]
+
+    def published_for(self, subscription: Subscription) -> datetime | None:
+        """When the batch became deliverable to `subscription` (its gate stage recorded it); None: not yet."""
+        return self.published_at.get(subscription.gate_stage)
 
 
 @dataclass(frozen=True)
@@ -333,14 +353,20 @@ def replay_start(spark: SparkSession, settings: Settings, since_ms: int) -> date
 
 
 def published_stream(spark: SparkSession, settings: Settings) -> list[StreamBatch]:
-    """Every published batch, in the order refine finished them."""
+    """Every refined batch with the times its publish gate stages recorded it, in the order refine finished them."""
     progress_df = read_table(spark, settings, "ops.stage_progress")
     refined_df = progress_df.filter(F.col("stage") == "refine").select("batch_id", F.col("processed_at").alias("refined_at"))
-    published_df = progress_df.filter(F.col("stage") == "publish_openmetadata").select(
-        "batch_id", F.col("processed_at").alias("published_at")
+    gates = (AUDIT_GATE, OPENMETADATA_GATE)
+    published_df = (
+        progress_df.filter(F.col("stage").isin(*gates))
+        .groupBy("batch_id")
+        .agg(*[F.max(F.when(F.col("stage") == gate, F.col("processed_at"))).alias(gate) for gate in gates])
     )
     rows = refined_df.join(published_df, "batch_id").orderBy("refined_at", "batch_id").collect()
-    return [StreamBatch(r.batch_id, _utc(r.refined_at), _utc(r.published_at)) for r in rows]
+    return [
+        StreamBatch(r.batch_id, _utc(r.refined_at), {gate: _utc(r[gate]) for gate in gates if r[gate] is not None})
+        for r in rows
+    ]
 
 
 def read_cursor(spark: SparkSession, settings: Settings, subscription_id: str) -> Cursor:
@@ -364,10 +390,14 @@ def read_cursor(spark: SparkSession, settings: Settings, subscription_id: str) -
 
 
 def pending_batches(stream: Sequence[StreamBatch], subscription: Subscription, cursor: Cursor) -> list[StreamBatch]:
-    """The published batches a subscription has still to finish, oldest first."""
+    """The batches published for a subscription (`Subscription.gate_stage`) that it has still to finish, oldest first."""
     start = subscription.start_after
     return [
-        b for b in stream if (start is None or b.refined_at > start) and b.batch_id not in cursor.complete
+        b
+        for b in stream
+        if (start is None or b.refined_at > start)
+        and b.batch_id not in cursor.complete
+        and b.published_for(subscription) is not None
     ]
 
 

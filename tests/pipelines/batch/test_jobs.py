@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from pipelines.batch.jobs import run_job
+from pipelines.runtime.io import read_table
+from tests.conftest import FIXTURES, make_settings, register_fresh_tables
 from tests.pipelines.cli.test_cli import run_cli
 from tests.pipelines.batch.test_crash_resume import chain_shape, table_contents
 
@@ -81,6 +84,32 @@ def test_stages_run_separately_give_the_tables_one_run_gives(spark, landing: Pat
         if key not in ("ops.stage_progress", "ops.audit_chain"):  # chain digests cover the per-run batch ids
             assert actual[key] == expected[key], key
     assert chain_shape(spark, tmp_path) == chain_shape(spark, tracked_home)
+
+
+def test_openmetadata_alongside_publishes_what_earlier_runs_refined_and_two_runs_give_one_run_s_tables(
+    spark, landing: Path, tracked_home: Path, tmp_path
+):
+    settings = make_settings(tmp_path / "home")
+    settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
+    register_fresh_tables(spark, settings)
+    first = run_job(settings, paths=[landing], spark=spark, openmetadata_alongside=True)
+    reports = {r.stage: r for r in first.stages}
+    assert list(reports) == ["land", "refine", "publish", "publish_openmetadata"]
+    # Nothing was refined before the first run: its batch's ChangeEvents wait for the next one.
+    assert reports["refine"].batch_ids and reports["publish_openmetadata"].batch_ids == ()
+    assert read_table(spark, settings, "gold.openmetadata_change_events").count() == 0
+    assert read_table(spark, settings, "gold.audit_events").count() > 0
+
+    second = run_job(settings, ("refine", "publish"), spark=spark, openmetadata_alongside=True)
+    reports = {r.stage: r for r in second.stages}
+    assert reports["publish_openmetadata"].batch_ids == {r.stage: r for r in first.stages}["refine"].batch_ids
+    assert reports["publish_openmetadata"].rows_out > 0
+    # Its events were counted by the run that refined them, not again.
+    assert second.events_by_category == {} and sum(first.events_by_category.values()) > 0
+    expected, actual = table_contents(spark, tracked_home), table_contents(spark, settings.home)
+    for key in expected:
+        if not key.startswith("ops."):  # run ids and per-run batch ids
+            assert actual[key] == expected[key], key
 
 
 def test_a_stage_with_nothing_upstream_does_nothing(spark, tmp_path):

@@ -138,7 +138,16 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
 
         batches = wait_for(file_batches, 30, "the micro-batch log lines")
         assert sum(b["records"] for b in batches) == 5
-        assert all(set(b["seconds"]) == {"land", "refine", "publish"} for b in batches)
+        assert all(set(b["seconds"]) == {"land", "refine", "publish", "publish_openmetadata"} for b in batches)
+        # Their ChangeEvents are published by the next micro-batch, here the one the watcher runs once no
+        # file came for watch.max_wait_seconds.
+        file_batch_ids = {b for batch in batches for b in batch["batch_ids"]}
+        wait_for(
+            lambda: {b for r in watch_log_records(watch_log, "micro_batch") for b in r["openmetadata_batch_ids"]}
+            >= file_batch_ids,
+            30,
+            "the ChangeEvents of the file batches",
+        )
 
         # Each table a micro-batch writes is compacted in turn; the rows stay, and a later file lands on them.
         def compacted_tables():

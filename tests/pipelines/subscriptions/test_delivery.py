@@ -298,3 +298,25 @@ def test_a_new_subscription_starts_from_now(spark, tmp_path, receiver):
             spark, settings, name="future", url=receiver.url, payload_format="ece", filters=EventFilters(),
             since_ms=int(time.time() * 1000) + 3_600_000,
         )  # fmt: skip
+
+
+# Also on its own home (after the test above, for the same reason).
+def test_a_batch_is_delivered_once_the_publish_its_subscription_reads_has_recorded_it(spark, tmp_path, receiver):
+    settings = make_settings(tmp_path / "gates", subscriptions=FAST)
+    register_fresh_tables(spark, settings)
+    for name, payload_format, filters in [
+        ("ece", "ece", EventFilters()),
+        ("slack", "slack", EventFilters()),
+        ("deletes", "ece", EventFilters(om_filter={"eventType": "entityDeleted"})),
+        ("om", "openmetadata", EventFilters()),
+    ]:
+        _add(spark, settings, name, receiver.url, payload_format=payload_format, filters=filters)
+    land_refined_batch(spark, settings, "b-2", changes=[r for r in ROWS.values() if r["batch_id"] == "b-2"])
+    publish_audit(spark, settings)
+    # Watch mode publishes the ChangeEvents one micro-batch later: the subscriptions that read only
+    # silver's events get theirs now, those that read ChangeEvents wait.
+    assert {o.name: o.delivered for o in deliver_outcomes(spark, settings)} == {"ece": 2, "slack": 2, "deletes": 0, "om": 0}
+    pending = {row["name"]: row["pending"] for row in subscription_status(spark, settings)}
+    assert pending == {"ece": 0, "slack": 0, "deletes": 0, "om": 0}
+    publish_openmetadata(spark, settings)
+    assert {o.name: o.delivered for o in deliver_outcomes(spark, settings)} == {"ece": 0, "slack": 0, "deletes": 1, "om": 2}
