@@ -609,11 +609,15 @@ def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
 
 
 def filter_out_lines(landable_df: DataFrame, lines: Sequence[tuple[int, int]]) -> DataFrame:
-    """Drop the rows at the given (file_index, line_number) pairs (a literal set: no join of the wide rows)."""
+    """Drop the rows at the given (file_index, line_number) pairs (a literal set: no join of the wide rows).
+
+    A row without a line number is kept: no pair names it.
+    """
     if not lines:
         return landable_df
     line_key = F.col("file_index").cast("bigint") * F.lit(_LINE_KEY_FACTOR) + F.col("line_number")
-    return landable_df.filter(~line_key.isin([int(f) * _LINE_KEY_FACTOR + int(n) for f, n in lines]))
+    listed = line_key.isin([int(f) * _LINE_KEY_FACTOR + int(n) for f, n in lines])
+    return landable_df.filter(~F.coalesce(listed, F.lit(False)))
 
 
 def drop_batch_duplicates(landable_df: DataFrame) -> DataFrame:

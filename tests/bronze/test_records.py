@@ -414,6 +414,8 @@ def test_duplicates_keep_the_first_occurrence_and_landed_ones_are_dropped(pure_s
     listed = {(r.file_index, r.line_number, r.record_hash) for r in filter_out_lines(landable_df, repeated).collect()}
     assert listed == first
     assert filter_out_lines(landable_df, []).count() == 5
+    unnumbered_df = pure_spark.createDataFrame([(0, None, "h4")], "file_index int, line_number bigint, record_hash string")
+    assert filter_out_lines(landable_df.unionByName(unnumbered_df), repeated).count() == 4
     landed_df = pure_spark.createDataFrame([("h2", 1), ("h9", 2)], "record_hash string, other int")
     left = sorted(r.record_hash for r in drop_landed_duplicates(landable_df, landed_df).collect())
     assert left == ["h1", "h1", "h1", "h3"]
