@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from bronze.aspects import JSON_OPTIONS, aspect_problem, quoted_value
@@ -591,6 +591,14 @@ def to_duplicate_hashes(landable_df: DataFrame) -> DataFrame:
     return landable_df.groupBy("record_hash").count().filter(F.col("count") > 1).select("record_hash")
 
 
+def _by_occurrence() -> WindowSpec:
+    """The copies of each record hash in the order that makes one of them the first: by file, then line.
+
+    Built per call: classic Spark needs a running session to build a window.
+    """
+    return Window.partitionBy("record_hash").orderBy("file_index", "line_number")
+
+
 def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
     """Return the (file_index, line_number) of every landable row whose record hash an earlier row has.
 
@@ -599,10 +607,9 @@ def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
     then drops them).
     """
     lines_df = landable_df.select("record_hash", "file_index", "line_number")
-    first = Window.partitionBy("record_hash").orderBy("file_index", "line_number")
     return (
         lines_df.join(to_duplicate_hashes(lines_df), "record_hash", "left_semi")
-        .withColumn("_occurrence", F.row_number().over(first))
+        .withColumn("_occurrence", F.row_number().over(_by_occurrence()))
         .filter("_occurrence > 1")
         .select("file_index", "line_number")
     )
@@ -625,9 +632,10 @@ def drop_batch_duplicates(landable_df: DataFrame) -> DataFrame:
 
     A sort of every row: for batches whose repeats are too many to pass as `filter_out_lines`' literals.
     """
-    first = Window.partitionBy("record_hash").orderBy("file_index", "line_number")
-    return landable_df.withColumn("_occurrence", F.row_number().over(first)).filter("_occurrence = 1").drop(
-        "_occurrence"
+    return (
+        landable_df.withColumn("_occurrence", F.row_number().over(_by_occurrence()))
+        .filter("_occurrence = 1")
+        .drop("_occurrence")
     )
 
 

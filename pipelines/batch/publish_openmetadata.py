@@ -55,8 +55,7 @@ def publish_openmetadata(spark: SparkSession, settings: Settings, run_id: str | 
         F.col("batch_id").isNull() | ~F.col("batch_id").isin(batch_ids)
     )
     folder = scratch_folder(settings)
-    write_scratch(to_openmetadata_events(events_df, published_df, batch_ids), folder)
-    staged_df = spark.read.parquet(str(folder))
+    staged_df = write_scratch(to_openmetadata_events(events_df, published_df, batch_ids), folder)
 
     rows_in = {r.batch_id: int(r.n) for r in events_df.groupBy("batch_id").agg(F.count(F.lit(1)).alias("n")).collect()}
     derived = staged_df.groupBy("batch_id").agg(F.count(F.lit(1)).alias("n"), F.collect_set("event_date").alias("days"))

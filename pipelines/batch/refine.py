@@ -125,15 +125,15 @@ def _stage(
     cpu_seconds: dict[str, float],
     partition_by: str | None = None,
 ) -> DataFrame:
-    """Write `df` to Parquet (`write_scratch`) and return it read back (with its schema: an empty result writes no file).
+    """Write `df` to Parquet and return it read back (`write_scratch`).
 
     The part's schema goes into `schemas` and the write's wall and CPU time into `seconds` and
     `cpu_seconds`, under the part's name.
     """
     with _timed(path.name, seconds, cpu_seconds):
-        write_scratch(df, path, partition_by)
+        staged_df = write_scratch(df, path, partition_by)
     schemas[path.name] = df.schema
-    return df.sparkSession.read.schema(df.schema).parquet(str(path))
+    return staged_df
 
 
 def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> StagedBatch:

@@ -151,7 +151,7 @@ def fold_state_log(spark: SparkSession, settings: Settings) -> int:
     keys_df = log_df.select(*STATE_KEYS).distinct()
     resolved_df = to_current_state(state_df.join(keys_df, on=STATE_KEYS, how="left_semi"), log_df)
     scratch = settings.home / "_scratch" / "fold"
-    write_scratch(resolved_df, scratch)
+    resolved_source_df = write_scratch(resolved_df, scratch)
     statement = (
         f"{_MERGE_ON_KEY} WHEN MATCHED THEN UPDATE SET {_SET_EVERY_COLUMN} "
         f"WHEN NOT MATCHED THEN {insert_row(STATE_TABLE)}"
@@ -159,7 +159,7 @@ def fold_state_log(spark: SparkSession, settings: Settings) -> int:
     target = table_name(settings, STATE_TABLE)
     merge(
         spark,
-        spark.read.schema(resolved_df.schema).parquet(str(scratch)),
+        resolved_source_df,
         lambda source: statement.format(target=target, source=source),
         view_name="fold_state",
     )

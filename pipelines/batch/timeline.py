@@ -144,13 +144,10 @@ def replay_window(
         # Pairs and events are computed once each: every generator reads the pairs, the comparison
         # reads the events three times.
         pairs_df = to_pairs(sequenced_df)
-        write_scratch(pairs_df, folder / "pairs", partition_by="aspect_name")
-        pairs_df = spark.read.schema(pairs_df.schema).parquet(str(folder / "pairs"))
+        pairs_df = write_scratch(pairs_df, folder / "pairs", partition_by="aspect_name")
         events_df = to_change_events(pairs_df, settings.events.owner_category)
         window_df = _comparable(events_df, since_ms, until_ms)
-        write_scratch(window_df, folder / "events")
-        # With its schema: a window without events writes no file to take one from.
-        recomputed_df = spark.read.schema(window_df.schema).parquet(str(folder / "events"))
+        recomputed_df = write_scratch(window_df, folder / "events")
         stored_df = _comparable(read_table(spark, settings, EVENTS_TABLE), since_ms, until_ms)
         missing = _rows(recomputed_df.exceptAll(stored_df), limit)
         unexpected = _rows(stored_df.exceptAll(recomputed_df), limit)

@@ -41,8 +41,8 @@ def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataF
 SCRATCH_ROW_GROUP_ROWS = 65_536
 
 
-def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) -> None:
-    """Write `df` to Parquet at `path` (replacing what is there), to be read back by the same job.
+def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) -> DataFrame:
+    """Write `df` to Parquet at `path` (replacing what is there) and return the files read back.
 
     Scratch files live for one batch or step: they are compressed for speed (snappy), not for size,
     and cut into row groups of SCRATCH_ROW_GROUP_ROWS so that readers split one large file across every
@@ -52,6 +52,9 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
         df: the rows.
         path: the folder to write.
         partition_by: a column to partition the files by (one folder per value).
+
+    Returns:
+        The written rows, read with `df`'s schema (an empty result writes no file to take one from).
     """
     writer = (
         df.write.mode("overwrite").option("compression", "snappy").option("maxRowGroupSize", SCRATCH_ROW_GROUP_ROWS)
@@ -59,6 +62,7 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
     if partition_by:
         writer = writer.partitionBy(partition_by)
     writer.parquet(str(path))
+    return df.sparkSession.read.schema(df.schema).parquet(str(path))
 
 
 def select_table_columns(df: DataFrame, table_key: str) -> DataFrame:
