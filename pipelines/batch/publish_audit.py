@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from sqlglot import exp
 
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
@@ -27,6 +30,19 @@ AUDIT_ZORDER = ("timestamp",)
 AUDIT_ROW_GROUP_ROWS = 1_024
 # Sorted, the time column is stored as deltas: smaller, and decoded faster by every window filter.
 AUDIT_DELTA_ENCODED = ("timestamp",)
+# A batch naming more actors than this refreshes its activity days whole: the actors are listed in the
+# replace predicate, and a whole day costs about a second however many actors it has.
+ACTIVITY_LISTED_ACTORS = 1_000
+
+
+@dataclass
+class _BatchCounts:
+    """What one batch brings to the stage: rows read, audit rows derived, and the activity rows they feed."""
+
+    rows_in: int = 0
+    rows_out: int = 0
+    days: set[date] = field(default_factory=set)
+    actors: set[str | None] = field(default_factory=set)
 
 
 def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = None) -> StageResult:
@@ -34,8 +50,9 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
 
     Crash-safe: the audit MERGE inserts event ids not already there (in the batch's day partitions) and
     replaces a stored row only with one the dedup prefers, so a re-run leaves it as it is; the activity
-    days are recomputed whole, and progress is recorded last. So a re-run after a crash at any point
-    writes the same tables and a re-run after success adds nothing.
+    rows are recomputed from the tables (those of the batch's actors and days when its events were all
+    new, else its days whole: a re-run after a crash finds them stored), and progress is recorded last.
+    So a re-run after a crash at any point writes the same tables and a re-run after success adds nothing.
 
     Args:
         spark: the session (tables registered).
@@ -52,59 +69,86 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
     changes_df = read_table(spark, settings, "silver.entity_change_events").filter(F.col("batch_id").isin(batch_ids))
     audit_df = to_audit_events(usage_df, changes_df)
     per_batch = _counts_per_batch(usage_df, changes_df, audit_df)
-    days = sorted({day for counts in per_batch.values() for day in counts["days"]})
+    days = sorted(set().union(*(counts.days for counts in per_batch.values())))
     if days:
-        merge_audit_events(spark, settings, audit_df, days)
+        appended = merge_audit_events(spark, settings, audit_df, days)
         crash_point("publish_audit.merged")
-        refresh_actor_activity(spark, settings, days, batch_ids)
+        # Appended rows (every event new) change only the activity rows of the actors they name. A MERGE
+        # may have replaced a stored row whose actor the batch does not name: then the days are redone.
+        actors = set().union(*(counts.actors for counts in per_batch.values()))
+        listed = appended and len(actors) <= ACTIVITY_LISTED_ACTORS
+        refresh_actor_activity(spark, settings, days, batch_ids, actors=actors if listed else None)
     # Linked before progress: a re-run after a crash links what is missing and nothing twice.
     link_batches(spark, settings, [AUDIT_TABLE], batch_ids)
     for batch_id in batch_ids:
-        counts = per_batch.get(batch_id, {"rows_in": 0, "rows_out": 0})
+        counts = per_batch.get(batch_id, _BatchCounts())
         record_progress(
             spark,
             settings,
             STAGE,
             "bronze.usage_events",
             batch_id,
-            rows_in=counts["rows_in"],
-            rows_out=counts["rows_out"],
+            rows_in=counts.rows_in,
+            rows_out=counts.rows_out,
             run_id=run_id,
         )
-    rows_in = sum(c["rows_in"] for c in per_batch.values())
-    rows_out = sum(c["rows_out"] for c in per_batch.values())
+    rows_in = sum(c.rows_in for c in per_batch.values())
+    rows_out = sum(c.rows_out for c in per_batch.values())
     return StageResult(STAGE, tuple(batch_ids), rows_in, rows_out, {"days_refreshed": float(len(days))})
 
 
-def _counts_per_batch(usage_df: DataFrame, changes_df: DataFrame, audit_df: DataFrame) -> dict[str, dict[str, Any]]:
-    """Rows read and audit rows derived per batch, and the event days each batch touches."""
-    read_rows = (
-        usage_df.select("batch_id")
-        .unionByName(changes_df.select("batch_id"))
-        .groupBy("batch_id")
-        .agg(F.count(F.lit(1)).alias("n"))
+def _counts_per_batch(usage_df: DataFrame, changes_df: DataFrame, audit_df: DataFrame) -> dict[str, _BatchCounts]:
+    """Per batch: rows read, audit rows derived, their event days, and the actors of its audit rows and changes."""
+    no_actor, no_day = F.lit(None).cast("string"), F.lit(None).cast("date")
+    flows_df = (
+        usage_df.select("batch_id", F.lit(1).alias("read"), F.lit(0).alias("derived"), no_actor.alias("actor"),
+                        F.lit(0).alias("names_actor"), no_day.alias("day"))  # fmt: skip
+        .unionByName(
+            changes_df.select("batch_id", F.lit(1).alias("read"), F.lit(0).alias("derived"), "actor",
+                              F.lit(1).alias("names_actor"), no_day.alias("day"))  # fmt: skip
+        )
+        .unionByName(
+            audit_df.select("batch_id", F.lit(0).alias("read"), F.lit(1).alias("derived"),
+                            F.col("actor_urn").alias("actor"), F.lit(1).alias("names_actor"),
+                            F.col("event_date").alias("day"))  # fmt: skip
+        )
+    )
+    rows = (
+        flows_df.groupBy("batch_id")
+        .agg(
+            F.sum("read").alias("rows_in"),
+            F.sum("derived").alias("rows_out"),
+            F.collect_set("day").alias("days"),
+            F.collect_set("actor").alias("actors"),
+            F.max(F.when(F.col("actor").isNull(), F.col("names_actor")).otherwise(0)).alias("null_actor"),
+        )
         .collect()
     )
-    derived_rows = (
-        audit_df.groupBy("batch_id")
-        .agg(F.count(F.lit(1)).alias("n"), F.collect_set("event_date").alias("days"))
-        .collect()
-    )
-    counts: dict[str, dict[str, Any]] = {}
-    for row in read_rows:
-        counts.setdefault(row.batch_id, {"rows_in": 0, "rows_out": 0, "days": []})["rows_in"] = int(row.n)
-    for row in derived_rows:
-        entry = counts.setdefault(row.batch_id, {"rows_in": 0, "rows_out": 0, "days": []})
-        entry["rows_out"] = int(row.n)
-        entry["days"] = [d for d in row.days if d is not None]
-    return counts
+    return {
+        row.batch_id: _BatchCounts(
+            rows_in=int(row.rows_in),
+            rows_out=int(row.rows_out),
+            days=set(row.days),
+            actors=set(row.actors) | ({None} if row.null_actor else set()),
+        )
+        for row in rows
+    }
+
+
+def _actor_predicate(column: str, actors: Collection[str | None]) -> str:
+    """SQL that holds for the rows whose `column` is one of `actors` (None: a null actor)."""
+    named = sorted(actor for actor in actors if actor is not None)
+    conditions = [exp.column(column).isin(*named)] if named else []
+    if None in actors:
+        conditions.append(exp.column(column).is_(exp.null()))
+    return exp.or_(*conditions).sql(dialect="spark") if conditions else "FALSE"
 
 
 def _date_list(days: list[date]) -> str:
     return ", ".join(f"DATE'{day.isoformat()}'" for day in days)
 
 
-def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFrame, days: list[date]) -> None:
+def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFrame, days: list[date]) -> bool:
     """MERGE audit rows into gold.audit_events on event_id, reading only the partitions of `days`.
 
     A new event is inserted; a stored one is replaced only by a row that `filter_first_per_event` would
@@ -118,6 +162,9 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
         settings: the lakehouse settings.
         audit_df: deduplicated audit rows whose event_date is one of `days`.
         days: the event dates of `audit_df` (the MERGE's partition filter).
+
+    Returns:
+        True when the rows were appended (none of their events was stored), False after a MERGE.
     """
     columns = table_spec(AUDIT_TABLE).column_names
     target = table_name(settings, AUDIT_TABLE)
@@ -137,7 +184,7 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
         # Usually every event is new: then an append writes the new rows alone, where the MERGE would
         # read and rewrite the days' files. The run lock keeps other writers out in between.
         append(source_df, settings, AUDIT_TABLE)
-        return
+        return True
     merge(
         spark,
         source_df,
@@ -149,12 +196,17 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
         ),
         view_name="publish_audit_source",
     )
+    return False
 
 
 def refresh_actor_activity(
-    spark: SparkSession, settings: Settings, days: list[date], batch_ids: list[str] | None = None
+    spark: SparkSession,
+    settings: Settings,
+    days: list[date],
+    batch_ids: list[str] | None = None,
+    actors: Collection[str | None] | None = None,
 ) -> None:
-    """Recompute gold.actor_activity_daily for exactly `days` from gold.audit_events and silver events.
+    """Recompute gold.actor_activity_daily for `days` from gold.audit_events and silver events.
 
     Change categories count the silver events of batches this stage has published (plus `batch_ids`,
     being published now), so the aggregates never run ahead of the audit table.
@@ -162,8 +214,11 @@ def refresh_actor_activity(
     Args:
         spark: the session.
         settings: the lakehouse settings.
-        days: the activity dates to recompute (replaced whole).
+        days: the activity dates to recompute.
         batch_ids: batches being published in this run, counted as published.
+        actors: when given, only these actors' rows of `days` are recomputed and replaced (None in it
+            stands for events without an actor); the days' other rows stay as stored. Default: the days
+            are replaced whole.
     """
     if not days:
         return
@@ -179,8 +234,12 @@ def refresh_actor_activity(
         .filter(F.col("event_date").isin(day_values))
         .join(published_df.distinct(), "batch_id", "left_semi")
     )
-    activity_df = to_actor_activity_daily(audit_df, changes_df)
-    replace_where(activity_df, settings, ACTIVITY_TABLE, f"activity_date IN ({_date_list(days)})")
+    predicate = f"activity_date IN ({_date_list(days)})"
+    if actors is not None:
+        audit_df = audit_df.filter(F.expr(_actor_predicate("actor_urn", actors)))
+        changes_df = changes_df.filter(F.expr(_actor_predicate("actor", actors)))
+        predicate = f"{predicate} AND ({_actor_predicate('actor_urn', actors)})"
+    replace_where(to_actor_activity_daily(audit_df, changes_df), settings, ACTIVITY_TABLE, predicate)
 
 
 def optimize_audit_events(

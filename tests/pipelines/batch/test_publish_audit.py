@@ -84,9 +84,9 @@ def test_rerun_adds_nothing_and_late_batches_refresh_only_their_days(spark, lake
     assert str(day_of(NOW - 100)) in predicates and str(day_of(NOW - 2 * DAY)) not in predicates
 
 
-def test_activity_matches_a_direct_count_over_the_audit_table(spark, lakehouse, published):
-    audit_df = read_table(spark, lakehouse, "gold.audit_events")
-    expected_df = audit_df.groupBy("actor_urn", F.col("event_date").alias("activity_date")).agg(
+def direct_activity_count(audit_df):
+    """gold.actor_activity_daily's counted columns, computed straight from the audit rows."""
+    return audit_df.groupBy("actor_urn", F.col("event_date").alias("activity_date")).agg(
         F.count(F.lit(1)).alias("events_total"),
         F.countDistinct("entity_urn").alias("distinct_entities"),
         F.min("timestamp").alias("first_event_time"),
@@ -94,6 +94,10 @@ def test_activity_matches_a_direct_count_over_the_audit_table(spark, lakehouse, 
         F.sum(F.when(F.col("event_type") == "FailedLogInEvent", 1).otherwise(0)).cast("bigint").alias("failed_logins"),
         F.sum(F.when(F.col("event_type") == "DeleteEntityEvent", 1).otherwise(0)).cast("bigint").alias("deletes"),
     )
+
+
+def test_activity_matches_a_direct_count_over_the_audit_table(spark, lakehouse, published):
+    expected_df = direct_activity_count(read_table(spark, lakehouse, "gold.audit_events"))
     actual_df = read_table(spark, lakehouse, "gold.actor_activity_daily").select(*expected_df.columns)
     assert_df_equality(actual_df, expected_df, ignore_row_order=True, ignore_nullable=True)
     alice_day = (
@@ -130,3 +134,47 @@ def test_the_kept_row_does_not_depend_on_the_batch_order(spark, lakehouse, publi
     publish_audit(spark, lakehouse)
     rows = read_table(spark, lakehouse, "gold.audit_events").filter(F.col("actor_urn") == "urn:li:corpuser:dana").collect()
     assert [(r.source_id, r.source_ip, r.batch_id) for r in rows] == [("0" * 64, "10.1.1.1", "b-early")]
+
+
+def test_a_batch_of_new_events_recomputes_its_actors_days_and_keeps_the_other_rows(spark, lakehouse, published):
+    day = NOW - 4 * DAY
+    frank, gina = "urn:li:corpuser:frank", "urn:li:corpuser:o'neil"
+    land_refined_batch(
+        spark,
+        lakehouse,
+        "b-5",
+        usage=[
+            usage_event("LogInEvent", frank, day, "b-5"),
+            usage_event("LogInEvent", gina, day + 1, "b-5"),
+            usage_event("FailedLogInEvent", None, day + 2, "b-5"),
+        ],
+        changes=[change_event("cs-5", "TAG", "ADD", frank, day + 3, DATASET, "globalTags", "b-5")],
+    )
+    publish_audit(spark, lakehouse)
+
+    def activity_rows():
+        rows = read_table(spark, lakehouse, "gold.actor_activity_daily").filter(
+            F.col("activity_date") == F.lit(str(day_of(day))).cast("date")
+        )
+        return {r.actor_urn: r for r in rows.collect()}
+
+    before = activity_rows()
+    land_refined_batch(
+        spark,
+        lakehouse,
+        "b-6",
+        usage=[
+            usage_event("EntityEvent", frank, day + 10, "b-6", entity_urn=DATASET, entity_type="dataset"),
+            usage_event("FailedLogInEvent", None, day + 11, "b-6"),
+        ],
+        changes=[change_event("cs-6", "DOCUMENTATION", "MODIFY", frank, day + 12, DATASET, "datasetProperties", "b-6")],
+    )
+    publish_audit(spark, lakehouse)
+    after = activity_rows()
+
+    assert after[gina] == before[gina]
+    assert (after[None].events_total, after[None].failed_logins) == (2, 2)
+    assert (after[frank].events_total, after[frank].changes_by_category) == (4, '{"DOCUMENTATION":1,"TAG":1}')
+    expected_df = direct_activity_count(read_table(spark, lakehouse, "gold.audit_events"))
+    actual_df = read_table(spark, lakehouse, "gold.actor_activity_daily").select(*expected_df.columns)
+    assert_df_equality(actual_df, expected_df, ignore_row_order=True, ignore_nullable=True)
