@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, DataFrameWriter, Row, SparkSession
 
 from conf.errors import ConcurrencyError, InputError
 from conf.settings import Settings
@@ -50,11 +51,12 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
 
     Args:
         df: the rows.
-        path: the folder to write.
+        path: the folder to write (on the local file system).
         partition_by: a column to partition the files by (one folder per value).
 
     Returns:
-        The written rows, read with `df`'s schema (an empty result writes no file to take one from).
+        The written rows. Their schema comes from the files, so `partition_by` is the last column and
+        every column is nullable; with no rows (no file written) it is `df`'s.
     """
     writer = (
         df.write.mode("overwrite").option("compression", "snappy").option("maxRowGroupSize", SCRATCH_ROW_GROUP_ROWS)
@@ -62,20 +64,11 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
     if partition_by:
         writer = writer.partitionBy(partition_by)
     writer.parquet(str(path))
-    return df.sparkSession.read.schema(df.schema).parquet(str(path))
-
-
-def select_table_columns(df: DataFrame, table_key: str) -> DataFrame:
-    """Return `df` with exactly the table's columns, in the table's order and types.
-
-    Raises:
-        InputError: naming the columns the table needs and `df` lacks.
-    """
-    spec = table_spec(table_key)
-    missing = [c for c in spec.column_names if c not in df.columns]
-    if missing:
-        raise InputError(f"df: missing columns {missing} for table {table_key} (has {df.columns})")
-    return df.select(*spec.column_names)
+    if not any(path.rglob("*.parquet")):
+        return df.sparkSession.createDataFrame([], df.schema)
+    # Not `.schema(df.schema)`: asking for df's schema plans df once more, a round trip to the engine
+    # per staged part (about 60 ms each on a micro-batch), where the files' footers give it for free.
+    return df.sparkSession.read.parquet(str(path))
 
 
 def append(df: DataFrame, settings: Settings, table_key: str) -> None:
@@ -85,35 +78,50 @@ def append(df: DataFrame, settings: Settings, table_key: str) -> None:
         df: rows to add; extra columns are dropped, missing ones are an error.
         settings: the lakehouse settings.
         table_key: `<layer>.<name>` of the target.
+
+    Raises:
+        InputError: naming the columns the table needs and `df` lacks.
     """
-    writer = select_table_columns(df, table_key).write.format("delta").mode("append")
-    _save(writer, settings, table_key)
+    _save(df, settings, table_key, lambda writer: writer.mode("append"))
 
 
 def replace_where(df: DataFrame, settings: Settings, table_key: str, predicate: str) -> None:
     """Atomically replace the rows of a table that match `predicate` with `df`.
 
     Args:
-        df: the new rows; every one of them must satisfy `predicate`.
+        df: the new rows (matched by name, as `append`); every one of them must satisfy `predicate`.
         settings: the lakehouse settings.
         table_key: `<layer>.<name>` of the target.
         predicate: a SQL boolean expression over partition or data columns.
+
+    Raises:
+        InputError: for an empty predicate, or naming the columns the table needs and `df` lacks.
     """
     if not predicate or not predicate.strip():
         raise InputError(f"predicate: {predicate!r} is empty; refusing to overwrite the whole table {table_key}")
-    writer = (
-        select_table_columns(df, table_key).write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-    )
-    _save(writer, settings, table_key)
+    _save(df, settings, table_key, lambda writer: writer.mode("overwrite").option("replaceWhere", predicate))
 
 
-def _save(writer, settings: Settings, table_key: str) -> None:
-    # On the embedded engine `saveAsTable` with replaceWhere overwrites the whole table, so external
-    # tables are always written by location; managed (catalog-owned) tables can only be written by name.
-    if settings.catalog.managed_tables:
-        writer.saveAsTable(table_name(settings, table_key))
-    else:
-        writer.save(str(table_location(settings, table_key)))
+def _save(
+    df: DataFrame, settings: Settings, table_key: str, configure: Callable[[DataFrameWriter], DataFrameWriter]
+) -> None:
+    """Write the table's columns of `df` (in the table's order) with the writer `configure` sets up."""
+    columns = table_spec(table_key).column_names
+    writer = configure(df.select(*columns).write.format("delta"))
+    try:
+        # On the embedded engine `saveAsTable` with replaceWhere overwrites the whole table, so external
+        # tables are always written by location; managed (catalog-owned) tables only by name.
+        if settings.catalog.managed_tables:
+            writer.saveAsTable(table_name(settings, table_key))
+        else:
+            writer.save(str(table_location(settings, table_key)))
+    except AnalysisException as exc:
+        # df's columns are looked at only when the write fails: asking first costs a round trip to the
+        # engine on every write (tens of milliseconds each, about ten writes a micro-batch).
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise InputError(f"df: missing columns {missing} for table {table_key} (has {df.columns})") from exc
+        raise
 
 
 def merge(
