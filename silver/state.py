@@ -379,15 +379,10 @@ def with_entity_flag_rows(state_rows_df: DataFrame, pre_state_df: DataFrame, ent
         .join(flipped_df, on="entity_urn", how="inner")
         .join(state_rows_df.select(*key), on=key, how="left_anti")
     )
-    flag_columns = set(flags_df.columns)
+    # By name, the missing columns null: no look at either side's schema, which costs a round trip to
+    # the engine per batch. flags_df's columns are all state row columns.
     return state_rows_df.withColumn("flag_only", F.lit(False)).unionByName(
-        flags_df.select(
-            *[
-                F.col(c) if c in flag_columns else F.lit(None).cast(state_rows_df.schema[c].dataType).alias(c)
-                for c in state_rows_df.columns
-            ],
-            F.lit(True).alias("flag_only"),
-        )
+        flags_df.withColumn("flag_only", F.lit(True)), allowMissingColumns=True
     )
 
 

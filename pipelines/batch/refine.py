@@ -29,7 +29,6 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from conf.errors import InputError
 from conf.settings import Settings
@@ -64,7 +63,8 @@ SKIPPED_TABLE = "silver.skipped_snapshots"
 class StagedBatch:
     """One batch computed and written to Parquet, ready to be merged into the silver tables.
 
-    `state_rows` counts the rows the state write applies: the batch's new state rows and its flag rows;
+    `parts` holds the staged parts read back, by name (events, skipped, state, ...). `state_rows` counts
+    the rows the state write applies: the batch's new state rows and its flag rows;
     `state_write` receives how they were written (`pipelines.batch.state_store.write_state`).
     `seconds` holds the wall time of each staged part and, once refine_batch has run them, of each
     write step (STEP_NAMES); `cpu_seconds` the CPU time of this process (the embedded engine's threads
@@ -78,14 +78,10 @@ class StagedBatch:
     skipped: int
     state_rows: int
     event_dates: tuple[str, str] | None
-    schemas: dict[str, StructType] = field(default_factory=dict, compare=False, repr=False)
+    parts: dict[str, DataFrame] = field(default_factory=dict, compare=False, repr=False)
     seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
     cpu_seconds: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
     state_write: list[str] = field(default_factory=list, compare=False, repr=False)
-
-    def read(self, spark: SparkSession, part: str) -> DataFrame:
-        """Read one staged part (events, skipped or state), empty ones included."""
-        return spark.read.schema(self.schemas[part]).parquet(str(self.folder / part))
 
 
 def scratch_folder(settings: Settings, batch_id: str) -> Path:
@@ -120,20 +116,19 @@ def _timed(name: str, seconds: dict[str, float], cpu_seconds: dict[str, float]) 
 def _stage(
     df: DataFrame,
     path: Path,
-    schemas: dict[str, StructType],
+    parts: dict[str, DataFrame],
     seconds: dict[str, float],
     cpu_seconds: dict[str, float],
     partition_by: str | None = None,
 ) -> DataFrame:
     """Write `df` to Parquet and return it read back (`write_scratch`).
 
-    The part's schema goes into `schemas` and the write's wall and CPU time into `seconds` and
+    The read-back DataFrame goes into `parts` and the write's wall and CPU time into `seconds` and
     `cpu_seconds`, under the part's name.
     """
     with _timed(path.name, seconds, cpu_seconds):
-        staged_df = write_scratch(df, path, partition_by)
-    schemas[path.name] = df.schema
-    return staged_df
+        parts[path.name] = write_scratch(df, path, partition_by)
+    return parts[path.name]
 
 
 def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> StagedBatch:
@@ -146,7 +141,7 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     three generators that read them; then the events and the state rows.
     """
     folder = scratch_folder(settings, batch_id)
-    schemas: dict[str, StructType] = {}
+    parts: dict[str, DataFrame] = {}
     seconds: dict[str, float] = {}
     cpu_seconds: dict[str, float] = {}
     timings = (seconds, cpu_seconds)
@@ -154,29 +149,29 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     entities_df = batch_df.select("entity_urn")
     if has_logged_rows(spark, settings, entities_df):
         # Applying the log is joins and aggregations: done once, for the three steps that read the state.
-        state_df = _stage(read_state(spark, settings, entities_df), folder / "batch_state", schemas, *timings)
+        state_df = _stage(read_state(spark, settings, entities_df), folder / "batch_state", parts, *timings)
     else:
         # Those steps join the state with the batch's keys, and the engine reads only their rows.
         state_df = read_table(spark, settings, STATE_TABLE)
     pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
 
     sequenced_df = _stage(
-        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", schemas, *timings, partition_by="aspect_name"
+        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", parts, *timings, partition_by="aspect_name"
     )
     pairs_df = to_pairs(sequenced_df)
-    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", schemas, *timings)
+    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", parts, *timings)
     # Only the generators of the batch's aspects run: a micro-batch often holds a few kinds of aspect.
     aspect_names = [r.aspect_name for r in pairs_df.select("aspect_name").distinct().collect()]
     events_df = _stage(
         to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df, aspect_names),
         folder / "events",
-        schemas,
+        parts,
         *timings,
     )
-    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", schemas, *timings)
-    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", schemas, *timings)
+    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", parts, *timings)
+    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", parts, *timings)
     state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
-    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", schemas, *timings)
+    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", parts, *timings)
 
     summary = events_df.agg(
         F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi")
@@ -189,7 +184,7 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
         skipped=skipped_df.count(),
         state_rows=state_df.count(),
         event_dates=(str(summary["lo"]), str(summary["hi"])) if summary["n"] else None,
-        schemas=schemas,
+        parts=parts,
         seconds=seconds,
         cpu_seconds=cpu_seconds,
     )
@@ -204,7 +199,7 @@ def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -
         spark,
         settings,
         EVENTS_TABLE,
-        staged.read(spark, "events"),
+        staged.parts["events"],
         # An event id names the version that produced the event, and only one batch accepts a version
         # (its copies in later batches are duplicates), so the only rows that can match are this
         # batch's own, from a run that died after this step. The literals let the engine read those
@@ -227,7 +222,7 @@ def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) 
         spark,
         settings,
         SKIPPED_TABLE,
-        staged.read(spark, "skipped").withColumn("recorded_at", F.current_timestamp()),
+        staged.parts["skipped"].withColumn("recorded_at", F.current_timestamp()),
         f"t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
         f"AND t.batch_id = '{_quote(staged.batch_id)}'",
         view_name="refine_skipped",
@@ -248,7 +243,7 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
     if not staged.state_rows:
         return
     staged.state_write.append(
-        write_state(spark, settings, staged.read(spark, "state"), staged.batch_id, staged.state_rows)
+        write_state(spark, settings, staged.parts["state"], staged.batch_id, staged.state_rows)
     )
 
 
@@ -286,6 +281,11 @@ def refine_batch(
     """
     if batch_id in finished_batches(spark, settings, STAGE):
         return None
+    return _refine_pending_batch(spark, settings, batch_id, run_id)
+
+
+def _refine_pending_batch(spark: SparkSession, settings: Settings, batch_id: str, run_id: str | None) -> StagedBatch:
+    """Refine a batch this run found pending (under the run lock, so no other run records it meanwhile)."""
     staged = stage_batch(spark, settings, batch_id)
     crash_point("refine.staged")
     for name, step in BATCH_STEPS:
@@ -293,7 +293,15 @@ def refine_batch(
             step(spark, settings, staged)
         crash_point(f"refine.{name}")
     record_progress(
-        spark, settings, STAGE, SOURCE_TABLE, batch_id, rows_in=staged.rows_in, rows_out=staged.events, run_id=run_id
+        spark,
+        settings,
+        STAGE,
+        SOURCE_TABLE,
+        batch_id,
+        rows_in=staged.rows_in,
+        rows_out=staged.events,
+        run_id=run_id,
+        pending=True,
     )
     shutil.rmtree(staged.folder, ignore_errors=True)
     return staged
@@ -325,7 +333,7 @@ def refine(
     pending = pending_batches(spark, settings, STAGE)
     if max_batches is not None:
         pending = pending[:max_batches]
-    staged = [s for s in (refine_batch(spark, settings, b, run_id=run_id) for b in pending) if s is not None]
+    staged = [_refine_pending_batch(spark, settings, b, run_id) for b in pending]
     return StageResult(
         stage=STAGE,
         batch_ids=tuple(s.batch_id for s in staged),
