@@ -200,7 +200,9 @@ def latest_links(chain: list[Mapping[str, Any]]) -> dict[tuple[str, str], Mappin
     return {(link["table_key"], link["batch_id"]): link for link in chain}
 
 
-def link_batches(spark: SparkSession, settings: Settings, table_keys: Sequence[str], batch_ids: list[str]) -> int:
+def link_batches(
+    spark: SparkSession, settings: Settings, table_keys: Sequence[str], batch_ids: list[str], *, appended: bool = False
+) -> int:
     """Append chain links for the batches just published to chained tables (one commit for all of them).
 
     Also re-links earlier batches whose rows the publish legitimately took over (a MERGE that replaced
@@ -213,6 +215,8 @@ def link_batches(spark: SparkSession, settings: Settings, table_keys: Sequence[s
         settings: the lakehouse settings.
         table_keys: keys of CHAINED_TABLES, linked in this order.
         batch_ids: the batches this publish wrote.
+        appended: the publish only appended rows, so no earlier batch lost any: the search for rows
+            taken over (which counts every batch's rows) is skipped.
 
     Returns:
         The number of links appended (0 on a re-run after they were appended).
@@ -224,10 +228,12 @@ def link_batches(spark: SparkSession, settings: Settings, table_keys: Sequence[s
     if unchained:
         raise InputError(f"table_keys: {unchained!r} not chained (chained: {', '.join(CHAINED_TABLES)})")
     with _LINKING:
-        return _append_links(spark, settings, table_keys, batch_ids)
+        return _append_links(spark, settings, table_keys, batch_ids, appended)
 
 
-def _append_links(spark: SparkSession, settings: Settings, table_keys: Sequence[str], batch_ids: list[str]) -> int:
+def _append_links(
+    spark: SparkSession, settings: Settings, table_keys: Sequence[str], batch_ids: list[str], appended: bool
+) -> int:
     chain = read_chain(spark, settings)
     latest = latest_links(chain)
     key = chain_key(settings)
@@ -239,7 +245,8 @@ def _append_links(spark: SparkSession, settings: Settings, table_keys: Sequence[
         version = maintenance.version(table_key)
         digests = digest_batches(spark, settings, table_key, sorted(batch_ids))
         candidates = {b: digests[b] for b in sorted(batch_ids) if b in digests}
-        candidates.update(_taken_over(spark, settings, table_key, latest, batch_ids, version))
+        if not appended:
+            candidates.update(_taken_over(spark, settings, table_key, latest, batch_ids, version))
         for batch_id, (count, digest) in candidates.items():
             previous = latest.get((table_key, batch_id))
             if previous is not None and previous["batch_digest"] == digest:

@@ -70,6 +70,7 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
     audit_df = to_audit_events(usage_df, changes_df)
     per_batch = _counts_per_batch(usage_df, changes_df, audit_df)
     days = sorted(set().union(*(counts.days for counts in per_batch.values())))
+    appended = True  # nothing written replaced no stored row
     if days:
         appended = merge_audit_events(spark, settings, audit_df, days)
         crash_point("publish_audit.merged")
@@ -79,7 +80,7 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
         listed = appended and len(actors) <= ACTIVITY_LISTED_ACTORS
         refresh_actor_activity(spark, settings, days, batch_ids, actors=actors if listed else None)
     # Linked before progress: a re-run after a crash links what is missing and nothing twice.
-    link_batches(spark, settings, [AUDIT_TABLE], batch_ids)
+    link_batches(spark, settings, [AUDIT_TABLE], batch_ids, appended=appended)
     for batch_id in batch_ids:
         counts = per_batch.get(batch_id, _BatchCounts())
         record_progress(
@@ -91,6 +92,7 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
             rows_in=counts.rows_in,
             rows_out=counts.rows_out,
             run_id=run_id,
+            pending=True,
         )
     rows_in = sum(c.rows_in for c in per_batch.values())
     rows_out = sum(c.rows_out for c in per_batch.values())

@@ -78,6 +78,7 @@ def publish_openmetadata(spark: SparkSession, settings: Settings, run_id: str | 
             rows_in=rows_in.get(batch_id, 0),
             rows_out=rows_out.get(batch_id, 0),
             run_id=run_id,
+            pending=True,
         )
     shutil.rmtree(folder, ignore_errors=True)
     return StageResult(

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
-from pipelines.runtime.io import insert_missing, read_table
+from pipelines.runtime.io import append, insert_missing, read_table, retry_commit
 
 # A stage consumes the batches its upstream stage has finished; landing (no upstream) commits them.
 STAGE_UPSTREAM: Mapping[str, str | None] = {
@@ -100,6 +100,7 @@ def record_progress(
     rows_out: int,
     run_id: str | None = None,
     source_version: int | None = None,
+    pending: bool = False,
 ) -> None:
     """Record that `stage` consumed `batch_id`; recording the same batch again changes nothing.
 
@@ -113,6 +114,8 @@ def record_progress(
         rows_out: rows written for the batch.
         run_id: the pipeline run (MLflow run id) that did it.
         source_version: the Delta version of the source table that was read, when known.
+        pending: the caller found the batch pending for `stage` in this run, under the run lock, so
+            no row records it: the row is appended without looking for one (a read of the table).
     """
     _check_stage(stage)
     row_df = spark.createDataFrame(
@@ -120,6 +123,10 @@ def record_progress(
         "stage string, source_table string, batch_id string, source_version bigint, rows_in bigint, "
         "rows_out bigint, run_id string",
     ).withColumn("processed_at", F.current_timestamp())
+    if pending:
+        # Watch mode's OpenMetadata thread records its own stage's batches at the same time.
+        retry_commit(lambda: append(row_df, settings, "ops.stage_progress"))
+        return
     insert_missing(
         spark,
         settings,
