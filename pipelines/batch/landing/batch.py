@@ -22,7 +22,7 @@ from conf.settings import Settings
 from pipelines.batch.landing.discovery import list_input_files, plan_files
 from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, FilePlan, LandingReport
 from pipelines.batch.landing.staging import stage_file, stage_small_files
-from pipelines.batch.landing.writes import discard_uncommitted_batches, write_batch
+from pipelines.batch.landing.writes import discard_uncommitted_batches, landing_marker, write_batch
 from pipelines.runtime.io import read_table
 from pipelines.runtime.progress import committed_batches
 
@@ -96,11 +96,17 @@ def land_plans(
         LakehouseError: a plan whose staged lines are not as many as it has (nothing is committed).
     """
     started = time.monotonic()
-    batch_id = check_batch_id(batch_id) if batch_id is not None else new_batch_id()
+    if batch_id is not None:
+        check_batch_id(batch_id)
     landed_at = datetime.now(timezone.utc)
     discarded = discard_uncommitted_batches(spark, settings)
-    if batch_id in set(committed_batches(spark, settings)):
+    if batch_id is None:
+        batch_id = new_batch_id()  # time-ordered with a random suffix: no committed batch has it
+    elif batch_id in set(committed_batches(spark, settings)):
         raise InputError(f"batch_id: {batch_id!r} is already committed; choose another or leave it out")
+    marker = landing_marker(settings, batch_id)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
     scratch = scratch_folder(settings, batch_id)
     shutil.rmtree(scratch, ignore_errors=True)
     hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-hash")
@@ -116,6 +122,8 @@ def land_plans(
         _report(progress, f"commit batch {batch_id}", len(plans), total)
         commit_hook = (lambda: before_commit(batch_id, landed_at)) if before_commit is not None else None
         results = write_batch(spark, settings, plans, batch_id, landed_at, commit_hook)
+        # Committed: the next landing has nothing of this one to discard. On any failure the marker stays.
+        marker.unlink()
         _report(progress, f"commit batch {batch_id}", total, total)
     finally:
         hasher.shutdown(wait=False, cancel_futures=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -200,14 +201,33 @@ def _result(plan: FilePlan, landed: int) -> FileResult:
     )
 
 
+def _markers_folder(settings: Settings) -> Path:
+    return settings.home / "_scratch" / "land_uncommitted"
+
+
+def landing_marker(settings: Settings, batch_id: str) -> Path:
+    """The file that marks a landing of `batch_id` as begun and not yet committed.
+
+    `land_plans` creates it before the batch writes anything and removes it once the ledger rows are
+    written; one left behind means a landing stopped half-way.
+    """
+    return _markers_folder(settings) / batch_id
+
+
 def discard_uncommitted_batches(spark: SparkSession, settings: Settings) -> list[str]:
     """Delete the rows of batches that wrote data but no ledger rows (a landing that did not finish).
+
+    Only when a landing marker is left (`landing_marker`) are the tables looked at: a landing that ran
+    to its commit leaves none, so a steady stream of landings costs no query here.
 
     Must run under the run lock: a landing in progress elsewhere looks exactly like a dead one.
 
     Returns:
         The batch ids whose rows were deleted, sorted.
     """
+    markers = sorted(_markers_folder(settings).glob("*"))
+    if not markers:
+        return []
     committed = set(committed_batches(spark, settings))
     discarded: set[str] = set()
     for key in DATA_TABLES:
@@ -223,6 +243,8 @@ def discard_uncommitted_batches(spark: SparkSession, settings: Settings) -> list
         for folder in leftovers.iterdir():
             if folder.name not in committed:
                 shutil.rmtree(folder, ignore_errors=True)
+    for marker in markers:
+        marker.unlink(missing_ok=True)
     return sorted(discarded)
 
 

@@ -20,7 +20,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import TABLES, table_location
 from pipelines.runtime.io import append, read_table
-from pipelines.batch.landing import ALREADY_LANDED, LANDED, UNDETECTED, land_paths
+from pipelines.batch.landing import ALREADY_LANDED, LANDED, UNDETECTED, land_paths, landing_marker
 from pipelines.runtime.progress import committed_batches
 from tests.conftest import FIXTURES, make_settings, register_fresh_tables
 from tests.pipelines.cli.test_cli import run_cli
@@ -339,7 +339,8 @@ def test_rows_of_an_unfinished_batch_are_removed_before_landing(spark, tmp_path)
     land_paths(spark, homes["uninterrupted"], [inputs])
     expected = bronze_contents(spark, homes["uninterrupted"])
 
-    # What a landing killed after its data writes leaves: data rows of a batch without ledger rows.
+    # What a landing killed after its data writes leaves: data rows of a batch without ledger rows, and
+    # the batch's landing marker.
     register_fresh_tables(spark, homes["donor"])
     dead = land_paths(spark, homes["donor"], [inputs], batch_id="dead-batch")
     donor_rows = {key: read_table(spark, homes["donor"], key).collect() for key in ("bronze.aspect_snapshots",
@@ -349,12 +350,16 @@ def test_rows_of_an_unfinished_batch_are_removed_before_landing(spark, tmp_path)
         append(spark.createDataFrame(rows, read_table(spark, homes["crashed"], key).schema), homes["crashed"], key)
     assert read_table(spark, homes["crashed"], "bronze.aspect_snapshots").count() == 374
     assert committed_batches(spark, homes["crashed"]) == []
+    marker = landing_marker(homes["crashed"], dead.batch_id)
+    marker.parent.mkdir(parents=True)
+    marker.touch()
 
     report = land_paths(spark, homes["crashed"], [inputs])
     assert report.discarded_batches == (dead.batch_id,)
     assert [(f.records_landed, f.duplicates_skipped) for f in report.files] == [(374, 0), (1, 0)]
     assert bronze_contents(spark, homes["crashed"]) == expected
     assert committed_batches(spark, homes["crashed"]) == [report.batch_id]
+    assert not marker.exists() and not list(marker.parent.iterdir())
 
 
 @pytest.mark.slow
