@@ -225,6 +225,7 @@ class WatchSettings:
     heartbeat_seconds: float = 5.0
     compact_every_batches: int = 50
     compact_files_below_mb: int = 32
+    openmetadata_every_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -656,7 +657,8 @@ def _check_watch(watch: WatchSettings, ok) -> list[str]:
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value <= 0:
             problems.append(f"watch.{name}: {value!r} must be greater than 0")
-    for name in ("retry_attempts", "retry_backoff_seconds", "compact_every_batches", "compact_files_below_mb"):
+    for name in ("retry_attempts", "retry_backoff_seconds", "compact_every_batches", "compact_files_below_mb",
+                 "openmetadata_every_seconds"):
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value < 0:
             problems.append(f"watch.{name}: {value!r} must be 0 or more")

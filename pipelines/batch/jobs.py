@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from pipelines.batch.kafka.client import Message
 
 JOB_STAGES = ("land", "refine", "publish")
+# How a run publishes the OpenMetadata ChangeEvents (run_job's `openmetadata`).
+OPENMETADATA_AFTER_AUDIT, OPENMETADATA_ALONGSIDE, OPENMETADATA_LATER = "after_audit", "alongside", "later"
+OPENMETADATA_MODES = (OPENMETADATA_AFTER_AUDIT, OPENMETADATA_ALONGSIDE, OPENMETADATA_LATER)
 
 
 @dataclass
@@ -77,7 +80,7 @@ def run_job(
     spark: SparkSession | None = None,
     deliver: bool = True,
     kafka_messages: Sequence[Message] | None = None,
-    openmetadata_alongside: bool = False,
+    openmetadata: str = OPENMETADATA_AFTER_AUDIT,
 ) -> RunSummary:
     """Run pipeline stages in order under the run lock, as one MLflow run.
 
@@ -97,23 +100,29 @@ def run_job(
             from its own thread instead, so a slow receiver never holds up a micro-batch.
         kafka_messages: with ingest.kafka configured, the messages to land (watch mode's feed); None
             lands everything the topics hold now.
-        openmetadata_alongside: publish the OpenMetadata ChangeEvents of the batches refined before
-            this run from a second thread, while the run's stages go on; its publish stage then
-            publishes the audit tables alone, and this run's batches get their ChangeEvents in the next
-            run. Watch mode does: the ChangeEvents are the longest part of a micro-batch's publish, and
-            the audit rows (what search serves) no longer wait for them. Their report comes last, as
-            stage `publish_openmetadata`.
+        openmetadata: how the publish stage treats the OpenMetadata ChangeEvents.
+            OPENMETADATA_AFTER_AUDIT (a batch run): published after the audit tables.
+            OPENMETADATA_ALONGSIDE (watch mode): those of the batches refined before this run are
+            published from a second thread while the run's stages go on; the publish stage publishes
+            the audit tables alone, and this run's batches get their ChangeEvents in a later run. The
+            ChangeEvents are the longest part of a micro-batch's publish, and the audit rows (what
+            search serves) do not wait for them. Their report comes last, as stage
+            `publish_openmetadata`.
+            OPENMETADATA_LATER (watch mode, between two of those): not published; they wait for a
+            later run.
 
     Returns:
         The run summary.
 
     Raises:
-        InputError: for an unknown stage.
+        InputError: for an unknown stage or openmetadata mode.
         ConcurrencyError: when another run holds the lock.
     """
     unknown = [s for s in stages if s not in JOB_STAGES]
     if unknown or not stages:
         raise InputError(f"stages: {list(stages)!r} must be a non-empty subset of {', '.join(JOB_STAGES)}")
+    if openmetadata not in OPENMETADATA_MODES:
+        raise InputError(f"openmetadata: {openmetadata!r} must be one of {', '.join(OPENMETADATA_MODES)}")
     ordered = [s for s in JOB_STAGES if s in stages]
     name = "run" if ordered == list(JOB_STAGES) else "job-" + "-".join(ordered)
     started = time.monotonic()
@@ -126,14 +135,16 @@ def run_job(
                     {"profile": settings.profile, "home": str(settings.home), "stages": ",".join(ordered)}
                 )
                 reports = []
-                with _openmetadata_alongside(spark, settings, tracker.run_id, openmetadata_alongside) as side:
+                alongside = openmetadata == OPENMETADATA_ALONGSIDE
+                after_audit = openmetadata == OPENMETADATA_AFTER_AUDIT
+                with _openmetadata_alongside(spark, settings, tracker.run_id, alongside) as side:
                     for stage in ordered:
                         crash_point(f"before_{stage}")
                         if on_stage:
                             on_stage(stage)
                         reports.append(
                             _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver,
-                                       kafka_messages, openmetadata=not openmetadata_alongside)  # fmt: skip
+                                       kafka_messages, openmetadata=after_audit)  # fmt: skip
                         )
                         crash_point(f"after_{stage}")
                 reports.extend(side)

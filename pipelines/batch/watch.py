@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import queue
 import shutil
@@ -26,7 +27,14 @@ from typing import Any, TypeVar
 
 from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable, error_text
 from conf.settings import Settings
-from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job, run_metrics
+from pipelines.batch.jobs import (
+    JOB_STAGES,
+    OPENMETADATA_ALONGSIDE,
+    OPENMETADATA_LATER,
+    RunSummary,
+    run_job,
+    run_metrics,
+)
 from pipelines.batch.kafka.feed import KafkaFeed
 from pipelines.batch.publish_openmetadata import STAGE as OPENMETADATA_STAGE
 from pipelines.batch.watch_compaction import Compaction
@@ -138,8 +146,10 @@ class Watcher:
         self.last_batch: dict[str, Any] | None = None
         self.last_scored: float | None = None  # scores once at start, then every score_interval_minutes
         # A micro-batch publishes the ChangeEvents of the batches refined before it (run_job's
-        # openmetadata_alongside): after one that refined batches, theirs wait for the next run.
+        # OPENMETADATA_ALONGSIDE), at most every openmetadata_every_seconds: after one that refined
+        # batches, theirs wait for a later run.
         self.openmetadata_behind = False
+        self.openmetadata_started = -math.inf  # time.monotonic() of the last micro-batch that published them
         self.last_run_ended = time.monotonic()
         self.delivery: BackgroundDelivery | None = None
         self.kafka = KafkaFeed(settings, emit) if settings.ingest.kafka.enabled else None
@@ -162,11 +172,11 @@ class Watcher:
                       "polling": self.cfg.polling})
                 self._scan(session)
                 # A start resumes whatever an earlier (killed) watcher or run left between stages.
-                self._micro_batch(session, [])
+                self._micro_batch(session, [], openmetadata_now=True)
                 self._loop(session)
                 if self.openmetadata_behind:
-                    # The last micro-batch's ChangeEvents, before exiting: a few seconds at most.
-                    self._micro_batch(session, [])
+                    # The last micro-batches' ChangeEvents, before exiting: a few seconds at most.
+                    self._micro_batch(session, [], openmetadata_now=True)
             finally:
                 self.delivery.close(timeout=_DELIVERY_STOP_SECONDS)
                 if self.kafka:
@@ -189,9 +199,9 @@ class Watcher:
             kafka_due = self.kafka is not None and self.kafka.due(self.cfg.max_wait_seconds)
             due = self._due() or kafka_due
             if due:
-                self._micro_batch(session, self._take_batch() if self._due() else [])
+                self._micro_batch(session, self._take_batch() if self._due() else [], openmetadata_now=False)
             elif self._openmetadata_due():
-                self._micro_batch(session, [])
+                self._micro_batch(session, [], openmetadata_now=True)
             if due or not self.pending:
                 # One table per turn: right after a micro-batch, or while no file waits.
                 self.compaction.compact_next(session.spark)
@@ -290,8 +300,17 @@ class Watcher:
             size += _size(path)
         return taken
 
-    def _micro_batch(self, session: _Session, files: list[Path]) -> None:
+    def _micro_batch(self, session: _Session, files: list[Path], openmetadata_now: bool) -> None:
+        """Run one micro-batch of `files` (and the Kafka feed's messages).
+
+        The ChangeEvents of the batches refined before it are published beside it when some wait and
+        `openmetadata_now` is set or the last such publish began openmetadata_every_seconds ago or more.
+        """
         arrived = {p: self.pending.get(p, time.time()) for p in files}
+        started = time.monotonic()
+        publish_openmetadata = openmetadata_now or (
+            self.openmetadata_behind and started - self.openmetadata_started >= self.cfg.openmetadata_every_seconds
+        )
         files = [p for p in files if p.exists()]
         messages, messages_at = self.kafka.take() if self.kafka else ([], None)
         quarantined: list[str] = []
@@ -303,7 +322,7 @@ class Watcher:
                     return run_job(
                         self.job_settings, stages, paths=files, spark=session.spark,
                         wait_seconds=_LOCK_WAIT_SECONDS, deliver=False, kafka_messages=messages,
-                        openmetadata_alongside=True,
+                        openmetadata=OPENMETADATA_ALONGSIDE if publish_openmetadata else OPENMETADATA_LATER,
                     )
                 except InputError:
                     bad = _undetectable(files)
@@ -330,8 +349,10 @@ class Watcher:
                 # What was taken and not landed (the lock was held, an error) is consumed again.
                 self.kafka.settle(session.spark, messages)
         self.last_run_ended = time.monotonic()
-        refined = [r for r in summary.stages if r.stage == "refine"]
-        self.openmetadata_behind = bool(refined and refined[0].batch_ids)
+        refined = any(r.batch_ids for r in summary.stages if r.stage == "refine")
+        if publish_openmetadata:
+            self.openmetadata_started = started
+        self.openmetadata_behind = refined or (self.openmetadata_behind and not publish_openmetadata)
         for path in arrived:
             self.pending.pop(path, None)
         record = _batch_record(summary, arrived, len(files), quarantined)
@@ -460,7 +481,7 @@ def _batch_record(
         "total_seconds": summary.seconds,
         "lag_seconds": round(now - min(arrived.values()), 3) if arrived else 0.0,
         "batch_ids": sorted({b for r in summary.stages if r.stage != OPENMETADATA_STAGE for b in r.batch_ids}),
-        # The batches of earlier micro-batches whose ChangeEvents this one published (run_job's openmetadata_alongside).
+        # The batches of earlier micro-batches whose ChangeEvents this one published (run_job's OPENMETADATA_ALONGSIDE).
         "openmetadata_batch_ids": sorted(stages[OPENMETADATA_STAGE].batch_ids if OPENMETADATA_STAGE in stages else ()),
     }
 

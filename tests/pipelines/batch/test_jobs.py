@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.batch.jobs import run_job
+from conf.errors import InputError
+from pipelines.batch.jobs import OPENMETADATA_ALONGSIDE, OPENMETADATA_LATER, run_job
 from pipelines.runtime.io import read_table
 from tests.conftest import FIXTURES, make_settings, register_fresh_tables
 from tests.pipelines.cli.test_cli import run_cli
@@ -92,15 +93,19 @@ def test_openmetadata_alongside_publishes_what_earlier_runs_refined_and_two_runs
     settings = make_settings(tmp_path / "home")
     settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
     register_fresh_tables(spark, settings)
-    first = run_job(settings, paths=[landing], spark=spark, openmetadata_alongside=True)
+    first = run_job(settings, paths=[landing], spark=spark, openmetadata=OPENMETADATA_ALONGSIDE)
     reports = {r.stage: r for r in first.stages}
     assert list(reports) == ["land", "refine", "publish", "publish_openmetadata"]
     # Nothing was refined before the first run: its batch's ChangeEvents wait for the next one.
     assert reports["refine"].batch_ids and reports["publish_openmetadata"].batch_ids == ()
     assert read_table(spark, settings, "gold.openmetadata_change_events").count() == 0
     assert read_table(spark, settings, "gold.audit_events").count() > 0
+    # A run told to leave them for later does.
+    later = run_job(settings, ("refine", "publish"), spark=spark, openmetadata=OPENMETADATA_LATER)
+    assert [r.stage for r in later.stages] == ["refine", "publish"]
+    assert read_table(spark, settings, "gold.openmetadata_change_events").count() == 0
 
-    second = run_job(settings, ("refine", "publish"), spark=spark, openmetadata_alongside=True)
+    second = run_job(settings, ("refine", "publish"), spark=spark, openmetadata=OPENMETADATA_ALONGSIDE)
     reports = {r.stage: r for r in second.stages}
     assert reports["publish_openmetadata"].batch_ids == {r.stage: r for r in first.stages}["refine"].batch_ids
     assert reports["publish_openmetadata"].rows_out > 0
@@ -110,6 +115,11 @@ def test_openmetadata_alongside_publishes_what_earlier_runs_refined_and_two_runs
     for key in expected:
         if not key.startswith("ops."):  # run ids and per-run batch ids
             assert actual[key] == expected[key], key
+
+
+def test_an_unknown_openmetadata_mode_is_refused_naming_it(tmp_path):
+    with pytest.raises(InputError, match="openmetadata: 'sometimes' must be one of after_audit, alongside, later"):
+        run_job(make_settings(tmp_path / "home"), openmetadata="sometimes")
 
 
 def test_a_stage_with_nothing_upstream_does_nothing(spark, tmp_path):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -26,8 +28,9 @@ from pipelines.bench.watch import (
     wait_for,
     watch_log_records,
 )
+from pipelines.runtime.io import read_table
 from pipelines.serving.tokens import create_token
-from tests.conftest import FIXTURES, make_settings
+from tests.conftest import FIXTURES, make_settings, register_fresh_tables
 from tests.pipelines.batch.test_crash_resume import table_contents
 from tests.pipelines.cli.test_cli import run_cli
 
@@ -138,8 +141,10 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
 
         batches = wait_for(file_batches, 30, "the micro-batch log lines")
         assert sum(b["records"] for b in batches) == 5
-        assert all(set(b["seconds"]) == {"land", "refine", "publish", "publish_openmetadata"} for b in batches)
-        # Their ChangeEvents are published by the next micro-batch, here the one the watcher runs once no
+        # A micro-batch publishes earlier ones' ChangeEvents at most every watch.openmetadata_every_seconds.
+        assert all({"land", "refine", "publish"} <= set(b["seconds"]) for b in batches)
+        assert all(set(b["seconds"]) <= {"land", "refine", "publish", "publish_openmetadata"} for b in batches)
+        # Their ChangeEvents are published by a later micro-batch, here the one the watcher runs once no
         # file came for watch.max_wait_seconds.
         file_batch_ids = {b for batch in batches for b in batch["batch_ids"]}
         wait_for(
@@ -197,6 +202,47 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
         stop(watcher)
         if server is not None:
             stop(server)
+
+
+@pytest.mark.slow
+def test_change_events_are_published_beside_a_micro_batch_at_most_every_interval_and_when_told(spark, tmp_path):
+    settings = make_settings(tmp_path / "home")
+    settings = dataclasses.replace(
+        settings,
+        mlflow=dataclasses.replace(settings.mlflow, enabled=False),
+        watch=dataclasses.replace(settings.watch, openmetadata_every_seconds=3600.0),
+    )
+    register_fresh_tables(spark, settings)
+    watcher = Watcher(settings, StopSignal())
+    session = SimpleNamespace(spark=spark)  # the test session stands in for the watcher's own
+    now_ms = int(time.time() * 1000)
+    landing = settings.landing_paths[0]
+    for name in ("one", "two", "three"):
+        drop_file(landing, f"{name}.mcl.jsonl", mcl_lines(f"urn:li:corpuser:{name}", 2, now_ms, name))
+    files = [landing / f"{name}.mcl.jsonl" for name in ("one", "two", "three")]
+
+    def change_event_rows() -> int:
+        return read_table(spark, settings, "gold.openmetadata_change_events").count()
+
+    watcher._micro_batch(session, [files[0]], openmetadata_now=False)
+    first = watcher.last_batch
+    # Nothing was refined before it: no publish of ChangeEvents beside it.
+    assert set(first["seconds"]) == {"land", "refine", "publish"} and change_event_rows() == 0
+    watcher._micro_batch(session, [files[1]], openmetadata_now=False)
+    second = watcher.last_batch
+    # The first batch's wait: none was published before, so the interval has passed.
+    assert second["openmetadata_batch_ids"] == first["batch_ids"]
+    published = change_event_rows()
+    assert published > 0
+    watcher._micro_batch(session, [files[2]], openmetadata_now=False)
+    third = watcher.last_batch
+    # Within the hour since the last publish: the second batch's ChangeEvents wait.
+    assert set(third["seconds"]) == {"land", "refine", "publish"} and change_event_rows() == published
+    assert watcher.openmetadata_behind
+    watcher._micro_batch(session, [], openmetadata_now=True)
+    assert sorted(watcher.last_batch["openmetadata_batch_ids"]) == sorted(second["batch_ids"] + third["batch_ids"])
+    assert change_event_rows() == 3 * published
+    assert not watcher.openmetadata_behind
 
 
 @pytest.mark.slow
