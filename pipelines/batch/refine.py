@@ -173,16 +173,21 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
     state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", parts, *timings)
 
-    summary = events_df.agg(
-        F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi")
-    ).collect()[0]
+    # One query for every count: a round trip to the engine each would cost more than the counting.
+    summary = (
+        events_df.agg(F.count(F.lit(1)).alias("n"), F.min("event_date").alias("lo"), F.max("event_date").alias("hi"))
+        .crossJoin(sequenced_df.agg(F.count(F.lit(1)).alias("rows_in")))
+        .crossJoin(skipped_df.agg(F.count(F.lit(1)).alias("skipped")))
+        .crossJoin(state_df.agg(F.count(F.lit(1)).alias("state_rows")))
+        .collect()[0]
+    )
     return StagedBatch(
         batch_id=batch_id,
         folder=folder,
-        rows_in=sequenced_df.count(),
+        rows_in=int(summary["rows_in"]),
         events=int(summary["n"]),
-        skipped=skipped_df.count(),
-        state_rows=state_df.count(),
+        skipped=int(summary["skipped"]),
+        state_rows=int(summary["state_rows"]),
         event_dates=(str(summary["lo"]), str(summary["hi"])) if summary["n"] else None,
         parts=parts,
         seconds=seconds,

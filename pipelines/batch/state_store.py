@@ -20,6 +20,7 @@ The run lock keeps every other writer out meanwhile.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -96,27 +97,24 @@ def write_state(
         APPENDED, LOGGED, FOLDED (logged, then the log folded), MERGED, or ALREADY_LOGGED (a re-run of
         a logged batch: nothing is written).
     """
-    state_df = read_table(spark, settings, STATE_TABLE)
-    log_df = read_table(spark, settings, LOG_TABLE)
-    if not any_stored(rows_df, state_df, STATE_KEYS) and not any_stored(rows_df, log_df, STATE_KEYS):
+    probe = _probe(spark, settings, rows_df, batch_id)
+    if not probe.state_holds_keys and not probe.log_holds_keys:
         append(rows_df.filter(~F.col("flag_only")), settings, STATE_TABLE)
         return APPENDED
-    if log_df.filter(F.col("batch_id") == batch_id).limit(1).count():
+    if probe.log_holds_batch:
         return ALREADY_LOGGED
     limit = settings.refine.state_log_max_rows
     # A re-run of a batch whose rows the state already holds (it appended or MERGEd them before a crash)
     # takes the MERGE, which leaves those rows as they are: logging them again would change nothing but
     # the log.
-    own_rows_df = state_df.filter(F.col("batch_id") == batch_id)
-    if row_count <= limit and not any_stored(rows_df.filter(~F.col("flag_only")), own_rows_df, STATE_KEYS):
-        logged_rows, last_seq = _log_extent(log_df)
+    if row_count <= limit and not probe.state_holds_own_rows:
         # Flag rows carry the batch id too, so that a re-run finds a batch that logged only flags.
         append(
-            rows_df.withColumn("batch_id", F.lit(batch_id)).withColumn("log_seq", F.lit(last_seq + 1)),
+            rows_df.withColumn("batch_id", F.lit(batch_id)).withColumn("log_seq", F.lit(probe.last_seq + 1)),
             settings,
             LOG_TABLE,
         )
-        if logged_rows + row_count <= limit:
+        if probe.logged_rows + row_count <= limit:
             return LOGGED
         fold_state_log(spark, settings)
         return FOLDED
@@ -167,6 +165,49 @@ def fold_state_log(spark: SparkSession, settings: Settings) -> int:
     spark.sql(f"DELETE FROM {table_name(settings, LOG_TABLE)} WHERE log_seq <= {last_seq}").collect()
     shutil.rmtree(scratch, ignore_errors=True)
     return logged_rows
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """What write_state needs to know about the stored state and log before writing a batch's rows."""
+
+    state_holds_keys: bool  # the state holds a row of one of the batch's keys
+    state_holds_own_rows: bool  # ... one the batch itself wrote (a re-run), of a key it has a state row for
+    log_holds_keys: bool  # the log holds a row of one of the batch's keys
+    log_holds_batch: bool  # the log holds rows the batch itself logged (a re-run)
+    logged_rows: int
+    last_seq: int  # 0 for an empty log
+
+
+def _probe(spark: SparkSession, settings: Settings, rows_df: DataFrame, batch_id: str) -> _Probe:
+    """Probe the state and its log for a batch's rows in one query (one round trip to the engine, not five).
+
+    Each lookup is a semi join that stops at its first match, as `any_stored`'s: the engine filters
+    the stored scans by the batch's (few) key values.
+    """
+    keys_df = rows_df.select(*STATE_KEYS)
+    state_df = read_table(spark, settings, STATE_TABLE)
+    log_df = read_table(spark, settings, LOG_TABLE)
+    own_batch = F.col("batch_id") == F.lit(batch_id)
+
+    def found(stored_df: DataFrame, batch_keys_df: DataFrame, name: str) -> DataFrame:
+        matches_df = stored_df.select(*STATE_KEYS).join(batch_keys_df, STATE_KEYS, "left_semi").limit(1)
+        return matches_df.agg((F.count(F.lit(1)) > 0).alias(name))
+
+    extent_df = log_df.agg(
+        F.count(F.lit(1)).alias("logged_rows"),
+        F.coalesce(F.max("log_seq"), F.lit(0)).alias("last_seq"),
+        F.coalesce(F.max(own_batch), F.lit(False)).alias("log_holds_batch"),
+    )
+    row = (
+        found(state_df, keys_df, "state_holds_keys")
+        .crossJoin(found(state_df.filter(own_batch), rows_df.filter(~F.col("flag_only")).select(*STATE_KEYS),
+                         "state_holds_own_rows"))  # fmt: skip
+        .crossJoin(found(log_df, keys_df, "log_holds_keys"))
+        .crossJoin(extent_df)
+        .collect()[0]
+    )
+    return _Probe(**{name: row[name] for name in _Probe.__dataclass_fields__})
 
 
 def _log_extent(log_df: DataFrame) -> tuple[int, int]:
