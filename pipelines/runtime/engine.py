@@ -57,6 +57,11 @@ def _local_session(settings: Settings) -> Iterator[SparkSession]:
     # A micro-batch joins its few keys with the whole state: with pushdown, the scan decodes the key
     # columns, keeps the rows the join's filter lets through, and decodes the JSON of those alone.
     os.environ["SAIL_PARQUET__PUSHDOWN_FILTERS"] = "true" if settings.engine.parquet_filter_pushdown else "false"
+    # The engine's Parquet reader (parquet-rs 59.2) can fail a pushed-down scan with "Invalid offset in
+    # sparse column chunk data" when its predicate cache reads a page that page pruning left unloaded
+    # (arrow-rs #10733): refine hit it on a state written by 20 MERGEs. Without the cache, the filter
+    # columns are decoded again for the output instead of kept from the filter.
+    os.environ["SAIL_PARQUET__MAX_PREDICATE_CACHE_SIZE"] = "0"
     from pysail.spark import SparkConnectServer
 
     server = SparkConnectServer(ip="127.0.0.1", port=0)
