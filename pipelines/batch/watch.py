@@ -303,8 +303,9 @@ class Watcher:
     def _micro_batch(self, session: _Session, files: list[Path], openmetadata_now: bool) -> None:
         """Run one micro-batch of `files` (and the Kafka feed's messages).
 
-        The ChangeEvents of the batches refined before it are published beside it when some wait and
-        `openmetadata_now` is set or the last such publish began openmetadata_every_seconds ago or more.
+        The ChangeEvents of the batches refined before it are published beside it when
+        `openmetadata_now` is set, or when some wait and the last such publish began
+        openmetadata_every_seconds ago or more.
         """
         arrived = {p: self.pending.get(p, time.time()) for p in files}
         started = time.monotonic()
