@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
@@ -194,11 +194,7 @@ def _probe(spark: SparkSession, settings: Settings, rows_df: DataFrame, batch_id
         matches_df = stored_df.select(*STATE_KEYS).join(batch_keys_df, STATE_KEYS, "left_semi").limit(1)
         return matches_df.agg((F.count(F.lit(1)) > 0).alias(name))
 
-    extent_df = log_df.agg(
-        F.count(F.lit(1)).alias("logged_rows"),
-        F.coalesce(F.max("log_seq"), F.lit(0)).alias("last_seq"),
-        F.coalesce(F.max(own_batch), F.lit(False)).alias("log_holds_batch"),
-    )
+    extent_df = log_df.agg(*_log_extent_columns(), F.coalesce(F.max(own_batch), F.lit(False)).alias("log_holds_batch"))
     row = (
         found(state_df, keys_df, "state_holds_keys")
         .crossJoin(found(state_df.filter(own_batch), rows_df.filter(~F.col("flag_only")).select(*STATE_KEYS),
@@ -210,7 +206,12 @@ def _probe(spark: SparkSession, settings: Settings, rows_df: DataFrame, batch_id
     return _Probe(**{name: row[name] for name in _Probe.__dataclass_fields__})
 
 
+def _log_extent_columns() -> list[Column]:
+    """Aggregates of the log: its row count (`logged_rows`) and last log_seq (`last_seq`, 0 when empty)."""
+    return [F.count(F.lit(1)).alias("logged_rows"), F.coalesce(F.max("log_seq"), F.lit(0)).alias("last_seq")]
+
+
 def _log_extent(log_df: DataFrame) -> tuple[int, int]:
     """The log's row count and its last log_seq (0 for an empty log)."""
-    row = log_df.agg(F.count(F.lit(1)).alias("rows"), F.max("log_seq").alias("seq")).collect()[0]
-    return int(row["rows"]), int(row["seq"] or 0)
+    row = log_df.agg(*_log_extent_columns()).collect()[0]
+    return int(row["logged_rows"]), int(row["last_seq"])

@@ -147,27 +147,28 @@ def test_the_classic_profile_without_the_delta_jars_says_so_in_one_message(tmp_p
     assert "Traceback" not in done.stderr
 
 
-def test_the_embedded_engine_filters_parquet_rows_while_decoding(spark, tmp_path: Path):
+@pytest.fixture(scope="module")
+def hashed_rows(spark, tmp_path_factory) -> str:
+    """A Parquet view of 100k (id, s = sha2(id)) rows in id order, so no statistics can rule a hash out."""
+    folder = tmp_path_factory.mktemp("hashed") / "rows"
+    spark.range(100_000).select("id", F.sha2(F.col("id").cast("string"), 256).alias("s")).write.parquet(str(folder))
+    spark.read.parquet(str(folder)).createOrReplaceTempView("hashed_rows")
+    return "hashed_rows"
+
+
+def test_the_embedded_engine_filters_parquet_rows_while_decoding(spark, hashed_rows: str):
     """engine.parquet_filter_pushdown (on by default): the scan itself drops the rows the filter rules out."""
-    spark.range(100_000).select("id", F.sha2(F.col("id").cast("string"), 256).alias("s")).write.parquet(
-        str(tmp_path / "rows")
-    )
-    spark.read.parquet(str(tmp_path / "rows")).createOrReplaceTempView("pushdown_rows")
-    # Hashes in id order: no row group's or page's statistics can rule the value out, only the rows can.
-    plan = spark.sql("EXPLAIN ANALYZE SELECT id FROM pushdown_rows WHERE s = sha2('7', 256)").collect()[0][0]
+    # No row group's or page's statistics can rule the value out, only the rows can.
+    plan = spark.sql(f"EXPLAIN ANALYZE SELECT id FROM {hashed_rows} WHERE s = sha2('7', 256)").collect()[0][0]
     pruned = re.search(r"pushdown_rows_pruned=([\d.]+) ?(K?)", plan)
     assert pruned, plan[-2000:]
     assert float(pruned.group(1)) * (1000 if pruned.group(2) else 1) > 90_000
 
 
-def test_pushed_down_filters_do_not_use_the_parquet_predicate_cache(spark, tmp_path: Path):
+def test_pushed_down_filters_do_not_use_the_parquet_predicate_cache(spark, hashed_rows: str):
     """The reader's predicate cache fails some scans of pruned pages (arrow-rs #10733): it stays off."""
-    spark.range(100_000).select("id", F.sha2(F.col("id").cast("string"), 256).alias("s")).write.parquet(
-        str(tmp_path / "rows")
-    )
-    spark.read.parquet(str(tmp_path / "rows")).createOrReplaceTempView("predicate_cache_rows")
     # The filter's column is also in the output: what the cache would keep between the two.
-    plan = spark.sql("EXPLAIN ANALYZE SELECT id, s FROM predicate_cache_rows WHERE s >= sha2('7', 256)").collect()[0][0]
+    plan = spark.sql(f"EXPLAIN ANALYZE SELECT id, s FROM {hashed_rows} WHERE s >= sha2('7', 256)").collect()[0][0]
     pruned = re.search(r"pushdown_rows_pruned=([\d.]+)", plan)
     cached = re.search(r"predicate_cache_records=([\d.]+)", plan)
     assert pruned and float(pruned.group(1)) > 0, plan[-2000:]
