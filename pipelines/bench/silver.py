@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from conf.errors import InputError, LakehouseError
 from conf.settings import Settings, load_settings
 from conf.tables import table_spec
+from pipelines.bench.floors import measure_floors
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
 from pipelines.bench.micro_batches import run_micro_batches
 from pipelines.runtime.io import read_table
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
             False, "--baseline", help="Also run the one-process Python baseline on the same input; compare event ids."
         ),
         floors: bool = typer.Option(
-            False, "--floors", help="Also time only reading and parsing the input, and only scanning bronze (sail)."
+            False, "--floors", help="Also time the least work each step can do, each alone (sail only)."
         ),
         micro_batches: int = typer.Option(
             0, "--micro-batches", min=0, help="Then land and refine this many small batches against the state (sail)."
@@ -123,9 +124,9 @@ def run_silver_bench(
     With `baseline`, the one-process Python baseline (`pipelines.bench.baseline`) then runs on the same
     files, in a child process so its memory stays out of the pipeline's peak RSS; both must derive
     the same event ids. `baseline_ratio` is the baseline's wall time over land + refine's. With `floors`
-    (sail only), `floors` holds the wall time of the least work a step can do: read the input files and
-    parse their records, and scan the landed rows' aspect JSON. With `micro_batches` (sail only), that
-    many batches of `micro_records` records then run against the state (`pipelines.bench.micro_batches`).
+    (sail only), `floors` holds the wall time of the least work each step can do (`pipelines.bench.floors`).
+    With `micro_batches` (sail only), that many batches of `micro_records` records then run against the
+    state (`pipelines.bench.micro_batches`).
 
     Raises:
         InputError: for an unknown engine or a batch count larger than the versions.
@@ -325,23 +326,6 @@ def _land(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> st
     return "pipelines.batch.landing"
 
 
-def _floors(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> dict[str, float]:
-    """Wall seconds of the least work landing and refine can do: read and parse every input record;
-    scan the landed rows and their aspect JSON. Aggregates over the parsed values keep the parse from
-    being skipped."""
-    files = [str(p) for batch_dir in batch_dirs for p in _part_files(batch_dir)]
-    parsed = F.from_json(F.col("value"), _ENVELOPE)
-    with measure() as read_parse:
-        spark.read.text(files).select(parsed.alias("r")).agg(
-            F.count("r.entityUrn"), F.sum(F.length("r.aspect.value"))
-        ).collect()
-    with measure() as scan:
-        read_table(spark, settings, "bronze.aspect_snapshots").agg(
-            F.count("entity_urn"), F.sum(F.length("aspect_json"))
-        ).collect()
-    return {"read_parse_input_s": read_parse.wall_s, "scan_bronze_s": scan.wall_s}
-
-
 def _run_sail(
     folder: Path,
     batch_dirs: list[Path],
@@ -370,7 +354,9 @@ def _run_sail(
                      "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps, "steps_cpu_s": steps_cpu}
                 )
         event_ids = _event_ids(read_table(spark, settings, "silver.entity_change_events")) if collect_ids else None
-        floor_figures = _floors(spark, settings, batch_dirs) if floors else None
+        floor_figures = (
+            measure_floors(spark, settings, _part_files(batch_dirs[-1]), folder / "floors") if floors else None
+        )
         micro_batches, micro_records, seed = micro
         micro_figures = (
             run_micro_batches(spark, settings, folder, batch_dirs[-1], micro_batches, micro_records, seed)

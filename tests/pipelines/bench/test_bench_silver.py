@@ -29,7 +29,7 @@ def run_bench(work: Path, out: Path, *args: str) -> dict:
 @pytest.fixture(scope="module")
 def sail_bench(tmp_path_factory) -> tuple[dict, Path]:
     work = tmp_path_factory.mktemp("bench-sail")
-    return run_bench(work / "work", work / "out", "--baseline"), work / "work"
+    return run_bench(work / "work", work / "out", "--baseline", "--floors"), work / "work"
 
 
 def read_delta(spark, home: Path, key: str):
@@ -81,6 +81,19 @@ def test_the_result_holds_the_baseline_figures_and_the_ratio(sail_bench):
     assert result["pipeline_wall_s"] == round(result["landing"]["wall_s"] + result["refine"]["wall_s"], 3)
     assert result["pipeline_cpu_s"] == round(result["landing"]["cpu_s"] + result["refine"]["cpu_s"], 3)
     assert result["baseline_ratio"] == round(baseline["wall_s"] / result["pipeline_wall_s"], 3)
+
+
+FLOORS = ["read_parse_input_s", "scan_bronze_s", "write_bronze_s", "sort_batch_s", "parse_aspects_once_s", "event_ids_s",
+          "write_events_s", "read_batch_state_keys_s", "read_batch_state_with_json_s"]
+
+
+def test_the_floors_time_each_least_step_once_and_leave_no_scratch(sail_bench):
+    result, work = sail_bench
+    floors = result["floors"]
+    assert list(floors) == FLOORS
+    # Each floor is one engine job on the data the run wrote: it takes time, and less than all of the run.
+    assert all(0 < seconds < result["landing"]["wall_s"] + result["refine"]["wall_s"] for seconds in floors.values())
+    assert not (work / "floors").exists()
 
 
 def test_each_batch_reports_the_cpu_time_of_its_steps(sail_bench):
