@@ -80,15 +80,17 @@ def with_parsed(pairs_df: DataFrame, aspect_name: str) -> DataFrame:
 
 
 def with_schema_fields(pairs_df: DataFrame) -> DataFrame:
-    """Keep the pairs of the schema aspects and add `prev_fields` / `new_fields`: both sides' fields, parsed once.
+    """Keep the pairs of the schema aspects with `prev_fields` / `new_fields` in place of their JSON: both sides' fields, parsed once.
 
     The input of the schema-field generators (TECHNICAL_SCHEMA, field TAG / GLOSSARY_TERM, field
     DOCUMENTATION); refine writes it once per batch so the three read it instead of parsing again.
+    The JSON texts are left out: none of them reads them, and they are most of the bytes.
     """
     return (
         filter_aspects(pairs_df, tuple(FIELD_ARRAYS))
         .withColumn("prev_fields", parse_schema_fields("prev_json"))
         .withColumn("new_fields", parse_schema_fields("new_json"))
+        .drop("prev_json", "new_json")
     )
 
 

@@ -17,7 +17,16 @@ _ITEM_TYPE = "array<struct<kind:string,fieldPath:string,urn:string>>"
 
 
 def _field_items(fields: Column) -> Column:
-    """Flatten an aspect's fields into (kind, fieldPath, urn) items: one per tag and per term of each field."""
+    """Flatten an aspect's fields into (kind, fieldPath, urn) items: one per tag and per term of each field.
+
+    Most schema aspects tag no field: for those a cheap look at the fields gives the empty list, and
+    the nested lambdas that build the items run only for the others.
+    """
+    tagged = F.exists(fields, lambda f: f["globalTags"]["tags"].isNotNull() | f["glossaryTerms"]["terms"].isNotNull())
+    return F.when(F.coalesce(tagged, F.lit(False)), _all_field_items(fields)).otherwise(F.array().cast(_ITEM_TYPE))
+
+
+def _all_field_items(fields: Column) -> Column:
     tags = F.flatten(
         F.transform(
             fields,
