@@ -225,22 +225,21 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
     accepted = F.col("disposition") == ACCEPTED
     effective_json = F.when(~F.col("is_delete"), F.col("aspect_json"))
     version_row = F.struct(*key, "disposition", effective_json.alias("json"), F.col("change_type"))
-    state_json = F.when(F.upper(F.col("state_change_type")) != "DELETE", F.col("state_aspect_json"))
+    state_written = F.upper(F.col("state_change_type")) != "DELETE"
+    chained = accepted & F.col("_chained")
     paired_df = (
         classified_df.withColumn("_version_row", F.when(~F.col("_later_copy"), version_row))
         .withColumn("_previous", _lag_ignoring_nulls("_version_row", "_bucket"))
         .withColumn("_chained", _same_key(F.col("_previous")) & (F.col("_previous.disposition") == ACCEPTED))
         .withColumn("new_json", effective_json)
+        # One level of CASE: the engine copies the JSON texts once per level.
         .withColumn(
             "prev_json",
-            F.when(accepted, F.when(F.col("_chained"), F.col("_previous.json")).otherwise(state_json)),
+            F.when(chained, F.col("_previous.json")).when(accepted & state_written, F.col("state_aspect_json")),
         )
         .withColumn(
             "prev_change_type",
-            F.when(
-                accepted,
-                F.when(F.col("_chained"), F.col("_previous.change_type")).otherwise(F.col("state_change_type")),
-            ),
+            F.when(chained, F.col("_previous.change_type")).when(accepted, F.col("state_change_type")),
         )
         # Accepted versions of a key are its newest ones, so an accepted row that ends its key is the last.
         .withColumn("is_last", accepted & F.col("_key_ends"))
