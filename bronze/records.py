@@ -576,7 +576,7 @@ def with_line_numbers(staged_df: DataFrame, offsets: Mapping[int, int]) -> DataF
     )
 
 
-def _looked_up(key: Column, pairs: Sequence[tuple[int, int]]) -> Column:
+def _looked_up(key: Column, pairs: Sequence[tuple[int, int | str]]) -> Column:
     """The value paired with `key` in `pairs` (sorted by key), as a balanced tree of comparisons.
 
     A literal map's lookup cost 0.9 s per 1M rows; this costs log2(len(pairs)) comparisons per row.

@@ -21,12 +21,11 @@ from pyspark.sql import functions as F
 from bronze.aspects import ASPECT_SCHEMAS, FIELD_ARRAYS, JSON_OPTIONS
 from bronze.records import SNAPSHOT_ENVELOPE
 from conf.settings import Settings
+from pipelines.batch.state_store import STATE_KEYS
 from pipelines.bench.harness import measure
 from pipelines.runtime.io import read_table
 from silver.aspects import parse_aspect, parse_schema_fields
 from silver.events import event_id
-
-_KEY = ["entity_urn", "aspect_name"]
 
 
 def measure_floors(spark: SparkSession, settings: Settings, input_files: list[Path], scratch: Path) -> dict[str, float]:
@@ -58,20 +57,20 @@ def measure_floors(spark: SparkSession, settings: Settings, input_files: list[Pa
         .collect(),
         "scan_bronze_s": lambda: batch_df.agg(F.count("entity_urn"), F.sum(F.length("aspect_json"))).collect(),
         "write_bronze_s": lambda: batch_df.write.format("delta").save(str(scratch / "bronze")),
-        "sort_batch_s": lambda: batch_df.select(*_KEY, "created_time", "version", "line_number", "aspect_json")
+        "sort_batch_s": lambda: batch_df.select(*STATE_KEYS, "created_time", "version", "line_number", "aspect_json")
         .repartition("entity_urn")
-        .sortWithinPartitions(*_KEY, "version", "created_time", "line_number")
+        .sortWithinPartitions(*STATE_KEYS, "version", "created_time", "line_number")
         .write.parquet(str(scratch / "sorted")),
-        "parse_aspects_once_s": lambda: batch_df.select(*_KEY, *parsed_aspects).write.parquet(str(scratch / "parsed")),
+        "parse_aspects_once_s": lambda: batch_df.select(*STATE_KEYS, *parsed_aspects).write.parquet(str(scratch / "parsed")),
         "event_ids_s": lambda: events_df.agg(F.count(event_id())).collect(),
         "write_events_s": lambda: events_df.write.format("delta").save(str(scratch / "events")),
     }
     if len(batch_ids) > 1:
         state_df = read_table(spark, settings, "silver.aspect_state")
-        batch_keys_df = batch_df.select(*_KEY).distinct()
+        batch_keys_df = batch_df.select(*STATE_KEYS).distinct()
 
         def read_state(*columns: str) -> None:
-            state_df.select(*_KEY, *columns).join(batch_keys_df, _KEY, "left_semi").write.mode("overwrite").parquet(
+            state_df.select(*STATE_KEYS, *columns).join(batch_keys_df, STATE_KEYS, "left_semi").write.mode("overwrite").parquet(
                 str(scratch / "state")
             )
 

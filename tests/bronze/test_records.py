@@ -386,6 +386,24 @@ def test_line_offsets_count_the_lines_before_each_partition():
     assert offsets == {1: 0, 0: 5, 3: 8, 2 * 2**31: 0}
 
 
+def test_line_numbers_are_found_among_many_files_and_partitions(pure_spark):
+    # 7 files of 3 partitions each: 21 offsets, so every branch of the lookup is taken.
+    sizes = {(f, p): 10 + 7 * f + p for f in (0, 2, 3, 5, 8, 9, 13) for p in range(3)}
+    ordered = {f: [(p, sizes[(f, p)]) for p in (2, 0, 1)] for f in {f for f, _ in sizes}}
+    rows, expected = [], {}
+    for (f, p), size in sizes.items():
+        before = sum(sizes[(f, q)] for q in (2, 0, 1)[: (2, 0, 1).index(p)])
+        for within in (0, size - 1):
+            mid = (p << 33) + within
+            rows.append((f, mid, None))
+            expected[(f, mid)] = before + within + 1
+    rows.append((5, 7, 1234))  # converted input keeps its own number
+    expected[(5, 7)] = 1234
+    staged_df = pure_spark.createDataFrame(rows, "file_index int, mid bigint, line_number bigint")
+    numbered = with_line_numbers(staged_df, line_offsets(ordered)).collect()
+    assert {(r.file_index, r.mid): r.line_number for r in numbered} == expected
+
+
 def test_numbered_lines_keep_the_reader_line_numbers(pure_spark):
     text_df = pure_spark.createDataFrame([("17\t" + json.dumps(mcp()),), ("40\t[1]",)], "value string")
     staged_df = parse_snapshot_lines(
