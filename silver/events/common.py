@@ -214,34 +214,13 @@ def with_set_items(df: DataFrame, prev_items: Column, new_items: Column, key) ->
     keyed_df = sides_df.withColumn("_prev_keys", F.transform("_prev", key)).withColumn(
         "_new_keys", F.transform("_new", key)
     )
-    sets_df = keyed_df.withColumn("prev_set", _first_per_key("_prev", "_prev_keys", key)).withColumn(
-        "new_set", _first_per_key("_new", "_new_keys", key)
-    )
+    sets_df = keyed_df.withColumn(
+        "prev_set", F.filter("_prev", lambda i, n: F.array_position(F.col("_prev_keys"), key(i)) == n + 1)
+    ).withColumn("new_set", F.filter("_new", lambda i, n: F.array_position(F.col("_new_keys"), key(i)) == n + 1))
     return (
-        sets_df.withColumn("added", _missing_from("new_set", "_new_keys", "_prev_keys", key))
-        .withColumn("removed", _missing_from("prev_set", "_prev_keys", "_new_keys", key))
+        sets_df.withColumn("added", F.filter("new_set", lambda i: ~contains(F.col("_prev_keys"), key(i))))
+        .withColumn("removed", F.filter("prev_set", lambda i: ~contains(F.col("_new_keys"), key(i))))
         .drop("_prev", "_new", "_prev_keys", "_new_keys")
-    )
-
-
-# The two functions below search an array from a lambda over another only for the rows that need it: the
-# engine may inline the searched array into the lambda, computing it once per element (quadratic in the
-# aspect's size). Most rows hold distinct keys and change few items, and set functions settle those.
-
-
-def _first_per_key(items: str, keys: str, key) -> Column:
-    """The items of column `items` without later repeats of a key (`keys`: their keys, in order)."""
-    deduplicated = F.filter(items, lambda i, n: F.array_position(F.col(keys), key(i)) == n + 1)
-    return F.when(F.size(F.array_distinct(keys)) == F.size(keys), F.col(items)).otherwise(deduplicated)
-
-
-def _missing_from(items: str, keys: str, other_keys: str, key) -> Column:
-    """The items of column `items` whose key is not in the array column `other_keys` (null: empty)."""
-    missing = F.filter(items, lambda i: ~contains(F.col(other_keys), key(i)))
-    return (
-        F.when(F.col(other_keys).isNull(), F.col(items))
-        .when(F.size(F.array_except(keys, other_keys)) == 0, F.slice(items, 1, 0))
-        .otherwise(missing)
     )
 
 
