@@ -80,7 +80,7 @@ def with_parsed(pairs_df: DataFrame, aspect_name: str) -> DataFrame:
 
 
 def with_schema_fields(pairs_df: DataFrame) -> DataFrame:
-    """Keep the pairs of the schema aspects with `prev_fields` / `new_fields` in place of their JSON: both sides' fields, parsed once.
+    """The schema aspects' pairs, their JSON replaced by both sides' fields parsed once (`prev_fields`, `new_fields`).
 
     The input of the schema-field generators (TECHNICAL_SCHEMA, field TAG / GLOSSARY_TERM, field
     DOCUMENTATION); refine writes it once per batch so the three read it instead of parsing again.

@@ -27,6 +27,7 @@ def _field_items(fields: Column) -> Column:
 
 
 def _all_field_items(fields: Column) -> Column:
+    """The items of every field, tagged or not (`_field_items` without its shortcut)."""
     tags = F.flatten(
         F.transform(
             fields,
