@@ -34,7 +34,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from pipelines.batch.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import insert_missing, read_table, write_scratch
+from pipelines.runtime.io import insert_missing, read_table, sql_string, write_scratch
 from pipelines.runtime.progress import (
     StageResult,
     finished_batches,
@@ -210,7 +210,7 @@ def merge_events(spark: SparkSession, settings: Settings, staged: StagedBatch) -
         # batch's own, from a run that died after this step. The literals let the engine read those
         # alone: the batch's date partitions, and in them the files this batch wrote.
         f"t.event_id = s.event_id AND t.event_date = s.event_date AND t.batch_id = s.batch_id "
-        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}' AND t.batch_id = '{_quote(staged.batch_id)}'",
+        f"AND t.event_date BETWEEN DATE'{low}' AND DATE'{high}' AND t.batch_id = {sql_string(staged.batch_id)}",
         view_name="refine_events",
         # On a first run there are none, and the events are appended.
         candidates_df=_own_rows(spark, settings, EVENTS_TABLE, staged.batch_id).filter(
@@ -229,7 +229,7 @@ def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) 
         SKIPPED_TABLE,
         staged.parts["skipped"].withColumn("recorded_at", F.current_timestamp()),
         f"t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
-        f"AND t.batch_id = '{_quote(staged.batch_id)}'",
+        f"AND t.batch_id = {sql_string(staged.batch_id)}",
         view_name="refine_skipped",
         candidates_df=_own_rows(spark, settings, SKIPPED_TABLE, staged.batch_id),
     )
@@ -250,10 +250,6 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
     staged.state_write.append(
         write_state(spark, settings, staged.parts["state"], staged.batch_id, staged.state_rows)
     )
-
-
-def _quote(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 # The writes of one batch, in order; a crash point follows each (`pipelines.runtime.faults`).

@@ -214,6 +214,11 @@ def insert_missing(
     )
 
 
+def sql_string(value: str) -> str:
+    """`value` as a Spark SQL string literal, quoted, its backslashes and quotes escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def insert_row(table_key: str) -> str:
     """The `INSERT (...) VALUES (...)` action of a MERGE that inserts the source row `s` into a declared table."""
     columns = table_spec(table_key).column_names

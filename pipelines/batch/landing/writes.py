@@ -42,7 +42,7 @@ from pipelines.batch.landing.model import (
 )
 from pipelines.batch.landing.staging import has_staged_files
 from pipelines.runtime.faults import crash_point
-from pipelines.runtime.io import append, read_table, retry_commit
+from pipelines.runtime.io import append, read_table, retry_commit, sql_string
 from pipelines.runtime.progress import committed_batches
 
 # The time column the anti-join against landed rows is restricted by: a duplicate has the same time,
@@ -234,7 +234,7 @@ def discard_uncommitted_batches(spark: SparkSession, settings: Settings) -> list
         present = [r.batch_id for r in read_table(spark, settings, key).select("batch_id").distinct().collect()]
         stale = sorted(b for b in present if b is not None and b not in committed)
         if stale:
-            listed = ", ".join(_sql_string(b) for b in stale)
+            listed = ", ".join(sql_string(b) for b in stale)
             statement = f"DELETE FROM {table_name(settings, key)} WHERE batch_id IN ({listed})"
             retry_commit(lambda statement=statement: spark.sql(statement).collect())
             discarded.update(stale)
@@ -246,7 +246,3 @@ def discard_uncommitted_batches(spark: SparkSession, settings: Settings) -> list
     for marker in markers:
         marker.unlink(missing_ok=True)
     return sorted(discarded)
-
-
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

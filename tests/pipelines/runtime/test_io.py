@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conf.errors import InputError
-from pipelines.runtime.io import append, read_table, replace_where
+from pipelines.runtime.io import append, read_table, replace_where, sql_string
 
 PROGRESS_COLUMNS = "stage string, source_table string, batch_id string, source_version bigint, rows_in bigint"
 
@@ -31,3 +31,8 @@ def test_a_write_missing_table_columns_names_them_and_writes_nothing(spark, lake
         else:
             replace_where(row_df, lakehouse, "ops.stage_progress", "batch_id = 'b-missing'")
     assert read_table(spark, lakehouse, "ops.stage_progress").count() == before
+
+
+@pytest.mark.parametrize("value", ["batch-1", "it's", "back\\slash", "\\'", "", "tab\there"])
+def test_a_sql_string_literal_reads_back_as_the_value(spark, value):
+    assert spark.sql(f"SELECT {sql_string(value)} AS v").first().v == value
