@@ -2,7 +2,7 @@
 
 One call of `land_paths` is one batch:
   1. rows of batches that never committed (a landing killed half-way) are deleted from the data tables
-     (`writes.discard_uncommitted_batches`). A landing marks its batch (`writes.landing_marker`) before
+     (`writes.discard_uncommitted_batches`). A landing marks its batch (`writes.mark_landing_begun`) before
      it writes anything and unmarks it once committed, so the tables are only looked at when a marker
      was left behind;
   2. every file is planned (`discovery`): a file landed before with the same path and content hash is
@@ -50,7 +50,7 @@ from pipelines.batch.landing.model import (
     FileResult,
     LandingReport,
 )
-from pipelines.batch.landing.writes import discard_uncommitted_batches, landing_marker
+from pipelines.batch.landing.writes import discard_uncommitted_batches, mark_landing_begun
 
 __all__ = [
     "ALREADY_LANDED",
@@ -70,11 +70,11 @@ __all__ = [
     "check_batch_id",
     "count_lines",
     "discard_uncommitted_batches",
-    "landing_marker",
     "file_digest",
     "land_paths",
     "list_input_files",
     "list_quarantined",
+    "mark_landing_begun",
     "new_batch_id",
     "scratch_folder",
 ]

@@ -22,7 +22,7 @@ from conf.settings import Settings
 from pipelines.batch.landing.discovery import list_input_files, plan_files
 from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, FilePlan, LandingReport
 from pipelines.batch.landing.staging import stage_file, stage_small_files
-from pipelines.batch.landing.writes import discard_uncommitted_batches, landing_marker, write_batch
+from pipelines.batch.landing.writes import discard_uncommitted_batches, mark_landing_begun, write_batch
 from pipelines.runtime.io import read_table
 from pipelines.runtime.progress import committed_batches
 
@@ -104,9 +104,7 @@ def land_plans(
         batch_id = new_batch_id()  # time-ordered with a random suffix: no committed batch has it
     elif batch_id in set(committed_batches(spark, settings)):
         raise InputError(f"batch_id: {batch_id!r} is already committed; choose another or leave it out")
-    marker = landing_marker(settings, batch_id)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
+    marker = mark_landing_begun(settings, batch_id)
     scratch = scratch_folder(settings, batch_id)
     shutil.rmtree(scratch, ignore_errors=True)
     hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-hash")

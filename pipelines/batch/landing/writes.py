@@ -205,19 +205,22 @@ def _markers_folder(settings: Settings) -> Path:
     return settings.home / "_scratch" / "land_uncommitted"
 
 
-def landing_marker(settings: Settings, batch_id: str) -> Path:
-    """The file that marks a landing of `batch_id` as begun and not yet committed.
+def mark_landing_begun(settings: Settings, batch_id: str) -> Path:
+    """Create the file that marks a landing of `batch_id` as begun and not yet committed; return its path.
 
     `land_plans` creates it before the batch writes anything and removes it once the ledger rows are
     written; one left behind means a landing stopped half-way.
     """
-    return _markers_folder(settings) / batch_id
+    marker = _markers_folder(settings) / batch_id
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    return marker
 
 
 def discard_uncommitted_batches(spark: SparkSession, settings: Settings) -> list[str]:
     """Delete the rows of batches that wrote data but no ledger rows (a landing that did not finish).
 
-    Only when a landing marker is left (`landing_marker`) are the tables looked at: a landing that ran
+    Only when a landing marker is left (`mark_landing_begun`) are the tables looked at: a landing that ran
     to its commit leaves none, so a steady stream of landings costs no query here.
 
     Must run under the run lock: a landing in progress elsewhere looks exactly like a dead one.

@@ -20,7 +20,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import TABLES, table_location
 from pipelines.runtime.io import append, read_table
-from pipelines.batch.landing import ALREADY_LANDED, LANDED, UNDETECTED, land_paths, landing_marker
+from pipelines.batch.landing import ALREADY_LANDED, LANDED, UNDETECTED, land_paths, mark_landing_begun
 from pipelines.runtime.progress import committed_batches
 from tests.conftest import FIXTURES, make_settings, register_fresh_tables
 from tests.pipelines.cli.test_cli import run_cli
@@ -350,9 +350,7 @@ def test_rows_of_an_unfinished_batch_are_removed_before_landing(spark, tmp_path)
         append(spark.createDataFrame(rows, read_table(spark, homes["crashed"], key).schema), homes["crashed"], key)
     assert read_table(spark, homes["crashed"], "bronze.aspect_snapshots").count() == 374
     assert committed_batches(spark, homes["crashed"]) == []
-    marker = landing_marker(homes["crashed"], dead.batch_id)
-    marker.parent.mkdir(parents=True)
-    marker.touch()
+    marker = mark_landing_begun(homes["crashed"], dead.batch_id)
 
     report = land_paths(spark, homes["crashed"], [inputs])
     assert report.discarded_batches == (dead.batch_id,)
