@@ -6,6 +6,7 @@ from pyspark.sql import SparkSession
 
 from conf.settings import LAYERS, Settings
 from conf.tables import TABLES, TableSpec, schema_name, table_location, table_name
+from pipelines.runtime.io import sql_string
 from pipelines.runtime.maintenance import maintenance_for
 
 
@@ -20,14 +21,14 @@ def create_table_sql(settings: Settings, spec: TableSpec) -> str:
     if settings.catalog.managed_tables:
         return f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}{_properties(spec)}"
     location = table_location(settings, spec.key)
-    quoted = str(location).replace("'", "\\'")
+    quoted = sql_string(str(location))
     if (location / "_delta_log").is_dir():
         # An existing table keeps the schema in its log; the embedded engine mis-compares declared MAP
         # columns with the stored ones, so existing tables are registered by location alone.
-        return f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{quoted}'"
+        return f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {quoted}"
     return (
         f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}{_properties(spec)} "
-        f"LOCATION '{quoted}'"
+        f"LOCATION {quoted}"
     )
 
 
