@@ -124,7 +124,8 @@ def run_silver_bench(
     With `baseline`, the one-process Python baseline (`pipelines.bench.baseline`) then runs on the same
     files, in a child process so its memory stays out of the pipeline's peak RSS; both must derive
     the same event ids. `baseline_ratio` is the baseline's wall time over land + refine's. With `floors`
-    (sail only), `floors` holds the wall time of the least work each step can do (`pipelines.bench.floors`).
+    (sail only), `floors` holds the wall time of the least work each step can do (`pipelines.bench.floors`)
+    and `floors_cpu` the CPU time of the same jobs.
     With `micro_batches` (sail only), that many batches of `micro_records` records then run against the
     state (`pipelines.bench.micro_batches`).
 
@@ -190,7 +191,14 @@ def run_silver_bench(
             # Other work on the machine shows here: the figures are only comparable at a low load.
             "load_average_1m": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
             **compared,
-            **({"floors": figures["floors"]} if floors else {}),
+            **(
+                {
+                    "floors": {name: taken.wall_s for name, taken in figures["floors"].items()},
+                    "floors_cpu": {name: taken.cpu_s for name, taken in figures["floors"].items()},
+                }
+                if floors
+                else {}
+            ),
             **({"micro_batches": figures["micro_batches"]} if micro_batches else {}),
         }
     finally:

@@ -83,8 +83,9 @@ def test_the_result_holds_the_baseline_figures_and_the_ratio(sail_bench):
     assert result["baseline_ratio"] == round(baseline["wall_s"] / result["pipeline_wall_s"], 3)
 
 
-FLOORS = ["read_parse_input_s", "scan_bronze_s", "write_bronze_s", "sort_batch_s", "parse_aspects_once_s", "event_ids_s",
-          "write_events_s", "read_batch_state_keys_s", "read_batch_state_with_json_s"]
+FLOORS = ["read_parse_input_s", "scan_bronze_s", "write_bronze_s", "sort_batch_s", "parse_aspects_once_s",
+          "parse_aspects_only_s", "write_bronze_parsed_s", "event_ids_s", "write_events_s", "read_batch_state_keys_s",
+          "read_batch_state_with_json_s"]
 
 
 def test_the_floors_time_each_least_step_once_and_leave_no_scratch(sail_bench):
@@ -93,6 +94,9 @@ def test_the_floors_time_each_least_step_once_and_leave_no_scratch(sail_bench):
     assert list(floors) == FLOORS
     # Each floor is one engine job on the data the run wrote: it takes time, and less than all of the run.
     assert all(0 < seconds < result["landing"]["wall_s"] + result["refine"]["wall_s"] for seconds in floors.values())
+    # The engine works inside this process: each job's CPU time is counted, beside its wall time.
+    assert list(result["floors_cpu"]) == FLOORS
+    assert all(seconds > 0 for seconds in result["floors_cpu"].values())
     assert not (work / "floors").exists()
 
 
