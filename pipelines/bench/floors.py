@@ -3,8 +3,8 @@
 Each floor is one engine job that does only what any design of that step must do, on the bench's own
 input and tables, for the LAST batch of the run (all of it when the run has one batch): read and parse
 the input records; write the batch's bronze rows to a Delta table; sort the batch by key and order;
-parse every aspect's JSON once (written out, and only aggregated); compute the event ids and write the
-batch's events to a Delta table. One more prices a design rather than a step: the bronze write with
+check that every aspect value is JSON (as the landing does); parse every aspect's JSON once (written
+out, and only aggregated); compute the event ids and write the batch's events to a Delta table. One more prices a design rather than a step: the bronze write with
 every aspect also stored parsed into typed columns (what parsing once at landing would cost there).
 With more than one batch, also read the rows of the last batch's keys out of the state left by all
 of them (the predecessors a later batch must read; the key columns alone, and with the aspect JSON).
@@ -67,6 +67,8 @@ def measure_floors(
         .sortWithinPartitions(*STATE_KEYS, "version", "created_time", "line_number")
         .write.parquet(str(scratch / "sorted")),
         "parse_aspects_once_s": lambda: batch_df.select(*STATE_KEYS, *parsed_aspects).write.parquet(str(scratch / "parsed")),
+        # What the landing's JSON check of every aspect value costs alone (a malformed value is quarantined).
+        "validate_aspects_s": lambda: batch_df.agg(F.count(F.get_json_object("aspect_json", "$"))).collect(),
         "parse_aspects_only_s": lambda: batch_df.select(*parsed_aspects)
         .agg(*[F.count(column) for column in parsed_names])
         .collect(),

@@ -84,8 +84,8 @@ def test_the_result_holds_the_baseline_figures_and_the_ratio(sail_bench):
 
 
 FLOORS = ["read_parse_input_s", "scan_bronze_s", "write_bronze_s", "sort_batch_s", "parse_aspects_once_s",
-          "parse_aspects_only_s", "write_bronze_parsed_s", "event_ids_s", "write_events_s", "read_batch_state_keys_s",
-          "read_batch_state_with_json_s"]
+          "validate_aspects_s", "parse_aspects_only_s", "write_bronze_parsed_s", "event_ids_s", "write_events_s",
+          "read_batch_state_keys_s", "read_batch_state_with_json_s"]
 
 
 def test_the_floors_time_each_least_step_once_and_leave_no_scratch(sail_bench):
