@@ -17,15 +17,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from bronze.formats import EMPTY, FILE_SINK, MCL, MCP, USAGE
-from bronze.records import (
+from bronze.lines import (
     order_partitions,
-    parse_snapshot_lines,
-    parse_usage_lines,
     to_lines,
     to_numbered_lines,
     to_numbered_lines_of_files,
     to_partition_summary,
 )
+from bronze.records import parse_snapshot_lines, parse_usage_lines
 from conf.errors import InputError, LakehouseError
 from conf.settings import Settings
 from pipelines.batch.landing.files import (

@@ -12,19 +12,18 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bronze.records import (
+from bronze.batches import (
     drop_batch_duplicates,
     drop_landed_duplicates,
     filter_landable,
     filter_out_lines,
     filter_quarantined,
-    line_offsets,
     to_duplicate_hashes,
     to_quarantine_rows,
     to_repeated_lines,
     with_batch,
-    with_line_numbers,
 )
+from bronze.lines import line_offsets, with_line_numbers
 from conf.errors import LakehouseError
 from conf.settings import Settings
 from conf.tables import table_name

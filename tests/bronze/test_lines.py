@@ -1,0 +1,124 @@
+"""Input lines and their line numbers (bronze.lines): a text read's partitions put back in file order."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from bronze.lines import (
+    LINE_COLUMNS,
+    line_offsets,
+    order_partitions,
+    to_lines,
+    to_numbered_lines,
+    to_partition_summary,
+    with_line_numbers,
+)
+from bronze.records import parse_snapshot_lines, parse_usage_lines
+from tests.bronze.record_inputs import DEFAULT_ACTOR, LIMIT, lines_df, mcl, mcp, usage
+
+pytestmark = pytest.mark.pure
+
+
+def test_a_byte_order_mark_before_the_first_record_is_not_part_of_it(pure_spark, tmp_path: Path):
+    path = tmp_path / "bom.mcl.jsonl"
+    path.write_text("\ufeff" + json.dumps(mcl()) + "\n" + json.dumps(mcl(aspectName="globalTags", aspect={"value": "{}"})) + "\n", encoding="utf-8")
+    read_df = to_lines(pure_spark.read.text(str(path)), 0, str(path))
+    numbered_df = to_numbered_lines(lines_df(pure_spark, ["1\t\ufeff" + json.dumps(mcl())]).select("value"), 0, str(path))
+    for staged_df in (read_df, numbered_df):
+        staged = parse_snapshot_lines(staged_df, "mcl", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT).collect()
+        assert [r.reason for r in staged] == [None] * len(staged) and staged[0].aspect_name == "status"
+
+
+def test_line_numbers_of_a_text_read_follow_the_file(pure_spark, tmp_path: Path):
+    lines = [json.dumps(usage(timestamp=1700000000000 + i, userAgent="a" * (i % 300))) for i in range(12000)]
+    lines[10] = ""
+    lines[7000] = "   "
+    path = tmp_path / "usage.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    read_df = to_lines(pure_spark.read.text(str(path)), 3, str(path))
+    assert read_df.columns == list(LINE_COLUMNS)
+    # Staged once, as landing does: a second read of the text may split it differently.
+    parse_usage_lines(read_df, max_record_bytes=LIMIT).write.parquet(str(tmp_path / "staged"))
+    staged_df = pure_spark.read.parquet(str(tmp_path / "staged"))
+    summary = to_partition_summary(staged_df).collect()
+    assert {r.file_index for r in summary} == {3}
+    assert (sum(r.rows for r in summary), sum(r.records_read for r in summary)) == (len(lines), len(lines) - 2)
+    parts = [(r.partition, r.rows, r.first_crc, r.last_crc) for r in summary]
+    order = order_partitions(parts, crc_reader(lines))
+    rows = {p[0]: p[1] for p in parts}
+    numbered_df = with_line_numbers(staged_df, line_offsets({3: [(p, rows[p]) for p in order]}))
+    got = {r.line_number: (r.blank, r.timestamp) for r in numbered_df.select("line_number", "blank", "timestamp").collect()}
+    expected = {n: (not text.strip(), json.loads(text)["timestamp"] if text.strip() else None) for n, text in enumerate(lines, 1)}
+    assert got == expected
+
+
+def crc_reader(lines: list[str]):
+    """crc_at over in-memory lines, refusing to go back (as the file scanner does)."""
+    asked = []
+
+    def crc_at(number: int):
+        assert not asked or number >= asked[-1], "crc_at went back"
+        asked.append(number)
+        return zlib.crc32(lines[number - 1].encode()) if number <= len(lines) else None
+
+    return crc_at
+
+
+def part(partition: int, lines: list[str], first: int, rows: int) -> tuple[int, int, int, int]:
+    return (partition, rows, zlib.crc32(lines[first - 1].encode()), zlib.crc32(lines[first + rows - 2].encode()))
+
+
+def test_order_partitions_puts_partitions_in_file_order_or_gives_up():
+    lines = [f"line {n}" for n in range(1, 11)]
+    # The engine numbered the second half of the file as partition 0.
+    assert order_partitions([part(0, lines, 6, 5), part(1, lines, 1, 5)], crc_reader(lines)) == [1, 0]
+    shuffled = [part(7, lines, 4, 2), part(2, lines, 1, 3), part(5, lines, 6, 5)]
+    assert order_partitions(shuffled, crc_reader(lines)) == [2, 7, 5]
+    # Same first line, told apart by the last one.
+    tied = ["x", "a", "x", "b", "c"]
+    assert order_partitions([part(0, tied, 3, 3), part(1, tied, 1, 2)], crc_reader(tied)) == [1, 0]
+    same = ["x", "y", "x", "y"]
+    assert order_partitions([part(0, same, 1, 2), part(1, same, 3, 2)], crc_reader(same)) is None
+    # Partitions that do not tile the file: a line missing, a line too many, a foreign line.
+    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 4)], crc_reader(lines)) is None
+    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 5)], crc_reader(lines[:9] + ["line 10"])) == [0, 1]
+    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 4)], crc_reader(lines[:9])) == [0, 1]
+    assert order_partitions([part(0, lines, 1, 5), (1, 5, zlib.crc32(b"other"), 0)], crc_reader(lines)) is None
+
+
+def test_line_offsets_count_the_lines_before_each_partition():
+    offsets = line_offsets({0: [(1, 5), (0, 3), (3, 2)], 2: [(0, 4)]})
+    assert offsets == {1: 0, 0: 5, 3: 8, 2 * 2**31: 0}
+
+
+def test_line_numbers_are_found_among_many_files_and_partitions(pure_spark):
+    # 7 files of 3 partitions each: 21 offsets, so every branch of the lookup is taken.
+    sizes = {(f, p): 10 + 7 * f + p for f in (0, 2, 3, 5, 8, 9, 13) for p in range(3)}
+    ordered = {f: [(p, sizes[(f, p)]) for p in (2, 0, 1)] for f in {f for f, _ in sizes}}
+    rows, expected = [], {}
+    for (f, p), size in sizes.items():
+        before = sum(sizes[(f, q)] for q in (2, 0, 1)[: (2, 0, 1).index(p)])
+        for within in (0, size - 1):
+            mid = (p << 33) + within
+            rows.append((f, mid, None))
+            expected[(f, mid)] = before + within + 1
+    rows.append((5, 7, 1234))  # converted input keeps its own number
+    expected[(5, 7)] = 1234
+    staged_df = pure_spark.createDataFrame(rows, "file_index int, mid bigint, line_number bigint")
+    numbered = with_line_numbers(staged_df, line_offsets(ordered)).collect()
+    assert {(r.file_index, r.mid): r.line_number for r in numbered} == expected
+
+
+def test_numbered_lines_keep_the_reader_line_numbers(pure_spark):
+    text_df = pure_spark.createDataFrame([("17\t" + json.dumps(mcp()),), ("40\t[1]",)], "value string")
+    staged_df = parse_snapshot_lines(
+        to_numbered_lines(text_df, 1, "sink.json"), "file-sink", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT
+    )
+    rows = {r.line_number: r for r in with_line_numbers(staged_df, {}).collect()}
+    assert set(rows) == {17, 40}
+    assert rows[17].reason is None and rows[17].source_file == "sink.json" and rows[17].file_index == 1
+    assert rows[40].reason == "record: '[1]' is not a JSON object" and rows[40].raw_text == "[1]"
