@@ -16,7 +16,7 @@ from typing import Any
 from sqlglot import exp
 
 from conf.errors import RequestError
-from conf.settings import SEARCH_MAX_SIZE
+from conf.settings_sections import SEARCH_MAX_SIZE
 from gold.audit import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
 
 DAY_MS = 86_400_000

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from conf.settings import LAYERS, Settings
+from conf.settings import Settings
+from conf.settings_sections import LAYERS
 from conf.tables import TABLES, TableSpec, schema_name, table_location, table_name
 from pipelines.runtime.io import sql_string
 from pipelines.runtime.maintenance import maintenance_for

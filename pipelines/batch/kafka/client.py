@@ -7,7 +7,7 @@ import time
 from typing import Any, NamedTuple
 
 from conf.errors import InputError, SourceUnavailable
-from conf.settings import KafkaSettings
+from conf.settings_sections import KafkaSettings
 
 SOURCE_SCHEME = "kafka://"
 # Messages asked of the client per consume call.

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from bronze.wire import avro_line, json_line, raw_text
 from conf.errors import InputError
-from conf.settings import KafkaSettings
+from conf.settings_sections import KafkaSettings
 from pipelines.batch.kafka.client import Message, TopicPartition
 from pipelines.batch.landing.files import NumberedCopy
 from pipelines.batch.landing.model import FilePlan

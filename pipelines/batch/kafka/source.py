@@ -14,7 +14,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from conf.errors import InputError
-from conf.settings import KafkaSettings, Settings
+from conf.settings import Settings
+from conf.settings_sections import KafkaSettings
 from pipelines.batch.kafka.client import (
     CONSUME_BATCH,
     Message,

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from conf.settings import AuditChainSettings
+from conf.settings_sections import AuditChainSettings
 from conf.tables import table_location, table_name
 from conf.errors import ConfigError, InputError
 from pipelines.batch.audit_chain import chain_key, create_key, link_batches, read_chain, verify_chain

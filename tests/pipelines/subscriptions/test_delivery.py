@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conf.errors import InputError
-from conf.settings import SubscriptionSettings
+from conf.settings_sections import SubscriptionSettings
 from conf.tables import table_name
 from gold.subscriptions import EventFilters
 from pipelines.batch.publish_audit import publish_audit

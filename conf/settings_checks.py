@@ -1,0 +1,243 @@
+"""The value checks of loaded settings: ranges, choices and rules across keys, each problem naming its key.
+
+Type problems are found while the settings are built (`conf.settings`); these checks skip the keys that
+failed there, so a bad value is reported once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from conf.settings_sections import (
+    ENGINE_KINDS,
+    KAFKA_FORMATS,
+    KAFKA_TOPIC_KINDS,
+    LAYERS,
+    OWNER_CATEGORIES,
+    SEARCH_MAX_SIZE,
+    SERVE_ENGINES,
+    AnomalySettings,
+    KafkaSettings,
+    ServeSettings,
+    Settings,
+    SubscriptionSettings,
+    WatchSettings,
+)
+from conf.tables import TABLES
+
+def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
+    """Return the problems with values that have the right type but are out of range.
+
+    Keys in `bad` (or below one) failed their type check and are skipped: their problem is already reported.
+    """
+
+    def ok(*keys: str) -> bool:
+        return not any(k == b or k.startswith(b + ".") or k.startswith(b + "[") for k in keys for b in bad)
+
+    problems = []
+    engine = settings.engine
+    if ok("engine.kind") and engine.kind not in ENGINE_KINDS:
+        problems.append(f"engine.kind: {engine.kind!r} is not one of {', '.join(ENGINE_KINDS)}")
+    if ok("engine.kind", "engine.connect_url") and engine.kind == "connect" and not engine.connect_url:
+        problems.append(
+            "engine.connect_url: None; the connect profile needs a Spark Connect URL "
+            "(set it, or LAKEHOUSE_CONNECT_URL / SPARK_REMOTE)"
+        )
+    if ok("engine.connect_url") and engine.connect_url and not engine.connect_url.startswith("sc://"):
+        problems.append(f"engine.connect_url: {engine.connect_url!r} does not start with sc://")
+    if ok("engine.memory_limit_mb") and engine.memory_limit_mb is not None and engine.memory_limit_mb < 256:
+        problems.append(f"engine.memory_limit_mb: {engine.memory_limit_mb!r} is below 256 (or null for no limit)")
+    for layer in LAYERS:
+        name = getattr(settings.catalog.schemas, layer)
+        if ok(f"catalog.schemas.{layer}") and (not name or not name.replace("_", "").isalnum()):
+            problems.append(f"catalog.schemas.{layer}: {name!r} is not a plain identifier")
+    name = settings.catalog.name
+    if ok("catalog.name") and name is not None and not name.replace("_", "").isalnum():
+        problems.append(f"catalog.name: {name!r} is not a plain identifier")
+    if ok("catalog.managed_tables", "engine.kind") and settings.catalog.managed_tables and engine.kind == "local":
+        problems.append(
+            "catalog.managed_tables: True cannot be used with engine.kind local: the embedded engine keeps "
+            "no managed tables across sessions (its catalog lives in memory) and has no warehouse dir set; "
+            "use false (tables stored under home or table_locations)"
+        )
+    for key in settings.table_locations:
+        if key not in TABLES:
+            problems.append(f"table_locations.{key}: unknown table (known: {', '.join(TABLES)})")
+    positive = {
+        "retention.vacuum_hours": settings.retention.vacuum_hours,
+        "ingest.max_record_bytes": settings.ingest.max_record_bytes,
+        "locks.stale_after_seconds": settings.locks.stale_after_seconds,
+    }
+    for key, value in positive.items():
+        if ok(key) and value <= 0:
+            problems.append(f"{key}: {value!r} must be greater than 0")
+    if ok("api.port") and not 0 < settings.api.port < 65536:
+        problems.append(f"api.port: {settings.api.port!r} is not a TCP port (1..65535)")
+    problems.extend(_check_serve(settings.serve, ok))
+    if ok("ingest.default_actor") and not _is_urn(settings.ingest.default_actor):
+        problems.append(f"ingest.default_actor: {settings.ingest.default_actor!r} is not an urn:li:<type>:<id>")
+    if ok("ingest.landing_dirs") and not settings.ingest.landing_dirs:
+        problems.append("ingest.landing_dirs: [] must name at least one folder")
+    if ok("events.owner_category") and settings.events.owner_category not in OWNER_CATEGORIES:
+        problems.append(
+            f"events.owner_category: {settings.events.owner_category!r} is not one of {', '.join(OWNER_CATEGORIES)}"
+        )
+    problems.extend(_check_anomalies(settings.anomalies, ok))
+    problems.extend(_check_kafka(settings.ingest.kafka, ok))
+    if ok("audit_chain.signing") and settings.audit_chain.signing not in ("none", "hmac", "ed25519"):
+        problems.append(f"audit_chain.signing: {settings.audit_chain.signing!r} is not one of none, hmac, ed25519")
+    if ok("audit_chain.max_examples") and settings.audit_chain.max_examples < 1:
+        problems.append(f"audit_chain.max_examples: {settings.audit_chain.max_examples!r} must be at least 1")
+    problems.extend(_check_watch(settings.watch, ok))
+    if ok("refine.state_log_max_rows") and settings.refine.state_log_max_rows < 0:
+        problems.append(f"refine.state_log_max_rows: {settings.refine.state_log_max_rows!r} must be 0 or more")
+    problems.extend(_check_subscriptions(settings.subscriptions, ok))
+    mlflow = settings.mlflow
+    if ok("mlflow.experiment") and not mlflow.experiment.strip():
+        problems.append(f"mlflow.experiment: {mlflow.experiment!r} must name an experiment")
+    elif (
+        ok("mlflow.experiment", "mlflow.tracking_uri")
+        and _is_databricks_uri(mlflow.tracking_uri)
+        and not mlflow.experiment.startswith("/")
+    ):
+        problems.append(
+            f"mlflow.experiment: {mlflow.experiment!r} is not an absolute workspace path; with mlflow.tracking_uri "
+            f"{mlflow.tracking_uri!r} Databricks needs one, e.g. /Shared/lakehouse or /Users/<you>/lakehouse"
+        )
+    return problems
+
+
+def _is_databricks_uri(uri: str | None) -> bool:
+    return uri is not None and (uri == "databricks" or uri.startswith("databricks://"))
+
+
+def _is_urn(value: str) -> bool:
+    parts = value.split(":", 3)
+    return len(parts) == 4 and parts[0] == "urn" and parts[1] == "li" and bool(parts[2]) and bool(parts[3])
+
+
+def _check_kafka(kafka: KafkaSettings, ok) -> list[str]:
+    problems = []
+    if ok("ingest.kafka.format") and kafka.format not in KAFKA_FORMATS:
+        problems.append(f"ingest.kafka.format: {kafka.format!r} is not one of {', '.join(KAFKA_FORMATS)}")
+    if ok("ingest.kafka.topics"):
+        if not kafka.consumed_topics:
+            problems.append(f"ingest.kafka.topics: {dict(kafka.topics)!r} must give at least one topic a kind")
+        for topic, kind in kafka.topics.items():
+            if kind not in KAFKA_TOPIC_KINDS:
+                problems.append(f"ingest.kafka.topics.{topic}: {kind!r} is not one of {', '.join(KAFKA_TOPIC_KINDS)}")
+    if (
+        ok("ingest.kafka.format", "ingest.kafka.schema_registry_url")
+        and kafka.format == "avro"
+        and kafka.enabled
+        and not (kafka.schema_registry_url or "").startswith(("http://", "https://"))
+    ):
+        problems.append(
+            f"ingest.kafka.schema_registry_url: {kafka.schema_registry_url!r}; format avro needs the Schema "
+            "Registry's http(s) URL"
+        )
+    if ok("ingest.kafka.group_id") and not kafka.group_id.strip():
+        problems.append(f"ingest.kafka.group_id: {kafka.group_id!r} must name a consumer group")
+    for name in ("max_records", "max_bytes"):
+        if ok(f"ingest.kafka.{name}") and getattr(kafka, name) < 1:
+            problems.append(f"ingest.kafka.{name}: {getattr(kafka, name)!r} must be at least 1")
+    if ok("ingest.kafka.timeout_seconds") and kafka.timeout_seconds <= 0:
+        problems.append(f"ingest.kafka.timeout_seconds: {kafka.timeout_seconds!r} must be greater than 0")
+    return problems
+
+
+def _check_subscriptions(subscriptions: SubscriptionSettings, ok) -> list[str]:
+    problems = []
+    at_least_one = {
+        "max_events_per_post": subscriptions.max_events_per_post,
+        "max_concurrent": subscriptions.max_concurrent,
+        "max_concurrent_per_host": subscriptions.max_concurrent_per_host,
+        "request_timeout_ms": subscriptions.request_timeout_ms,
+        "retry_initial_ms": subscriptions.retry_initial_ms,
+        "pause_after_seconds": subscriptions.pause_after_seconds,
+        "error_excerpt_chars": subscriptions.error_excerpt_chars,
+    }
+    for name, value in at_least_one.items():
+        if ok(f"subscriptions.{name}") and value < 1:
+            problems.append(f"subscriptions.{name}: {value!r} must be at least 1")
+    if ok("subscriptions.retry_max_ms", "subscriptions.retry_initial_ms") and (
+        subscriptions.retry_max_ms < subscriptions.retry_initial_ms
+    ):
+        problems.append(
+            f"subscriptions.retry_max_ms: {subscriptions.retry_max_ms!r} is below subscriptions.retry_initial_ms "
+            f"({subscriptions.retry_initial_ms!r})"
+        )
+    if ok("subscriptions.retry_budget_ms") and subscriptions.retry_budget_ms < 0:
+        problems.append(f"subscriptions.retry_budget_ms: {subscriptions.retry_budget_ms!r} must be 0 or more")
+    if ok("subscriptions.allowed_hosts"):
+        for i, host in enumerate(subscriptions.allowed_hosts):
+            bare = host[2:] if host.startswith("*.") else host
+            if not bare or "/" in bare or ":" in bare or " " in bare:
+                problems.append(f"subscriptions.allowed_hosts[{i}]: {host!r} is not a host name or *.domain pattern")
+    if ok("subscriptions.key_file") and not subscriptions.key_file.strip():
+        problems.append(f"subscriptions.key_file: {subscriptions.key_file!r} must name a file")
+    link = subscriptions.link_base_url
+    if ok("subscriptions.link_base_url") and link is not None and not link.startswith(("http://", "https://")):
+        problems.append(f"subscriptions.link_base_url: {link!r} is not an http or https URL")
+    return problems
+
+
+def _check_watch(watch: WatchSettings, ok) -> list[str]:
+    problems = []
+    for name in ("max_wait_seconds", "max_files", "max_bytes", "poll_interval_seconds", "heartbeat_seconds"):
+        value = getattr(watch, name)
+        if ok(f"watch.{name}") and value <= 0:
+            problems.append(f"watch.{name}: {value!r} must be greater than 0")
+    for name in ("retry_attempts", "retry_backoff_seconds", "compact_every_batches", "compact_files_below_mb",
+                 "openmetadata_every_seconds"):
+        value = getattr(watch, name)
+        if ok(f"watch.{name}") and value < 0:
+            problems.append(f"watch.{name}: {value!r} must be 0 or more")
+    return problems
+
+
+def _check_anomalies(anomalies: AnomalySettings, ok) -> list[str]:
+    problems = []
+    for name in ("baseline_days", "min_history", "training_days", "score_days", "score_interval_minutes"):
+        value = getattr(anomalies, name)
+        if ok(f"anomalies.{name}") and value < 1:
+            problems.append(f"anomalies.{name}: {value!r} must be at least 1")
+    if ok("anomalies.threshold_spread") and anomalies.threshold_spread <= 0:
+        problems.append(f"anomalies.threshold_spread: {anomalies.threshold_spread!r} must be positive")
+    if ok("anomalies.detector") and anomalies.detector not in ("robust", "forest", "combined"):
+        problems.append(f"anomalies.detector: {anomalies.detector!r} is not one of robust, forest, combined")
+    if ok("anomalies.granularities"):
+        unknown = [g for g in anomalies.granularities if g not in ("hour", "day")]
+        if unknown or not anomalies.granularities:
+            problems.append(f"anomalies.granularities: {list(anomalies.granularities)!r} must be hour and/or day")
+    hours = anomalies.business_hours
+    if ok("anomalies.business_hours") and not (len(hours) == 2 and 0 <= hours[0] < hours[1] <= 24):
+        problems.append(f"anomalies.business_hours: {list(hours)!r} must be [start, end) with 0 <= start < end <= 24")
+    for name in ("model_name", "alias"):
+        value = getattr(anomalies, name)
+        if ok(f"anomalies.{name}") and not value.strip():
+            problems.append(f"anomalies.{name}: {value!r} must not be empty")
+    return problems
+
+
+def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
+    """Return the problems with the serve section's values."""
+    problems = []
+    if ok("serve.engine") and serve.engine not in SERVE_ENGINES:
+        problems.append(f"serve.engine: {serve.engine!r} is not one of {', '.join(SERVE_ENGINES)}")
+    for name, value, least in (
+        ("query_slots", serve.query_slots, 1),
+        ("queue_depth", serve.queue_depth, 0),
+        ("max_body_bytes", serve.max_body_bytes, 1024),
+        ("max_size", serve.max_size, 1),
+        ("row_cache_mb", serve.row_cache_mb, 0),
+    ):
+        if ok(f"serve.{name}") and value < least:
+            problems.append(f"serve.{name}: {value!r} must be at least {least}")
+    if ok("serve.max_size") and serve.max_size > SEARCH_MAX_SIZE:
+        problems.append(f"serve.max_size: {serve.max_size!r} is above the search contract's limit {SEARCH_MAX_SIZE}")
+    if ok("serve.queue_timeout_seconds") and serve.queue_timeout_seconds <= 0:
+        problems.append(f"serve.queue_timeout_seconds: {serve.queue_timeout_seconds!r} must be above 0")
+    if ok("serve.version_check_seconds") and serve.version_check_seconds < 0:
+        problems.append(f"serve.version_check_seconds: {serve.version_check_seconds!r} must be at least 0")
+    return problems

@@ -1,0 +1,264 @@
+"""The sections of the settings as frozen dataclasses, with their defaults and the values some of them allow.
+
+`conf.settings.load_settings` builds them from the YAML files; `conf.settings_checks` checks their values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENGINE_KINDS = ("local", "connect", "classic")
+OWNER_CATEGORIES = ("OWNER", "OWNERSHIP")
+LAYERS = ("bronze", "silver", "gold", "ops")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Which engine runs the DataFrame code and how to reach it."""
+
+    kind: str = "local"
+    connect_url: str | None = None
+    master: str | None = None
+    stop_on_exit: bool = True
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    memory_limit_mb: int | None = None
+    parquet_filter_pushdown: bool = True
+
+
+@dataclass(frozen=True)
+class SchemaNames:
+    """Schema (database) name of each layer."""
+
+    bronze: str = "bronze"
+    silver: str = "silver"
+    gold: str = "gold"
+    ops: str = "ops"
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    """Where tables are registered."""
+
+    name: str | None = None
+    managed_tables: bool = False
+    schemas: SchemaNames = field(default_factory=SchemaNames)
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """How long old table files are kept (quarantined records are kept for good: never lost)."""
+
+    vacuum_hours: int = 168
+
+
+KAFKA_FORMATS = ("json", "avro")
+# A topic's messages are MCL records or usage events; `none` leaves a (default) topic out.
+KAFKA_TOPIC_KINDS = ("mcl", "usage", "none")
+# DataHub's topics: aspect changes (versioned and timeseries) and usage events.
+KAFKA_DEFAULT_TOPICS = {
+    "MetadataChangeLog_Versioned_v1": "mcl",
+    "MetadataChangeLog_Timeseries_v1": "mcl",
+    "DataHubUsageEvent_v1": "usage",
+}
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """DataHub's Kafka topics as a landing source (off while bootstrap_servers is empty)."""
+
+    bootstrap_servers: str = ""
+    topics: Mapping[str, str] = field(default_factory=lambda: dict(KAFKA_DEFAULT_TOPICS))
+    group_id: str = "lakehouse-bronze"
+    format: str = "json"
+    schema_registry_url: str | None = None
+    client: Mapping[str, str] = field(default_factory=dict)
+    max_records: int = 100000
+    max_bytes: int = 268435456
+    timeout_seconds: float = 30.0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a broker is configured."""
+        return bool(self.bootstrap_servers.strip())
+
+    @property
+    def consumed_topics(self) -> dict[str, str]:
+        """The topics consumed, each with the kind of its messages (those set to `none` left out)."""
+        return {topic: kind for topic, kind in sorted(self.topics.items()) if kind != "none"}
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """Landing inputs into bronze."""
+
+    landing_dirs: tuple[str, ...] = ("landing",)
+    default_actor: str = "urn:li:corpuser:datahub"
+    max_record_bytes: int = 1048576
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+
+
+@dataclass(frozen=True)
+class EventSettings:
+    """Entity Change Event naming."""
+
+    owner_category: str = "OWNER"
+
+
+@dataclass(frozen=True)
+class RefineSettings:
+    """The refine stage: where a batch's state rows go (docs/change-events.md#state)."""
+
+    state_log_max_rows: int = 10000
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """The HTTP audit search API."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tokens_file: str = "auth/tokens.json"
+
+
+SERVE_ENGINES = ("inprocess", "spark")
+# The Audit Events Search contract's largest page size.
+SEARCH_MAX_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How the HTTP API answers searches: the engine, its concurrency bounds and request limits."""
+
+    engine: str = "inprocess"
+    query_slots: int = 4
+    queue_depth: int = 32
+    queue_timeout_seconds: float = 5.0
+    version_check_seconds: float = 0.25
+    max_body_bytes: int = 1048576
+    max_size: int = 10000
+    row_cache_mb: int = 256
+
+
+@dataclass(frozen=True)
+class MlflowSettings:
+    """MLflow run tracking."""
+
+    enabled: bool = True
+    tracking_uri: str | None = None
+    experiment: str = "lakehouse"
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    """The run lock that keeps two pipeline runs apart."""
+
+    stale_after_seconds: int = 3600
+
+
+@dataclass(frozen=True)
+class SubscriptionSettings:
+    """Webhook delivery of change events to subscriptions."""
+
+    max_events_per_post: int = 500
+    max_concurrent: int = 8
+    max_concurrent_per_host: int = 4
+    request_timeout_ms: int = 10000
+    retry_initial_ms: int = 500
+    retry_max_ms: int = 60000
+    retry_budget_ms: int = 30000
+    pause_after_seconds: int = 3600
+    allowed_hosts: tuple[str, ...] = ()
+    key_file: str = "auth/subscriptions.key"
+    link_base_url: str | None = None
+    error_excerpt_chars: int = 500
+
+
+@dataclass(frozen=True)
+class AuditChainSettings:
+    """The tamper-evident hash chain over published audit tables (docs/audit-trail.md)."""
+
+    signing: str = "none"
+    key_file: str = "auth/audit-chain.key"
+    max_examples: int = 10
+
+
+@dataclass(frozen=True)
+class AnomalySettings:
+    """The unusual-activity model: its features, training, registry name and scoring."""
+
+    model_name: str = "lakehouse-actor-anomalies"
+    alias: str = "champion"
+    granularities: tuple[str, ...] = ("hour", "day")
+    baseline_days: int = 14
+    business_hours: tuple[int, ...] = (7, 19)
+    detector: str = "robust"
+    threshold_spread: float = 3.5
+    min_history: int = 5
+    training_days: int = 56
+    score_days: int = 2
+    score_interval_minutes: int = 60
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """Watch mode (`lakehouse run --watch`): how landing folders are watched and micro-batches triggered."""
+
+    max_wait_seconds: float = 2.0
+    max_files: int = 100
+    max_bytes: int = 268435456
+    polling: bool = False
+    poll_interval_seconds: float = 1.0
+    retry_attempts: int = 5
+    retry_backoff_seconds: float = 1.0
+    heartbeat_seconds: float = 5.0
+    compact_every_batches: int = 50
+    compact_files_below_mb: int = 32
+    openmetadata_every_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of one lakehouse, resolved for one profile."""
+
+    profile: str
+    home: Path
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    catalog: CatalogSettings = field(default_factory=CatalogSettings)
+    table_locations: Mapping[str, str] = field(default_factory=dict)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
+    events: EventSettings = field(default_factory=EventSettings)
+    refine: RefineSettings = field(default_factory=RefineSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)
+    mlflow: MlflowSettings = field(default_factory=MlflowSettings)
+    locks: LockSettings = field(default_factory=LockSettings)
+    anomalies: AnomalySettings = field(default_factory=AnomalySettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    subscriptions: SubscriptionSettings = field(default_factory=SubscriptionSettings)
+    audit_chain: AuditChainSettings = field(default_factory=AuditChainSettings)
+
+    def resolve_path(self, path: str) -> Path:
+        """Return `path` as an absolute path, taking a relative one as relative to home."""
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else self.home / candidate
+
+    @property
+    def landing_paths(self) -> tuple[Path, ...]:
+        """The landing folders as absolute paths."""
+        return tuple(self.resolve_path(p) for p in self.ingest.landing_dirs)
+
+    @property
+    def tokens_path(self) -> Path:
+        """The file holding the API's salted token hashes."""
+        return self.resolve_path(self.api.tokens_file)
+
+    @property
+    def mlflow_tracking_uri(self) -> str:
+        """The MLflow tracking URI: the configured one or a local store under home."""
+        if self.mlflow.tracking_uri:
+            return self.mlflow.tracking_uri
+        return f"sqlite:///{self.home / 'mlruns' / 'mlflow.db'}"
