@@ -4,11 +4,12 @@ Each floor is one engine job that does only what any design of that step must do
 input and tables, for the LAST batch of the run (all of it when the run has one batch): read and parse
 the input records; write the batch's bronze rows to a Delta table; sort the batch by key and order;
 check that every aspect value is JSON (as the landing does); parse every aspect's JSON once (written
-out, and only aggregated); compute the event ids and write the batch's events to a Delta table. One more prices a design rather than a step: the bronze write with
-every aspect also stored parsed into typed columns (what parsing once at landing would cost there).
-With more than one batch, also read the rows of the last batch's keys out of the state left by all
-of them (the predecessors a later batch must read; the key columns alone, and with the aspect JSON).
-Writes go to a scratch folder that is removed afterwards.
+out, and only aggregated); compute the event ids and write the batch's events to a Delta table. One
+more prices a design rather than a step: the bronze write with every aspect also stored parsed into
+typed columns (what parsing once at landing would cost there). With more than one batch, also read the
+rows of the last batch's keys out of the state left by all of them (the predecessors a later batch must
+read; the key columns alone, and with the aspect JSON). Writes go to a scratch folder that is removed
+afterwards.
 """
 
 from __future__ import annotations
@@ -46,14 +47,12 @@ def measure_floors(
     batch_df = bronze_df.filter(F.col("batch_id") == batch_ids[-1])
     events_df = read_table(spark, settings, "silver.entity_change_events").filter(F.col("batch_id") == batch_ids[-1])
     parsed_envelope = F.from_json(F.col("value"), SNAPSHOT_ENVELOPE, JSON_OPTIONS).alias("r")
-    parsed_aspects = [
-        F.when(F.col("aspect_name") == name, parse_aspect("aspect_json", name)).alias(f"parsed_{name}")
+    parsed = {
+        f"parsed_{name}": F.when(F.col("aspect_name") == name, parse_aspect("aspect_json", name))
         for name in sorted(ASPECT_SCHEMAS)
-    ]
-    parsed_aspects.append(
-        F.when(F.col("aspect_name").isin(list(FIELD_ARRAYS)), parse_schema_fields("aspect_json")).alias("parsed_fields")
-    )
-    parsed_names = [f"parsed_{name}" for name in sorted(ASPECT_SCHEMAS)] + ["parsed_fields"]
+    }
+    parsed["parsed_fields"] = F.when(F.col("aspect_name").isin(list(FIELD_ARRAYS)), parse_schema_fields("aspect_json"))
+    parsed_aspects = [column.alias(name) for name, column in parsed.items()]
     # Aggregates over the parsed values keep the engine from skipping the parse.
     floors: dict[str, Callable[[], object]] = {
         "read_parse_input_s": lambda: spark.read.text([str(p) for p in input_files])
@@ -70,7 +69,7 @@ def measure_floors(
         # What the landing's JSON check of every aspect value costs alone (a malformed value is quarantined).
         "validate_aspects_s": lambda: batch_df.agg(F.count(F.get_json_object("aspect_json", "$"))).collect(),
         "parse_aspects_only_s": lambda: batch_df.select(*parsed_aspects)
-        .agg(*[F.count(column) for column in parsed_names])
+        .agg(*[F.count(name) for name in parsed])
         .collect(),
         "write_bronze_parsed_s": lambda: batch_df.select("*", *parsed_aspects)
         .write.format("delta")
