@@ -11,7 +11,7 @@ from conf.errors import ConfigError
 
 
 class TableSettings(Protocol):
-    """What naming a table reads of the settings (conf.settings_sections.Settings has it; this module does not import it)."""
+    """What naming a table reads of the settings (conf.settings.Settings has it; this module does not import it)."""
 
     catalog: Any
     home: Path
