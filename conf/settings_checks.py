@@ -13,6 +13,8 @@ from conf.settings_sections import (
     KAFKA_FORMATS,
     KAFKA_TOPIC_KINDS,
     LAYERS,
+    LOG_FORMATS,
+    LOG_LEVELS,
     OWNER_CATEGORIES,
     SEARCH_MAX_SIZE,
     SERVE_ENGINES,
@@ -36,6 +38,9 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
 
     problems = []
     engine = settings.engine
+    for key, value, allowed in (("format", settings.log.format, LOG_FORMATS), ("level", settings.log.level, LOG_LEVELS)):
+        if ok(f"log.{key}") and value not in allowed:
+            problems.append(f"log.{key}: {value!r} is not one of {', '.join(allowed)}")
     if ok("engine.kind") and engine.kind not in ENGINE_KINDS:
         problems.append(f"engine.kind: {engine.kind!r} is not one of {', '.join(ENGINE_KINDS)}")
     if ok("engine.kind", "engine.connect_url") and engine.kind == "connect" and not engine.connect_url:

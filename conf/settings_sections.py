@@ -202,6 +202,18 @@ class AnomalySettings:
     seed: int = 0
 
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """How log lines are written: as text or one JSON object per line, and from which level."""
+
+    format: str = "text"
+    level: str = "info"
+
+
 @dataclass(frozen=True)
 class WatchSettings:
     """Watch mode (`lakehouse run --watch`): how landing folders are watched and micro-batches triggered."""
@@ -240,6 +252,7 @@ class Settings:
     watch: WatchSettings = field(default_factory=WatchSettings)
     subscriptions: SubscriptionSettings = field(default_factory=SubscriptionSettings)
     audit_chain: AuditChainSettings = field(default_factory=AuditChainSettings)
+    log: LogSettings = field(default_factory=LogSettings)
 
     def resolve_path(self, path: str) -> Path:
         """Return `path` as an absolute path, taking a relative one as relative to home."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -40,6 +39,8 @@ from pipelines.batch.publish_openmetadata import STAGE as OPENMETADATA_STAGE
 from pipelines.batch.watch_compaction import Compaction
 from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
 from pipelines.runtime.engine import open_session
+from pipelines.runtime.logs import structured_line
+from pipelines.runtime.metrics import WatcherMetrics
 from pipelines.subscriptions.background import BackgroundDelivery
 
 log = logging.getLogger("lakehouse.watch")
@@ -125,15 +126,14 @@ def _abandon() -> None:
 
 def emit(record: dict[str, Any]) -> None:
     """Write one structured log line (JSON) to stdout."""
-    record = {"ts": round(time.time(), 3), **record}
-    sys.stdout.write(json.dumps(record, default=str, sort_keys=True) + "\n")
+    sys.stdout.write(structured_line(record, log.name) + "\n")
     sys.stdout.flush()
 
 
 class Watcher:
     """The watch loop of one home: pending files, micro-batch triggers, state file, anomaly scoring."""
 
-    def __init__(self, settings: Settings, stop: StopSignal):
+    def __init__(self, settings: Settings, stop: StopSignal, metrics_port: int | None = None):
         self.settings = settings
         self.cfg = settings.watch
         self.stop = stop
@@ -157,16 +157,18 @@ class Watcher:
         self.compaction = Compaction(settings, self.cfg.compact_every_batches, emit, self.cfg.compact_files_below_mb)
         # Tracking runs in the background (see _BackgroundTracking): a micro-batch does not wait for MLflow.
         self.job_settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
+        self.metrics = WatcherMetrics(settings, metrics_port, lambda: self.pending, lambda: self.kafka)
 
     def run(self) -> int:
         """Watch until stopped; return the exit code (0)."""
         for root in self.roots:
             root.mkdir(parents=True, exist_ok=True)
         with watcher_lock(self.settings):
+            self.metrics.start()
             notifier = threading.Thread(target=self._notify, name="watch-notify", daemon=True)
             notifier.start()
             session = _Session(self.settings)
-            self.delivery = BackgroundDelivery(self.job_settings, lambda: session.spark, emit)
+            self.delivery = BackgroundDelivery(self.job_settings, lambda: session.spark, emit, observe=self.metrics.delivery)
             try:
                 emit({"event": "started", "pid": os.getpid(), "landing": [str(r) for r in self.roots],
                       "polling": self.cfg.polling})
@@ -179,6 +181,7 @@ class Watcher:
                     self._micro_batch(session, [], openmetadata_now=True)
             finally:
                 self.delivery.close(timeout=_DELIVERY_STOP_SECONDS)
+                self.metrics.stop()
                 if self.kafka:
                     self.kafka.close()
                 session.close()
@@ -364,6 +367,7 @@ class Watcher:
             self.batches += 1
             self.last_batch = record
             emit({"event": "micro_batch", **self.last_batch})
+            self.metrics.micro_batch(session.spark, summary, record)
             if self.delivery and (record["batch_ids"] or record["openmetadata_batch_ids"]):
                 self.delivery.poke()
             if self.tracking:
@@ -521,11 +525,12 @@ def _plain(result: Any) -> dict[str, Any]:
     return {"result": str(result)}
 
 
-def watch(settings: Settings) -> int:
+def watch(settings: Settings, metrics_port: int | None = None) -> int:
     """Run the watcher of a home until SIGTERM/SIGINT.
 
     Args:
         settings: the lakehouse settings (landing folders, the watch section).
+        metrics_port: serve Prometheus metrics on api.host at this port (None: no metrics).
 
     Returns:
         The exit code: 0 after a signal.
@@ -535,4 +540,4 @@ def watch(settings: Settings) -> int:
     """
     stop = StopSignal()
     stop.install()
-    return Watcher(settings, stop).run()
+    return Watcher(settings, stop, metrics_port).run()

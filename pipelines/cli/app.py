@@ -17,6 +17,7 @@ from conf.errors import ConfigError, LakehouseError
 from conf.settings import Settings, load_settings
 from pipelines.cli.console import print_error
 from pipelines.runtime.engine import java_message
+from pipelines.runtime.logs import configure_logging
 
 # Each module exposes `register(app)`; the order is the order of `lakehouse --help`.
 COMMAND_MODULES = (
@@ -66,6 +67,7 @@ class CliState:
         """The settings for the chosen profile, home and config file."""
         if self._settings is None:
             self._settings = load_settings(self.profile, self.home, self.config, overrides=self.overrides)
+            configure_logging(self._settings)
         return self._settings
 
     @contextlib.contextmanager

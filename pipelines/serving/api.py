@@ -28,6 +28,7 @@ from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, open_engine
 from pipelines.serving.explorer import mount_explorer
+from pipelines.serving.metrics import instrument
 from pipelines.serving.tokens import TokenVerifier
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
@@ -184,6 +185,8 @@ def create_app(
     # The regulator report download (docs/audit-trail.md).
     app.include_router(report_router(settings, verifier, spark))
     mount_explorer(app, settings, verifier, spark)
+    # Requests by route and status, latency, 503s and 401/403s; GET /metrics (docs/operations.md).
+    instrument(app, settings)
     return app
 
 
@@ -230,7 +233,8 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     # The embedded engine decodes the wide columns (raw_event) only for rows that pass the filters when
     # filters are pushed into the Parquet reader: a search page costs a fraction of the scan without it.
     os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")
-    config = {"host": host, "port": port, "log_level": "warning", "access_log": False}
+    # log_config None: uvicorn's own lines go through the lakehouse's log format (log.format).
+    config = {"host": host, "port": port, "log_level": "warning", "access_log": False, "log_config": None}
     if settings.serve.engine != "spark":
         _StoppableServer(uvicorn.Config(create_app(settings), **config)).run()
         return

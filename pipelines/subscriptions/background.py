@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from conf.errors import InputError, error_text
 from conf.settings import Settings
-from pipelines.subscriptions.delivery import HostLimits, deliver_outcomes
+from pipelines.subscriptions.delivery import HostLimits, Outcome, deliver_outcomes
 from pipelines.subscriptions.store import list_subscriptions
 
 # Without a new publish, pending deliveries (receivers that were failing) are looked at this often.
@@ -32,6 +32,7 @@ class BackgroundDelivery:
         session: returns the current engine session (the watcher reopens it after engine failures).
         emit: writes one structured log record.
         idle_retry_seconds: how often subscriptions are looked at without a poke.
+        observe: called with the session and each delivery round's outcome (the watcher's metrics).
     """
 
     def __init__(
@@ -40,11 +41,13 @@ class BackgroundDelivery:
         session: Callable[[], SparkSession | None],
         emit: Callable[[dict[str, Any]], None],
         idle_retry_seconds: float = IDLE_RETRY_SECONDS,
+        observe: Callable[[SparkSession, Outcome], None] | None = None,
     ):
         self.settings = settings
         self._session = session
         self._emit = emit
         self._idle_retry_seconds = idle_retry_seconds
+        self._observe = observe
         self._limits = HostLimits(settings.subscriptions.max_concurrent_per_host)
         self._pool = ThreadPoolExecutor(settings.subscriptions.max_concurrent, thread_name_prefix="deliver")
         self._lock = threading.Lock()
@@ -122,6 +125,8 @@ class BackgroundDelivery:
         except Exception as exc:  # an engine failure mid-delivery: the cursor holds, the next round resumes
             self._emit({"event": "delivery_failed", "subscription": name, "error": error_text(exc)})
             return
+        if self._observe is not None:
+            self._observe(spark, outcome)
         if outcome.posts:
             self._emit({
                 "event": "delivered",

@@ -120,6 +120,9 @@ def landing_stage_result(reports: list[LandingReport]) -> StageResult:
     for report in reports:
         for key, value in report.totals.items():
             totals[key] = totals.get(key, 0) + value
+        for landed in (f for f in report.files if f.records_landed):  # per input kind too (watcher metrics)
+            key = f"records_landed.{landed.kind}"
+            totals[key] = totals.get(key, 0) + landed.records_landed
     return StageResult(
         stage=STAGE,
         batch_ids=tuple(r.batch_id for r in reports if r.committed),

@@ -35,12 +35,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Verify the audit hash chain against the tables; exit 1 naming the first broken link."""
         from pipelines.batch.audit_chain import verify_chain
+        from pipelines.runtime.metrics import last_linked_at_ms, record_verification
         from pipelines.runtime.tracking import tracked_run
 
         state = state_of(ctx)
         start, end = _parse_date(from_date, "--from"), _parse_date(to_date, "--to")
         with tracked_run(state.settings, "verify") as tracker, state.session() as spark:
             result = verify_chain(spark, state.settings, start, end)
+            record_verification(state.settings, result.ok, result.links, last_linked_at_ms(spark, state.settings))
             tracker.log_metrics({
                 "chain_ok": 1.0 if result.ok else 0.0,
                 "chain_links": float(result.links),

@@ -28,6 +28,9 @@ def register(app: typer.Typer) -> None:
         watch: bool = typer.Option(
             False, "--watch", help="Keep running: micro-batches as files arrive in the landing folders (docs/watch.md)."
         ),
+        metrics_port: int | None = typer.Option(
+            None, "--metrics-port", help="With --watch: serve Prometheus metrics on api.host at this port (/metrics)."
+        ),
     ) -> None:
         """Land new input files (and Kafka messages, when ingest.kafka is set) and run bronze -> silver -> gold."""
         state = state_of(ctx)
@@ -36,7 +39,9 @@ def register(app: typer.Typer) -> None:
 
             if path:
                 raise InputError("--path: cannot be combined with --watch, which watches ingest.landing_dirs")
-            raise typer.Exit(watch_loop(state.settings))
+            raise typer.Exit(watch_loop(state.settings, metrics_port))
+        if metrics_port is not None:
+            raise InputError("--metrics-port: only with --watch (a batch run ends before any scrape)")
         summary = run_with_progress(state.settings, JOB_STAGES, path or None, wait, progress)
         print_summary(summary)
 
