@@ -1,21 +1,24 @@
-"""Terminal output shared by every command: tables, JSON lines and errors."""
+"""Terminal output shared by every command: tables that fit the terminal, JSON lines, CSV and errors."""
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import date, datetime
+import textwrap
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-import contextlib
-from collections.abc import Iterator
-
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
+
+from conf.errors import InputError
+
+CSV_HELP = "Print CSV: a header line, then the table's columns with full values."
 
 # Messages are not wrapped at the terminal's width: scripts and log searches read them too (tables
 # still fit the width).
@@ -55,18 +58,184 @@ def print_text(text: str) -> None:
 
 
 def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title: str | None = None) -> None:
-    """Print rows as a rich table with the given columns."""
-    table = Table(title=title, show_lines=False)
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    """Print rows as a table that fits the terminal without breaking a value that has no space in it.
+
+    Identifiers (ids, table names, urns, paths) are never wrapped: when the table is too wide, id
+    columns are shortened to the shortest prefix (8 characters at least) that keeps them unique, and
+    when it is still too wide each row is printed as `column: value` lines instead. Counts print as
+    integers, durations with their unit (the columns named `seconds`, `*_seconds` or `*_s`).
+    """
+    cells = [[format_cell(c, row.get(c)) for c in columns] for row in rows]
+    headers = [header_text(c) for c in columns]
+    width = console.width
+    if title:
+        print_text(title)
+    if _table_width(headers, cells) > width:
+        shortened = _shorten_ids(columns, cells)
+        if _table_width(headers, shortened) > width:
+            print_text(vertical_text(headers, cells))
+            return
+        cells = shortened
+    print_text(render_table(headers, cells, width))
+
+
+def render_table(headers: Sequence[str], cells: Sequence[Sequence[str]], width: int) -> str:
+    """Lay out a table in at most `width` columns (when its words fit), wrapping values only at spaces.
+
+    Each column gets its widest value; while the table is too wide, the widest column that can still
+    wrap (a value with spaces wider than its longest word) gives up one character.
+    """
+    count = len(headers)
+    natural = [max([len(headers[i]), *(len(row[i]) for row in cells)]) for i in range(count)]
+    least = _least_widths(headers, cells)
+    widths = list(natural)
+    while sum(widths) + 2 * (count - 1) > width:
+        wrapable = [i for i in range(count) if widths[i] > least[i]]
+        if not wrapable:
+            break
+        widest = max(wrapable, key=lambda i: widths[i])
+        widths[widest] -= 1
+
+    def lines_of(values: Sequence[str]) -> list[str]:
+        wrapped = [textwrap.wrap(v, w, break_long_words=False, break_on_hyphens=False) or [""] for v, w in zip(values, widths)]
+        height = max(len(c) for c in wrapped)
+        return [
+            "  ".join(c[n].ljust(w) if n < len(c) else " " * w for c, w in zip(wrapped, widths)).rstrip()
+            for n in range(height)
+        ]
+
+    out = lines_of(headers)
+    out.append("─" * (sum(widths) + 2 * (count - 1)))
+    for row in cells:
+        out.extend(lines_of(row))
+    return "\n".join(out)
+
+
+def print_rows(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    *,
+    title: str | None = None,
+    as_json: bool = False,
+    as_csv: bool = False,
+    json_rows: Sequence[Mapping[str, Any]] | None = None,
+) -> None:
+    """Print a listing as a table (default), JSON lines (every field of each row) or CSV (the columns).
+
+    Args:
+        json_rows: what --json prints, when it is more than the rows (default the rows).
+
+    Raises:
+        InputError: when both --json and --csv are asked for.
+    """
+    if as_json and as_csv:
+        raise InputError("--json, --csv: choose one output format")
+    if as_json:
+        print_json_lines(rows if json_rows is None else json_rows)
+    elif as_csv:
+        print_csv(rows, columns)
+    else:
+        print_table(rows, columns, title=title)
+
+
+def print_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    """Print rows as CSV with a header line: full values, nested ones as JSON text, None as empty."""
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(columns)
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else _cell(row.get(c)) for c in columns))
-    console.print(table)
+        writer.writerow(["" if row.get(c) is None else _plain(row.get(c)) for c in columns])
+    sys.stdout.flush()
 
 
-def _cell(value: Any) -> str:
+def _plain(value: Any) -> str:
     value = to_jsonable(value)
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def is_duration_column(column: str) -> bool:
+    """Whether a column holds seconds: `seconds`, `*_seconds`, `*_s`."""
+    return column in ("seconds", "duration") or column.endswith(("_seconds", "_s"))
+
+
+def header_text(column: str) -> str:
+    """A column's header: underscores as spaces (headers may wrap), the seconds suffix left to the values."""
+    if is_duration_column(column) and column not in ("seconds", "duration"):
+        column = column.removesuffix("_seconds").removesuffix("_s")
+    return column.replace("_", " ")
+
+
+def format_cell(column: str, value: Any) -> str:
+    """One value as shown in a table: integral numbers as integers, seconds with a unit, times to the second."""
+    if value is None:
+        return ""
+    if is_duration_column(column) and isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+        return format_duration(float(value))
+    if isinstance(value, datetime):
+        value = value.astimezone(timezone.utc) if value.tzinfo else value
+        return value.strftime("%Y-%m-%dT%H:%M:%S") + ("Z" if value.tzinfo else "")
+    if isinstance(value, (float, Decimal)) and not isinstance(value, bool):
+        number = float(value)
+        if number.is_integer() and abs(number) < 2**53:
+            return str(int(number))
+        return str(round(number, 4))
+    return _plain(value)
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as a short duration with units and no space: `0.42s`, `12.3s`, `5m12s`, `2h05m`, `3d04h`."""
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(round(seconds))
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def _least_widths(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's longest word: the narrowest it can be without splitting one."""
+    return [
+        max((len(word) for value in (header, *(row[i] for row in cells)) for word in value.split()), default=0)
+        for i, header in enumerate(headers)
+    ]
+
+
+def _table_width(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> int:
+    """The narrowest the table can be without splitting a word: the longest words, 2 spaces between columns."""
+    return sum(_least_widths(headers, cells)) + 2 * max(len(headers) - 1, 0)
+
+
+def _shorten_ids(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> list[list[str]]:
+    """The cells with each id column (`id`, `*_id`) cut to the shortest prefix that keeps its values unique."""
+    shortened = [list(row) for row in cells]
+    for index, column in enumerate(columns):
+        if column != "id" and not column.endswith("_id"):
+            continue
+        values = [row[index] for row in cells]
+        length = unique_prefix_length(values)
+        for row in shortened:
+            row[index] = row[index][:length]
+    return shortened
+
+
+def unique_prefix_length(values: Sequence[str], least: int = 8) -> int:
+    """The shortest prefix length (at least `least`) at which the distinct values stay distinct."""
+    distinct = set(values)
+    longest = max((len(v) for v in distinct), default=0)
+    for length in range(least, longest):
+        if len({v[:length] for v in distinct}) == len(distinct):
+            return length
+    return max(longest, least)
+
+
+def vertical_text(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> str:
+    """Rows as blocks of `header: value` lines (a blank line between rows), for a terminal too narrow."""
+    pad = max((len(h) for h in headers), default=0)
+    blocks = ["\n".join(f"{h.ljust(pad)}  {v}".rstrip() for h, v in zip(headers, row)) for row in cells]
+    return "\n\n".join(blocks) if blocks else "(none)"
 
 
 def print_error(exc: BaseException | str) -> None:

@@ -7,7 +7,7 @@ import time
 import typer
 
 from pipelines.cli.args import parse_time_ms
-from pipelines.cli.console import console, print_json_lines, print_table
+from pipelines.cli.console import CSV_HELP, console, print_rows
 
 
 def register(app: typer.Typer) -> None:
@@ -60,6 +60,7 @@ def register(app: typer.Typer) -> None:
         granularity: str | None = typer.Option(None, "--granularity", help="hour or day."),
         limit: int = typer.Option(50, "--limit", min=1, help="How many, highest score first."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """List flagged actor windows, highest score first."""
         from pipelines.batch.anomalies import list_anomalies
@@ -74,9 +75,6 @@ def register(app: typer.Typer) -> None:
                 granularity=granularity,
                 limit=limit,
             )
-        if as_json:
-            print_json_lines(rows)
-            return
         table = [
             {
                 "actor": r["actor"],
@@ -88,7 +86,8 @@ def register(app: typer.Typer) -> None:
             }
             for r in rows
         ]
-        print_table(table, ["actor", "window", "score", "kind", "top feature", "model"], title="Unusual activity")
+        columns = ["actor", "window", "score", "kind", "top feature", "model"]
+        print_rows(table, columns, title="Unusual activity", as_json=as_json, as_csv=as_csv, json_rows=rows)
 
 
 def _describe(feature: dict) -> str:

@@ -9,7 +9,7 @@ import typer
 
 from conf.errors import RequestError
 from pipelines.cli.args import parse_time_ms
-from pipelines.cli.console import console, error_console, print_table
+from pipelines.cli.console import CSV_HELP, console, error_console, print_rows
 
 
 def register(app: typer.Typer) -> None:
@@ -111,16 +111,17 @@ def register(app: typer.Typer) -> None:
         sys.stdout.write(token + "\n")
 
     @token_app.command("list")
-    def token_list(ctx: typer.Context) -> None:
+    def token_list(
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="One JSON object per token."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
+    ) -> None:
         """List the stored tokens (ids, actors, roles; never the secrets)."""
         from pipelines.serving.tokens import load_tokens
 
         records = load_tokens(state_of(ctx).settings.tokens_path)
-        print_table(
-            [{"id": r.token_id, "actor": r.actor, "roles": ", ".join(r.roles), "created_at": r.created_at} for r in records],
-            ["id", "actor", "roles", "created_at"],
-            title="API tokens",
-        )
+        rows = [{"id": r.token_id, "actor": r.actor, "roles": ",".join(r.roles), "created_at": r.created_at} for r in records]
+        print_rows(rows, ["id", "actor", "roles", "created_at"], title="API tokens", as_json=as_json, as_csv=as_csv)
 
     @token_app.command("revoke")
     def token_revoke(ctx: typer.Context, token_id: str = typer.Argument(..., help="The token id to revoke.")) -> None:

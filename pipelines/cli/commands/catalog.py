@@ -7,7 +7,7 @@ import typer
 from conf.errors import InputError
 from conf.tables import TABLES, table_location, table_name
 from pipelines.batch.state_store import STATE_TABLE, fold_state_log
-from pipelines.cli.console import console, print_json_lines, print_table
+from pipelines.cli.console import CSV_HELP, console, print_rows, print_table
 from pipelines.runtime.maintenance import maintenance_for
 
 
@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
     def tables_command(
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """List every table with its row count, Delta version and location."""
         state = state_of(ctx)
@@ -33,16 +34,15 @@ def register(app: typer.Typer) -> None:
                 }
                 for key in TABLES
             ]
-        if as_json:
-            print_json_lines(rows)
-        else:
-            print_table(rows, ["table", "rows", "version", "location"], title=f"Tables in {state.settings.home}")
+        print_rows(rows, ["table", "rows", "version", "location"], title=f"Tables in {state.settings.home}",
+                   as_json=as_json, as_csv=as_csv)  # fmt: skip
 
     @app.command("sql")
     def sql_command(
         ctx: typer.Context,
         query: str = typer.Argument(..., help="Spark SQL to run against the registered tables and views."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
         limit: int = typer.Option(1000, "--limit", min=1, help="Print at most this many rows."),
     ) -> None:
         """Run Spark SQL against the registered tables and print the result."""
@@ -51,10 +51,7 @@ def register(app: typer.Typer) -> None:
             result_df = spark.sql(query)
             columns = result_df.columns
             rows = [row.asDict(recursive=True) for row in result_df.limit(limit).collect()]
-        if as_json:
-            print_json_lines(rows)
-        else:
-            print_table(rows, columns)
+        print_rows(rows, columns, as_json=as_json, as_csv=as_csv)
 
     @app.command("maintain")
     def maintain_command(

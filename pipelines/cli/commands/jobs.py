@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from conf.errors import InputError
-from pipelines.cli.console import console, print_json_lines, print_table, print_text, progress_bars
+from pipelines.cli.console import CSV_HELP, console, print_rows, print_table, print_text, progress_bars
 from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job
 
 SQL_DIALECTS = ("databricks", "duckdb", "trino", "snowflake", "spark")
@@ -59,15 +59,13 @@ def register(app: typer.Typer) -> None:
     def runs_command(
         ctx: typer.Context,
         limit: int = typer.Option(10, "--limit", min=1, help="How many runs to list."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON lines (every parameter and metric)."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """List recent pipeline runs (MLflow) with their key metrics."""
         from pipelines.runtime.tracking import recent_runs
 
         runs = recent_runs(state_of(ctx).settings, limit)
-        if as_json:
-            print_json_lines(runs)
-            return
         rows = [
             {
                 "run_id": r["run_id"],
@@ -81,11 +79,8 @@ def register(app: typer.Typer) -> None:
             }
             for r in runs
         ]
-        print_table(
-            rows,
-            ["run_id", "name", "status", "duration_s", "landed", "quarantined", "events", "audit_rows"],
-            title="Recent runs",
-        )
+        columns = ["run_id", "name", "status", "duration_s", "landed", "quarantined", "events", "audit_rows"]
+        print_rows(rows, columns, title="Recent runs", as_json=as_json, as_csv=as_csv, json_rows=runs)
 
     @app.command("export-sql")
     def export_sql_command(

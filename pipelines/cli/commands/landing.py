@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from bronze.formats import KINDS, check_kind
-from pipelines.cli.console import console, print_json_lines, print_table, progress_bars
+from pipelines.cli.console import CSV_HELP, console, print_json_lines, print_rows, print_table, progress_bars
 
 _SUMMARY_COLUMNS = ("file", "kind", "read", "landed", "quarantined", "duplicates", "skipped")
 _QUARANTINE_COLUMNS = ("batch_id", "source_file", "line_number", "kind", "reason", "raw_text")
@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
         batch: str | None = typer.Option(None, "--batch", help="Only this batch's records."),
         limit: int = typer.Option(50, "--limit", min=1, help="List at most this many records."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines (full raw text) instead of a table."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """List quarantined input records with the reason each was not landed."""
         from pipelines.batch.landing import list_quarantined
@@ -75,11 +76,8 @@ def register(app: typer.Typer) -> None:
         state = state_of(ctx)
         with state.session() as spark:
             rows = list_quarantined(spark, state.settings, batch_id=batch, limit=limit)
-        if as_json:
-            print_json_lines(rows)
-            return
-        shown = [{**r, "raw_text": _shorten(r["raw_text"])} for r in rows]
-        print_table(shown, _QUARANTINE_COLUMNS, title=f"Quarantined records ({len(rows)} shown)")
+        shown = rows if as_json or as_csv else [{**r, "raw_text": _shorten(r["raw_text"])} for r in rows]
+        print_rows(shown, _QUARANTINE_COLUMNS, title=f"Quarantined records ({len(rows)} shown)", as_json=as_json, as_csv=as_csv)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import json
 import typer
 
 from pipelines.cli.args import parse_time_ms
-from pipelines.cli.console import console, print_json_lines, print_table
+from pipelines.cli.console import CSV_HELP, console, print_rows, print_table
 
 HISTORY_COLUMNS = ("event_time", "category", "operation", "entity_urn", "modifier", "parameters", "actor", "aspect_name")
 
@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
         urn: str = typer.Argument(..., help="The entity urn."),
         timestamp: str = typer.Argument(..., help="The moment: epoch ms or ISO-8601 (UTC when no zone)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """Print every aspect of URN as it was at TIMESTAMP (newest snapshot created at or before it)."""
         from pipelines.batch.timeline import aspects_as_of
@@ -47,20 +48,19 @@ def register(app: typer.Typer) -> None:
         state = state_of(ctx)
         with state.session() as spark:
             aspects = aspects_as_of(spark, state.settings, urn, at_ms)
-        if as_json:
-            print_json_lines(aspects)
-            return
-        if not aspects:
+        if not aspects and not (as_json or as_csv):
             console.print(f"{urn} had no aspects at {at_ms}")
             return
         rows = [{**a, "aspect": "(deleted)" if a["deleted"] else json.dumps(a["aspect"], sort_keys=True)} for a in aspects]
-        print_table(rows, ["aspect_name", "version", "change_type", "created_time", "created_actor", "aspect"], title=f"{urn} at {at_ms}")
+        columns = ["aspect_name", "version", "change_type", "created_time", "created_actor", "aspect"]
+        print_rows(rows, columns, title=f"{urn} at {at_ms}", as_json=as_json, as_csv=as_csv, json_rows=aspects)
 
     @app.command("history")
     def history_command(
         ctx: typer.Context,
         urn: str = typer.Argument(..., help="The entity urn (a dataset's history includes its schema fields)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines (every column) instead of a table."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """List the change events of URN, oldest first."""
         from pipelines.batch.timeline import entity_history
@@ -68,10 +68,7 @@ def register(app: typer.Typer) -> None:
         state = state_of(ctx)
         with state.session() as spark:
             events = entity_history(spark, state.settings, urn)
-        if as_json:
-            print_json_lines(events)
-        else:
-            print_table(events, HISTORY_COLUMNS, title=f"Change events of {urn} ({len(events)})")
+        print_rows(events, HISTORY_COLUMNS, title=f"Change events of {urn} ({len(events)})", as_json=as_json, as_csv=as_csv)
 
     @app.command("replay")
     def replay_command(

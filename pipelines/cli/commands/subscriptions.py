@@ -9,7 +9,7 @@ import typer
 
 from conf.errors import InputError
 from pipelines.cli.args import parse_json_object, parse_time_ms
-from pipelines.cli.console import console, print_json_lines, print_table
+from pipelines.cli.console import CSV_HELP, console, print_rows
 
 
 def _read_om_filter(path: Path) -> dict:
@@ -18,6 +18,9 @@ def _read_om_filter(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"--om-filter: {str(path)!r} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
     return parse_json_object(text, "--om-filter")
+
+
+_FILTER_KEYS = ("categories", "operations", "entity_types", "entity_prefixes", "actors", "om_filter")
 
 
 def register(app: typer.Typer) -> None:
@@ -86,7 +89,9 @@ def register(app: typer.Typer) -> None:
 
     @subscriptions_app.command("list")
     def list_command(
-        ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="One JSON object per line.")
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """List the subscriptions (secrets are never shown: `signed` tells whether one is set)."""
         from pipelines.subscriptions.store import list_subscriptions
@@ -94,14 +99,11 @@ def register(app: typer.Typer) -> None:
         state = state_of(ctx)
         with state.session() as spark:
             rows = [s.describe() for s in list_subscriptions(spark, state.settings)]
-        if as_json:
-            print_json_lines(rows)
-            return
-        for row in rows:
-            row["filters"] = json.dumps(
-                {k: row[k] for k in ("categories", "operations", "entity_types", "entity_prefixes", "actors", "om_filter") if row[k]}
-            )
-        print_table(rows, ["name", "url", "format", "filters", "signed", "paused", "start_after"])
+        shown = [
+            {**row, "filters": json.dumps({k: row[k] for k in _FILTER_KEYS if row[k]})} for row in rows
+        ]
+        columns = ["name", "url", "format", "filters", "signed", "paused", "start_after"]
+        print_rows(shown, columns, as_json=as_json, as_csv=as_csv, json_rows=rows)
 
     @subscriptions_app.command("remove")
     def remove_command(ctx: typer.Context, name: str = typer.Argument(..., help="The subscription to remove.")) -> None:
@@ -129,6 +131,7 @@ def register(app: typer.Typer) -> None:
         names: list[str] = typer.Argument(None, help="Only these subscriptions (default: all)."),
         force: bool = typer.Option(False, "--force", help="Also try subscriptions waiting out a retry backoff."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object per subscription."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """Deliver every pending event now (what each pipeline run does after publishing)."""
         from dataclasses import asdict
@@ -139,12 +142,11 @@ def register(app: typer.Typer) -> None:
         with state.session() as spark:
             outcomes = deliver_outcomes(spark, state.settings, names=tuple(names or ()), force=force)
         rows = [asdict(o) for o in outcomes]
-        if as_json:
-            print_json_lines(rows)
-        elif not rows:
+        if not rows and not (as_json or as_csv):
             console.print("no subscriptions")
         else:
-            print_table(rows, ["name", "state", "delivered", "posts", "retries", "dead_lettered", "error"])
+            columns = ["name", "state", "delivered", "posts", "retries", "dead_lettered", "error"]
+            print_rows(rows, columns, as_json=as_json, as_csv=as_csv)
         if any(o.state in ("failing", "paused") for o in outcomes):
             raise typer.Exit(3)
 
@@ -153,6 +155,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         names: list[str] = typer.Argument(None, help="Only these subscriptions (default: all)."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object per subscription."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
     ) -> None:
         """Show per subscription: delivered, pending, failed (dead-lettered), oldest pending age, last error, paused."""
         from pipelines.subscriptions.status import STATUS_COLUMNS, subscription_status
@@ -160,9 +163,7 @@ def register(app: typer.Typer) -> None:
         state = state_of(ctx)
         with state.session() as spark:
             rows = subscription_status(spark, state.settings, tuple(names or ()))
-        if as_json:
-            print_json_lines(rows)
-        elif not rows:
+        if not rows and not (as_json or as_csv):
             console.print("no subscriptions")
         else:
-            print_table(rows, list(STATUS_COLUMNS))
+            print_rows(rows, list(STATUS_COLUMNS), as_json=as_json, as_csv=as_csv)

@@ -267,3 +267,43 @@ def test_quarantine_reasons_become_bounded_labels():
     assert reason_label("record: file truncated or corrupt after line 3 (EOF)") == "record"
     assert reason_label("{\"a\": 1} something") == "other"
     assert reason_label(None) == "other"
+
+
+def shown_ids(output: str, ids: list[str]) -> dict[str, str]:
+    """Each id as the table shows it: the longest token of one line that is a prefix of it (8+ characters)."""
+    shown = {}
+    for full in ids:
+        tokens = [t for line in output.splitlines() for t in line.split() if len(t) >= 8 and full.startswith(t)]
+        shown[full] = max(tokens, key=len, default="")
+    return shown
+
+
+WIDTHS = (80, 200)
+
+
+@pytest.fixture(scope="module")
+def listings(running, after_one_file) -> dict:
+    """`runs --json` (the reference) and `runs` at each terminal width."""
+    home = running["home"]
+    out = {f"runs.{width}": run_cli("runs", home=home, env={"COLUMNS": str(width)}).stdout for width in WIDTHS}
+    out["runs"] = [json.loads(line) for line in run_cli("runs", "--json", home=home).stdout.splitlines()]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_runs_fit_the_terminal_with_whole_ids_and_integer_counts(listings, columns):
+    runs, table = listings["runs"], listings[f"runs.{columns}"]
+    assert runs, "the watcher records its micro-batches as MLflow runs"
+    assert max(len(line) for line in table.splitlines()) <= columns
+    shown = shown_ids(table, [r["run_id"] for r in runs])
+    # Every run id on one line, whole or as a prefix no other run shares.
+    for full, prefix in shown.items():
+        assert prefix and [r["run_id"] for r in runs if r["run_id"].startswith(prefix)] == [full]
+    if columns == 200:
+        assert all(prefix == full for full, prefix in shown.items())
+    assert not re.search(r"\b\d+\.0\b", table), "counts print as integers"
+    for run in runs:
+        line = next(line for line in table.splitlines() if shown[run["run_id"]] in line.split())
+        if run["metrics"].get("land.records_landed"):
+            assert str(int(run["metrics"]["land.records_landed"])) in line.split()
