@@ -16,6 +16,7 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -267,7 +268,8 @@ def kafka_lag_family(feed: KafkaFeed | None) -> GaugeMetricFamily:
 class WatcherMetrics:
     """A watcher's metrics and their endpoint; without a port every method does nothing.
 
-    A failure to count (a query of the quarantine reasons, say) is logged and never stops the watcher.
+    A micro-batch is counted from one background thread, so the watch loop never waits for it (the
+    quarantine reasons are a query). A failure to count is logged and never stops the watcher.
 
     Args:
         settings: the lakehouse settings (api.host is where the endpoint listens).
@@ -290,12 +292,14 @@ class WatcherMetrics:
         self.port = port
         self.pipeline: PipelineMetrics | None = None
         self._stop: Callable[[], None] | None = None
+        self._counting: ThreadPoolExecutor | None = None
         if port is None:
             return
         if not 0 < port < 65536:
             raise ConfigError(f"--metrics-port: {port!r} is not a TCP port (1..65535)")
         self.registry = CollectorRegistry(auto_describe=True)
         self.pipeline = PipelineMetrics(self.registry)
+        self._counting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watch-metrics")
         self.registry.register(WaitingCollector(pending, kafka))
         self.registry.register(HomeCollector(settings, watcher_state=False))
         ProcessCollector(registry=self.registry)
@@ -306,15 +310,17 @@ class WatcherMetrics:
             self._stop = start_metrics_server(self.registry, self.settings.api.host, self.port)
 
     def stop(self) -> None:
-        """Stop the endpoint."""
+        """Count what is queued, then stop the endpoint (before the watcher closes its session)."""
+        if self._counting is not None:
+            self._counting.shutdown(wait=True)
         if self._stop is not None:
             self._stop()
             self._stop = None
 
     def micro_batch(self, spark: SparkSession, summary: RunSummary, record: Mapping[str, Any]) -> None:
         """Count a micro-batch (PipelineMetrics.observe_micro_batch)."""
-        if self.pipeline is not None:
-            self._guarded(self.pipeline.observe_micro_batch, spark, self.settings, summary, record)
+        if self.pipeline is not None and self._counting is not None:
+            self._counting.submit(self._guarded, self.pipeline.observe_micro_batch, spark, self.settings, summary, record)
 
     def delivery(self, spark: SparkSession, outcome: Outcome) -> None:
         """Count a delivery round (PipelineMetrics.observe_delivery)."""

@@ -146,7 +146,12 @@ def metrics_registry(settings: Settings) -> tuple[CollectorRegistry, ApiMetrics]
 
 
 def instrument(app: FastAPI, settings: Settings) -> None:
-    """Count every request of `app` and serve the metrics at GET /metrics (no token: counts, no data)."""
+    """Count every request of `app` and serve the metrics at GET /metrics (no token: counts, no data).
+
+    Nothing is added when serve.metrics is false.
+    """
+    if not settings.serve.metrics:
+        return
     registry, api = metrics_registry(settings)
     app.add_middleware(MetricsMiddleware, metrics=api)
     router = APIRouter()

@@ -134,8 +134,12 @@ def after_one_file(running) -> dict:
     log = running["watch_log"]
     batch = wait_for(lambda: [b for b in watch_log_records(log, "micro_batch") if b["files"]], 120, "the micro-batch")[0]
     delivered = wait_for(lambda: watch_log_records(log, "delivered"), 60, "the webhook POST")[0]
-    # The counters of a delivery round are fed after its log line: wait for them to show.
-    wait_for(lambda: total(scrape(running["watch_port"])[0], "lakehouse_webhook_posts_total") >= 1, 30, "the delivery metrics")
+    # A micro-batch is counted in the background, a delivery round after its log line: wait for both.
+    def counted() -> bool:
+        samples = scrape(running["watch_port"])[0]
+        return total(samples, "lakehouse_webhook_posts_total") >= 1 and total(samples, "lakehouse_audit_rows_written_total") >= GOOD_LINES
+
+    wait_for(counted, 30, "the micro-batch and delivery metrics")
     after_watch, types = scrape(running["watch_port"])
     return {"before": before_watch, "after": after_watch, "types": types, "batch": batch, "delivered": delivered}
 
