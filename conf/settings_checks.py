@@ -189,6 +189,8 @@ def _check_subscriptions(subscriptions: SubscriptionSettings, ok) -> list[str]:
 
 def _check_watch(watch: WatchSettings, ok) -> list[str]:
     problems = []
+    if ok("watch.metrics_port") and watch.metrics_port is not None and not 0 < watch.metrics_port < 65536:
+        problems.append(f"watch.metrics_port: {watch.metrics_port!r} is not a TCP port (1..65535)")
     for name in ("max_wait_seconds", "max_files", "max_bytes", "poll_interval_seconds", "heartbeat_seconds"):
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value <= 0:

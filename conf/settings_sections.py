@@ -230,6 +230,7 @@ class WatchSettings:
     compact_every_batches: int = 50
     compact_files_below_mb: int = 32
     openmetadata_every_seconds: float = 10.0
+    metrics_port: int | None = None
 
 
 @dataclass(frozen=True)

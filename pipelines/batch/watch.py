@@ -530,7 +530,7 @@ def watch(settings: Settings, metrics_port: int | None = None) -> int:
 
     Args:
         settings: the lakehouse settings (landing folders, the watch section).
-        metrics_port: serve Prometheus metrics on api.host at this port (None: no metrics).
+        metrics_port: serve Prometheus metrics on api.host at this port (default watch.metrics_port; None: none).
 
     Returns:
         The exit code: 0 after a signal.
@@ -540,4 +540,4 @@ def watch(settings: Settings, metrics_port: int | None = None) -> int:
     """
     stop = StopSignal()
     stop.install()
-    return Watcher(settings, stop, metrics_port).run()
+    return Watcher(settings, stop, settings.watch.metrics_port if metrics_port is None else metrics_port).run()

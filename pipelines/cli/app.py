@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.demo",
     "pipelines.cli.commands.anomalies",
     "pipelines.bench.anomalies",
+    "pipelines.bench.metrics",
 )
 
 app = typer.Typer(

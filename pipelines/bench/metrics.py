@@ -1,0 +1,124 @@
+"""`lakehouse bench metrics`: what request metrics cost the search API, two servers measured in turns.
+
+Starts `lakehouse serve` twice on a home `lakehouse bench search --work-dir` built, one with
+serve.metrics on and one with it off, and runs short load bursts against each in turn (the order flips
+every round), so both see the same machine. Per burst it records throughput and the server's CPU time
+per request (from /proc), which a busy machine disturbs far less than throughput. Writes one JSON result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from conf.errors import InputError
+from conf.settings import Settings
+from conf.tables import table_location
+from pipelines.bench.harness import write_result
+from pipelines.bench.search import _request_kinds, _start_server, _stop_server, measure_load
+from pipelines.runtime.engine import free_loopback_port
+
+VARIANTS = ("on", "off")
+# The actors `bench search` generates (its --actors default).
+BENCH_ACTORS = [f"urn:li:corpuser:user{i:05d}" for i in range(1000)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_metrics_bench(settings: Settings, *, rounds: int, seconds: float, clients: int, days: int) -> dict[str, Any]:
+    """Measure bursts against a server with metrics on and one with them off, alternating.
+
+    Returns:
+        Per variant: every burst's throughput and CPU ms per request, and their medians; the overhead
+        of metrics as the median of the per-round ratios.
+    """
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from pipelines.serving.tokens import create_token
+
+    audit_dir = table_location(settings, "gold.audit_events")
+    if not DeltaTable.is_deltatable(str(audit_dir)):
+        raise InputError(f"--work-dir: {settings.home} holds no gold.audit_events; build it with `lakehouse bench search --work-dir`")
+    dataset = DeltaTable(str(audit_dir)).to_pyarrow_dataset()
+    now_ms = int(pc.max(dataset.to_table(columns=["timestamp"]).column("timestamp")).as_py()) + 1
+    kinds = _request_kinds(BENCH_ACTORS, now_ms, days)
+    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
+    servers, configs = {}, {}
+    results: dict[str, dict[str, list[float]]] = {v: {"throughput_rps": [], "cpu_ms_per_request": []} for v in VARIANTS}
+    try:
+        for variant in VARIANTS:
+            config = Path(tempfile.mkstemp(prefix=f"metrics-{variant}-", suffix=".yaml")[1])
+            config.write_text(f"serve: {{metrics: {'true' if variant == 'on' else 'false'}}}\n")
+            configs[variant] = config
+            port = free_loopback_port()
+            os.environ["LAKEHOUSE_CONFIG"] = str(config)
+            servers[variant] = (port, _start_server(settings, "inprocess", port, settings.home / f"server-metrics-{variant}.log"))
+        os.environ.pop("LAKEHOUSE_CONFIG", None)
+        for variant in VARIANTS:  # warm both: indexes built, caches filled
+            measure_load(servers[variant][0], token, kinds, clients, min(seconds, 2.0), seed=1)
+        for number in range(rounds):
+            for variant in VARIANTS if number % 2 == 0 else VARIANTS[::-1]:
+                port, process = servers[variant]
+                before = cpu_seconds(process.pid)
+                load = measure_load(port, token, kinds, clients, seconds, seed=number)
+                used = cpu_seconds(process.pid) - before
+                results[variant]["throughput_rps"].append(load["throughput_rps"])
+                results[variant]["cpu_ms_per_request"].append(round(1000 * used / max(load["requests"], 1), 4))
+    finally:
+        for _, process in servers.values():
+            _stop_server(process)
+        for config in configs.values():
+            config.unlink(missing_ok=True)
+    payload: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "clients": clients}
+    for variant in VARIANTS:
+        figures = results[variant]
+        payload[variant] = {
+            **figures,
+            "median_throughput_rps": statistics.median(figures["throughput_rps"]),
+            "median_cpu_ms_per_request": statistics.median(figures["cpu_ms_per_request"]),
+        }
+    on, off = results["on"], results["off"]
+    payload["throughput_ratio_on_off"] = round(statistics.median(a / b for a, b in zip(on["throughput_rps"], off["throughput_rps"])), 4)
+    payload["cpu_ratio_on_off"] = round(statistics.median(a / b for a, b in zip(on["cpu_ms_per_request"], off["cpu_ms_per_request"])), 4)
+    return payload
+
+
+def register(app: typer.Typer) -> None:
+    """Add `bench metrics` to the bench group."""
+    from pipelines.cli.commands.bench import bench_app
+
+    @bench_app.command("metrics")
+    def bench_metrics_command(
+        ctx: typer.Context,
+        work_dir: Path = typer.Option(..., "--work-dir", help="A home `lakehouse bench search --work-dir` loaded."),
+        rounds: int = typer.Option(10, "--rounds", min=1, help="Bursts per server (alternating)."),
+        seconds: float = typer.Option(3.0, "--seconds", min=0.5, help="Seconds of each burst."),
+        clients: int = typer.Option(1, "--clients", min=1, max=64, help="Concurrent clients of each burst."),
+        days: int = typer.Option(30, "--days", help="Days the bench search events span (its --days)."),
+        out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
+    ) -> None:
+        """Measure what request metrics cost search: throughput and CPU per request with serve.metrics on and off."""
+        from pipelines.cli.app import state_of
+        from pipelines.cli.console import console
+
+        settings = dataclasses.replace(state_of(ctx).settings, home=work_dir.resolve(), table_locations={})
+        payload = run_metrics_bench(settings, rounds=rounds, seconds=seconds, clients=clients, days=days)
+        path = write_result(out, "metrics", payload)
+        for variant in VARIANTS:
+            figures = payload[variant]
+            console.print(f"metrics {variant}: {figures['median_throughput_rps']} req/s, "
+                          f"{figures['median_cpu_ms_per_request']} CPU ms/request (medians of {rounds})")  # fmt: skip
+        console.print(f"on/off: throughput {payload['throughput_ratio_on_off']}, CPU per request {payload['cpu_ratio_on_off']}")
+        console.print(f"wrote {path}")
