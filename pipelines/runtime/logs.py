@@ -50,6 +50,17 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+class StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a record is logged (as logging's own last-resort handler)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):  # noqa: ANN201 - a text stream
+        return sys.stderr
+
+
 def configure_logging(settings: Settings) -> None:
     """Send log records to standard error in the format and from the level the settings name.
 
@@ -60,7 +71,7 @@ def configure_logging(settings: Settings) -> None:
     root = logging.getLogger()
     for handler in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if settings.log.format == "json" else TextFormatter())
     root.addHandler(handler)

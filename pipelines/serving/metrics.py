@@ -67,14 +67,26 @@ class ApiMetrics:
             registry=registry, multiprocess_mode="livesum",
         )  # fmt: skip
 
+        # The labelled children per (endpoint, method, status): looked up once, not per request.
+        self._children: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+
     def observe(self, endpoint: str, method: str, status: int, seconds: float) -> None:
         """Count one answered request."""
-        self.requests.labels(endpoint, method, str(status)).inc()
-        self.latency.labels(endpoint, method).observe(seconds)
+        children = self._children.get((endpoint, method, status))
+        if children is None:
+            children = self._children.setdefault((endpoint, method, status), self._label(endpoint, method, status))
+        for child in children[:-1]:
+            child.inc()
+        children[-1].observe(seconds)
+
+    def _label(self, endpoint: str, method: str, status: int) -> tuple[Any, ...]:
+        """The counters one request of this kind increments, then its latency histogram."""
+        counters = [self.requests.labels(endpoint, method, str(status))]
         if status == 503:
-            self.rejections.labels(endpoint).inc()
+            counters.append(self.rejections.labels(endpoint))
         elif status in (401, 403):
-            self.auth_failures.labels(endpoint, str(status)).inc()
+            counters.append(self.auth_failures.labels(endpoint, str(status)))
+        return (*counters, self.latency.labels(endpoint, method))
 
 
 class MetricsMiddleware:

@@ -339,3 +339,36 @@ def test_a_watcher_holds_messages_back_while_the_schema_registry_is_down_then_la
             registry.shutdown()
     assert code == 0, log.read_text()
     assert landed[0]["kafka_messages"] == 5 and landed[0]["records"] == 5 and landed[0]["records_quarantined"] == 0
+
+
+def test_the_lag_per_partition_counts_what_is_not_landed_and_drops_to_0_once_landed(spark, broker, tmp_path):
+    from pipelines.batch.kafka.feed import KafkaFeed
+    from pipelines.runtime.metrics import WaitingCollector, kafka_lag_family
+
+    topic = "lag-metrics"
+    create_topic(broker, topic, 2)
+    lines = MCL_FIXTURE.read_text().splitlines()[:20]
+    assert produce(broker, topic, mcl_messages(lines)) == 20
+    settings = kafka_settings(tmp_path, broker, {topic: "mcl"})
+    register_fresh_tables(spark, settings)
+    feed = KafkaFeed(settings, lambda record: None)
+    try:
+        def polled() -> bool:
+            feed.poll(spark)
+            return len(feed.buffer) == 20
+
+        wait_for(polled, 60, "the feed to fetch the 20 messages")
+
+        def lag() -> dict[str, float]:
+            return {s.labels["partition"]: s.value for s in kafka_lag_family(feed).samples if s.labels["topic"] == topic}
+
+        assert sum(lag().values()) == 20 and set(lag()) == {"0", "1"}
+        waiting = {m.name: m for m in WaitingCollector(dict, lambda: feed).collect()}
+        (kafka_age,) = [s.value for s in waiting["lakehouse_oldest_unprocessed_age_seconds"].samples if s.labels["source"] == "kafka"]
+        assert kafka_age > 0
+        messages, _ = feed.take()
+        run_job(settings, ("land",), paths=[], spark=spark, deliver=False, kafka_messages=messages)
+        feed.settle(spark, messages)
+        assert lag() == {"0": 0, "1": 0}
+    finally:
+        feed.close()
