@@ -8,7 +8,7 @@ import time
 
 import typer
 
-from pipelines.cli.console import print_table, print_text
+from pipelines.cli.console import format_duration, print_table, print_text
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
                 "item": "last batch",
                 "value": (
                     f"{_when(last['finished_at'])}: {last['files']} files, {last['records']} records, "
-                    f"{last['events']} events in {last['total_seconds']} s (lag {last['lag_seconds']} s)"
+                    f"{last['events']} events in {format_duration(last['total_seconds'])} (lag {format_duration(last['lag_seconds'])})"
                     if last
                     else "-"
                 ),
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
             {"item": "oldest unprocessed", "value": f"{oldest['path']} ({_when(oldest['arrived_at'])})" if oldest else "-"},
             {
                 "item": "freshness lag",
-                "value": "-" if status["freshness_lag_seconds"] is None else f"{status['freshness_lag_seconds']} s",
+                "value": "-" if status["freshness_lag_seconds"] is None else format_duration(status["freshness_lag_seconds"]),
             },
         ]
         print_table(rows, ["item", "value"], title="Watch status")

@@ -7,6 +7,7 @@ file with 2 bad lines, a search, a refused token and a webhook receiver that ref
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -33,6 +34,7 @@ from pipelines.bench.watch import (
     watch_log_records,
 )
 from pipelines.runtime.metrics import reason_label
+from pipelines.serving.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
 from pipelines.serving.tokens import create_token
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
@@ -311,3 +313,39 @@ def test_runs_fit_the_terminal_with_whole_ids_and_integer_counts(listings, colum
         line = next(line for line in table.splitlines() if shown[run["run_id"]] in line.split())
         if run["metrics"].get("land.records_landed"):
             assert str(int(run["metrics"]["land.records_landed"])) in line.split()
+
+
+def start_worker(home: Path, port: int, log: Path, multiproc_dir: Path) -> subprocess.Popen:
+    """`lakehouse serve` as one of several workers: PROMETHEUS_MULTIPROC_DIR set, as a parent would."""
+    command = [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false", "serve", "--port", str(port)]
+    with open(log, "ab") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                env=child_env({"PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir)}))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_workers_sharing_a_multiprocess_dir_each_serve_the_sum_of_all(running, after_one_file, tmp_path, monkeypatch):
+    folder = tmp_path / "multiproc"
+    folder.mkdir()
+    (folder / "counter_left-by-an-earlier-server.db").write_bytes(b"x")
+    # What the parent does before starting its workers; the variable is unset again after the test.
+    monkeypatch.setenv(MULTIPROC_ENV, "")
+    prepare_multiprocess_dir(folder)
+    assert os.environ[MULTIPROC_ENV] == str(folder) and list(folder.iterdir()) == []
+    ports = [free_port(), free_port()]
+    workers = [start_worker(running["home"], port, tmp_path / f"worker-{port}.log", folder) for port in ports]
+    try:
+        for port in ports:
+            wait_for(lambda port=port: get_status(port, "/health") == 200, 60, f"worker on {port}")
+        assert post_search(ports[0], "not-a-token") == 401
+        assert post_search(ports[1], "not-a-token") == 401
+        assert post_search(ports[1], running["token"]) == 200
+        for port in ports:
+            samples, _ = scrape(port)
+            assert value(samples, "lakehouse_api_auth_failures_total", endpoint=SEARCH_PATH, status="401") == 2
+            assert value(samples, "lakehouse_api_requests_total", endpoint=SEARCH_PATH, method="POST", status="200") == 1
+            assert value(samples, "lakehouse_api_request_seconds_count", endpoint=SEARCH_PATH, method="POST") == 3
+            assert value(samples, "lakehouse_watcher_up") == 1  # the home's gauges, read at scrape time
+    finally:
+        for worker in workers:
+            stop(worker)
