@@ -3,13 +3,18 @@
 Starts `lakehouse serve` twice on a home `lakehouse bench search --work-dir` built, one with
 serve.metrics on and one with it off, and runs short load bursts against each in turn (the order flips
 every round), so both see the same machine. Per burst it records throughput and the server's CPU time
-per request (from /proc), which a busy machine disturbs far less than throughput. Writes one JSON result.
+per request (from /proc), which a busy machine disturbs far less than throughput. Then the same searches go
+straight through two apps in this process (no sockets), metrics on and off, in alternating rounds, timed
+in CPU microseconds. Writes one JSON result.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -36,7 +41,71 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_metrics_bench(settings: Settings, *, rounds: int, seconds: float, clients: int, days: int) -> dict[str, Any]:
+async def _asgi_search(app: Any, token: str, query: dict[str, Any], body: dict[str, Any]) -> int:
+    """One search straight through the ASGI app (no socket, no HTTP parsing); returns the status."""
+    from pipelines.serving.api import SEARCH_PATH
+
+    sent = False
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": SEARCH_PATH, "raw_path": SEARCH_PATH.encode(), "root_path": "",
+        "query_string": "&".join(f"{k}={v}" for k, v in query.items()).encode(),
+        "headers": [(b"authorization", f"Bearer {token}".encode()), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+    await app(scope, receive, send)
+    return statuses[0]
+
+
+def measure_in_process(settings: Settings, token: str, kinds: dict, rounds: int, requests: int) -> dict[str, Any]:
+    """CPU microseconds per search of two apps in this process, metrics on and off, in alternating rounds.
+
+    The same process and request stream for both: a busy machine moves both alike.
+    """
+    from pipelines.serving.api import create_app
+
+    apps = {v: create_app(dataclasses.replace(settings, serve=dataclasses.replace(settings.serve, metrics=v == "on")))
+            for v in VARIANTS}  # fmt: skip
+    makers = list(kinds.values())
+    cpu_us: dict[str, list[float]] = {v: [] for v in VARIANTS}
+
+    async def burst(app: Any, seed: int) -> None:
+        rng = random.Random(seed)
+        for turn in range(requests):
+            status = await _asgi_search(app, token, *makers[turn % len(makers)](rng))
+            if status != 200:
+                raise InputError(f"bench metrics: a search answered {status}")
+
+    for variant in VARIANTS:  # warm both
+        asyncio.run(burst(apps[variant], seed=0))
+    for number in range(rounds):
+        for variant in VARIANTS if number % 2 == 0 else VARIANTS[::-1]:
+            before = time.process_time()
+            asyncio.run(burst(apps[variant], seed=number))
+            cpu_us[variant].append(round(1e6 * (time.process_time() - before) / requests, 1))
+    return {
+        "requests_per_round": requests,
+        **{v: {"cpu_us_per_request": cpu_us[v], "median": statistics.median(cpu_us[v])} for v in VARIANTS},
+        "cpu_ratio_on_off": round(statistics.median(a / b for a, b in zip(cpu_us["on"], cpu_us["off"])), 4),
+    }
+
+
+def run_metrics_bench(
+    settings: Settings, *, rounds: int, seconds: float, clients: int, days: int, asgi_requests: int
+) -> dict[str, Any]:
     """Measure bursts against a server with metrics on and one with them off, alternating.
 
     Returns:
@@ -89,6 +158,8 @@ def run_metrics_bench(settings: Settings, *, rounds: int, seconds: float, client
             "median_throughput_rps": statistics.median(figures["throughput_rps"]),
             "median_cpu_ms_per_request": statistics.median(figures["cpu_ms_per_request"]),
         }
+    if asgi_requests:
+        payload["in_process"] = measure_in_process(settings, token, kinds, rounds, asgi_requests)
     on, off = results["on"], results["off"]
     payload["throughput_ratio_on_off"] = round(statistics.median(a / b for a, b in zip(on["throughput_rps"], off["throughput_rps"])), 4)
     payload["cpu_ratio_on_off"] = round(statistics.median(a / b for a, b in zip(on["cpu_ms_per_request"], off["cpu_ms_per_request"])), 4)
@@ -107,6 +178,9 @@ def register(app: typer.Typer) -> None:
         seconds: float = typer.Option(3.0, "--seconds", min=0.5, help="Seconds of each burst."),
         clients: int = typer.Option(1, "--clients", min=1, max=64, help="Concurrent clients of each burst."),
         days: int = typer.Option(30, "--days", help="Days the bench search events span (its --days)."),
+        asgi_requests: int = typer.Option(
+            300, "--asgi-requests", min=0, help="Searches per round straight through the app in this process (0: skip)."
+        ),
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
     ) -> None:
         """Measure what request metrics cost search: throughput and CPU per request with serve.metrics on and off."""
@@ -114,11 +188,16 @@ def register(app: typer.Typer) -> None:
         from pipelines.cli.console import console
 
         settings = dataclasses.replace(state_of(ctx).settings, home=work_dir.resolve(), table_locations={})
-        payload = run_metrics_bench(settings, rounds=rounds, seconds=seconds, clients=clients, days=days)
+        payload = run_metrics_bench(settings, rounds=rounds, seconds=seconds, clients=clients, days=days,
+                                    asgi_requests=asgi_requests)  # fmt: skip
         path = write_result(out, "metrics", payload)
         for variant in VARIANTS:
             figures = payload[variant]
             console.print(f"metrics {variant}: {figures['median_throughput_rps']} req/s, "
                           f"{figures['median_cpu_ms_per_request']} CPU ms/request (medians of {rounds})")  # fmt: skip
         console.print(f"on/off: throughput {payload['throughput_ratio_on_off']}, CPU per request {payload['cpu_ratio_on_off']}")
+        if asgi_requests:
+            inside = payload["in_process"]
+            console.print(f"in process: {inside['on']['median']} us/search with metrics, {inside['off']['median']} without "
+                          f"(on/off {inside['cpu_ratio_on_off']})")  # fmt: skip
         console.print(f"wrote {path}")
