@@ -103,6 +103,53 @@ def measure_in_process(settings: Settings, token: str, kinds: dict, rounds: int,
     }
 
 
+def measure_micro_batch_counting(settings: Settings, repeats: int = 7) -> dict[str, Any]:
+    """What counting a micro-batch costs: the watch loop's hand-off, and the counting thread's work.
+
+    Lands a file of 50 records with 2 bad lines and one of 50 good ones into a scratch home under
+    `settings.home`, then times `observe_micro_batch` on both run summaries and `WatcherMetrics.micro_batch`
+    (what the loop itself does), in milliseconds (medians).
+    """
+    from prometheus_client import CollectorRegistry
+
+    from pipelines.batch.jobs import run_job
+    from pipelines.bench.watch import mcl_lines
+    from pipelines.runtime.engine import open_session
+    from pipelines.runtime.metrics import PipelineMetrics, WatcherMetrics
+
+    scratch = dataclasses.replace(settings, home=settings.home / "metrics-micro-batch", table_locations={})
+    inputs = scratch.home / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    now_ms = int(time.time() * 1000)
+    bad_file, good_file = inputs / f"bad-{now_ms}.mcl.jsonl", inputs / f"good-{now_ms}.mcl.jsonl"
+    bad_file.write_text("\n".join([*mcl_lines("urn:li:corpuser:a", 50, now_ms, f"a{now_ms}"), "not json", '{"x": 1}']) + "\n")
+    good_file.write_text("\n".join(mcl_lines("urn:li:corpuser:b", 50, now_ms, f"b{now_ms}")) + "\n")
+    record = {"files": 1, "lag_seconds": 1.0, "audit_rows": 50, "finished_at": time.time(), "quarantined_files": []}
+    with open_session(scratch) as spark:
+        summaries = {
+            "quarantined": run_job(scratch, ("land", "refine", "publish"), paths=[bad_file], spark=spark, deliver=False),
+            "clean": run_job(scratch, ("land", "refine", "publish"), paths=[good_file], spark=spark, deliver=False),
+        }
+        metrics = PipelineMetrics(CollectorRegistry())
+        figures: dict[str, Any] = {f"micro_batch_s.{k}": v.seconds for k, v in summaries.items()}
+        for name, summary in summaries.items():
+            times = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                metrics.observe_micro_batch(spark, scratch, summary, record)
+                times.append(time.perf_counter() - started)
+            figures[f"counting_ms.{name}"] = round(statistics.median(times) * 1000, 3)
+        watcher = WatcherMetrics(scratch, free_loopback_port(), dict, lambda: None)
+        times = []
+        for _ in range(200):
+            started = time.perf_counter()
+            watcher.micro_batch(spark, summaries["clean"], record)
+            times.append(time.perf_counter() - started)
+        watcher.stop()  # waits for the queued counting
+        figures["loop_handoff_us"] = round(statistics.median(times) * 1e6, 1)
+    return figures
+
+
 def run_metrics_bench(
     settings: Settings, *, rounds: int, seconds: float, clients: int, days: int, asgi_requests: int
 ) -> dict[str, Any]:
@@ -181,6 +228,9 @@ def register(app: typer.Typer) -> None:
         asgi_requests: int = typer.Option(
             300, "--asgi-requests", min=0, help="Searches per round straight through the app in this process (0: skip)."
         ),
+        micro_batch: bool = typer.Option(
+            False, "--micro-batch", help="Only time what counting a micro-batch costs (a scratch home under --work-dir)."
+        ),
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
     ) -> None:
         """Measure what request metrics cost search: throughput and CPU per request with serve.metrics on and off."""
@@ -188,6 +238,11 @@ def register(app: typer.Typer) -> None:
         from pipelines.cli.console import console
 
         settings = dataclasses.replace(state_of(ctx).settings, home=work_dir.resolve(), table_locations={})
+        if micro_batch:
+            figures = measure_micro_batch_counting(settings)
+            console.print(" ".join(f"{k}={v}" for k, v in figures.items()))
+            console.print(f"wrote {write_result(out, 'metrics-micro-batch', figures)}")
+            return
         payload = run_metrics_bench(settings, rounds=rounds, seconds=seconds, clients=clients, days=days,
                                     asgi_requests=asgi_requests)  # fmt: skip
         path = write_result(out, "metrics", payload)

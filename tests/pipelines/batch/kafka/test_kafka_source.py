@@ -363,6 +363,7 @@ def test_the_lag_per_partition_counts_what_is_not_landed_and_drops_to_0_once_lan
             return {s.labels["partition"]: s.value for s in kafka_lag_family(feed).samples if s.labels["topic"] == topic}
 
         assert sum(lag().values()) == 20 and set(lag()) == {"0", "1"}
+        time.sleep(0.01)  # the oldest buffered message then has waited at least this long
         waiting = {m.name: m for m in WaitingCollector(dict, lambda: feed).collect()}
         (kafka_age,) = [s.value for s in waiting["lakehouse_oldest_unprocessed_age_seconds"].samples if s.labels["source"] == "kafka"]
         assert kafka_age > 0
