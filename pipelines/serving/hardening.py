@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import MutableHeaders
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conf.errors import AuthError, ConfigError, RequestError
@@ -43,6 +44,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
     Raises:
         PayloadTooLargeError: when the declared or the received length is above `limit`.
+        RequestError: when the client goes away before the end of the body.
     """
     too_large = f"body: larger than the limit of {limit} bytes (serve.max_body_bytes)"
     declared = request.headers.get("content-length", "")
@@ -50,11 +52,14 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise PayloadTooLargeError(too_large)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(too_large)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLargeError(too_large)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise RequestError("body: the client disconnected before sending all of it") from None
     return b"".join(chunks)
 
 

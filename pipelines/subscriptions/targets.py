@@ -39,7 +39,8 @@ def resolve_target(
     literal = address_of(host)
     if literal is not None:
         check_address(host, literal, allowed_networks)
-        return str(literal.ipv4_mapped or literal) if isinstance(literal, ipaddress.IPv6Address) else str(literal)
+        mapped = literal.ipv4_mapped if isinstance(literal, ipaddress.IPv6Address) else None
+        return str(mapped or literal)
     try:
         infos = resolver(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -77,14 +78,24 @@ class PinnedHTTPConnection(http.client.HTTPConnection):
         port: the URL's port.
         allowed_networks: private networks the host may resolve to.
         timeout: connect and read timeout in seconds.
+        resolver: resolves the host (socket.getaddrinfo).
     """
 
-    def __init__(self, host: str, port: int | None, allowed_networks: Sequence[str], timeout: float):
+    def __init__(
+        self,
+        host: str,
+        port: int | None,
+        allowed_networks: Sequence[str],
+        timeout: float,
+        resolver: Resolver = socket.getaddrinfo,
+    ):
         super().__init__(host, port, timeout=timeout)
         self._allowed_networks = tuple(allowed_networks)
+        self._resolver = resolver
 
     def _pinned_socket(self) -> socket.socket:
-        address = resolve_target(self.host, self.port, self._allowed_networks)
+        # One lookup per connection: the address checked is the address connected to.
+        address = resolve_target(self.host, self.port, self._allowed_networks, self._resolver)
         return socket.create_connection((address, self.port), self.timeout)
 
     def connect(self) -> None:
@@ -97,15 +108,24 @@ class PinnedHTTPSConnection(PinnedHTTPConnection):
 
     default_port = http.client.HTTPS_PORT
 
-    def __init__(self, host: str, port: int | None, allowed_networks: Sequence[str], timeout: float):
-        super().__init__(host, port, allowed_networks, timeout)
+    def __init__(
+        self,
+        host: str,
+        port: int | None,
+        allowed_networks: Sequence[str],
+        timeout: float,
+        resolver: Resolver = socket.getaddrinfo,
+    ):
+        super().__init__(host, port, allowed_networks, timeout, resolver)
         self._context = ssl.create_default_context()
 
     def connect(self) -> None:
         self.sock = self._context.wrap_socket(self._pinned_socket(), server_hostname=self.host)
 
 
-def pinned_connection(url: str, allowed_networks: Sequence[str], timeout: float) -> PinnedHTTPConnection:
+def pinned_connection(
+    url: str, allowed_networks: Sequence[str], timeout: float, resolver: Resolver = socket.getaddrinfo
+) -> PinnedHTTPConnection:
     """A keep-alive connection to `url`'s host at a checked address (HTTPS when the URL is https).
 
     Raises:
@@ -115,4 +135,4 @@ def pinned_connection(url: str, allowed_networks: Sequence[str], timeout: float)
     if not parts.hostname:
         raise InputError(f"--url: {url!r} names no host")
     kind = PinnedHTTPSConnection if parts.scheme == "https" else PinnedHTTPConnection
-    return kind(parts.hostname, parts.port, allowed_networks, timeout)
+    return kind(parts.hostname, parts.port, allowed_networks, timeout, resolver)

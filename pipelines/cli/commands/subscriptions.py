@@ -52,12 +52,14 @@ def register(app: typer.Typer) -> None:
         from gold.subscriptions import EventFilters, check_format, check_name, check_url
         from pipelines.subscriptions.secrets import encrypt_secret, read_secret_file
         from pipelines.subscriptions.store import add_subscription
+        from pipelines.subscriptions.targets import check_target
 
         state = state_of(ctx)
         settings = state.settings
         # Everything that needs no table is checked before a session starts.
         check_name(name)
-        check_url(url, settings.subscriptions.allowed_hosts)
+        check_url(url, settings.subscriptions.allowed_hosts, settings.subscriptions.allowed_networks)
+        check_target(url, settings.subscriptions.allowed_networks)
         check_format(payload_format)
         filters = EventFilters(
             categories=tuple(categories or ()),

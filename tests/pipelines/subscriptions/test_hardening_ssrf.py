@@ -1,0 +1,117 @@
+"""Webhook targets: loopback, private, link-local and metadata addresses refused unless allow-listed, pinned."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+
+import pytest
+
+from conf.errors import InputError
+from conf.settings_sections import SubscriptionSettings
+from gold.subscriptions import EventFilters, check_url
+from pipelines.batch.publish_audit import publish_audit
+from pipelines.subscriptions.delivery import deliver_outcomes
+from pipelines.subscriptions.store import add_subscription
+from pipelines.subscriptions.targets import check_target, pinned_connection
+from tests.conftest import make_settings, register_fresh_tables
+from tests.pipelines.audit_inputs import change_event, land_refined_batch
+from tests.pipelines.cli.test_cli import run_cli
+from tests.pipelines.subscriptions.receiver import start_receiver
+
+ORDERS = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"
+LOOPBACK = ("127.0.0.0/8",)
+REFUSED = [
+    "http://169.254.169.254/latest/meta-data/iam/security-credentials/",  # cloud metadata (link-local)
+    "http://127.0.0.1:8080/x",
+    "http://[::1]/x",
+    "http://0x7f000001/x",  # 127.0.0.1 in hex
+    "http://2130706433/x",  # ... as one decimal number
+    "http://0177.0.0.1/x",  # ... in octal
+    "http://127.1/x",  # ... shortened
+    "http://[::ffff:127.0.0.1]/x",  # ... mapped into IPv6
+    "http://[64:ff9b::a9fe:a9fe]/x",  # 169.254.169.254 through NAT64
+    "http://0.0.0.0/x",
+    "http://10.1.2.3/x",
+    "https://192.168.0.10/x",
+    "http://172.16.5.4/x",
+    "http://100.64.0.1/x",  # carrier-grade NAT
+    "http://[fd00:ec2::254]/x",  # a unique local address (AWS's IPv6 metadata)
+    "http://[fe80::1]/x",
+]
+
+
+@pytest.mark.parametrize("url", REFUSED)
+def test_an_address_target_outside_the_public_internet_is_refused(url):
+    with pytest.raises(InputError, match="subscriptions.allowed_networks"):
+        check_url(url)
+
+
+def test_public_addresses_and_allow_listed_networks_are_accepted():
+    assert check_url("https://93.184.216.34/hook") == "https://93.184.216.34/hook"
+    assert check_url("http://0x7f000001/x", allowed_networks=LOOPBACK)
+    with pytest.raises(InputError, match="the address 10.1.2.3"):
+        check_url("http://10.1.2.3/x", allowed_networks=LOOPBACK)
+
+
+def test_a_host_name_resolving_to_loopback_is_refused():
+    with pytest.raises(InputError, match="host 'localhost' is the address"):
+        check_target("http://localhost:9/x", ())
+    check_target("http://localhost:9/x", LOOPBACK + ("::1/128",))
+
+
+def test_the_connection_goes_to_the_address_checked_for_it():
+    """A name that answers a private address on its next lookup (DNS rebinding) gets no connection."""
+    serving = start_receiver()
+    receiver = next(serving)
+    port = int(receiver.url.split(":")[2].split("/")[0])
+    answers = ["127.0.0.1", "10.0.0.7"]
+    lookups = []
+
+    def rebinding_dns(host, port_, type=0):  # noqa: A002 - socket.getaddrinfo's keyword
+        lookups.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[len(lookups) - 1], port_))]
+
+    try:
+        connection = pinned_connection(f"http://hooks.test:{port}/hook", LOOPBACK, 5, rebinding_dns)
+        connection.request("POST", "/hook", body=b'{"events": []}', headers={"Content-Type": "application/json"})
+        assert connection.getresponse().status == 200
+        assert receiver.posts[0].headers["Host"] == f"hooks.test:{port}"  # the name, at the address checked
+        connection.close()
+        with pytest.raises(InputError, match="host 'hooks.test' is the address 10.0.0.7"):
+            connection.request("POST", "/hook", body=b"{}")
+        assert lookups == ["hooks.test", "hooks.test"] and len(receiver.posts) == 1  # one lookup per connection
+    finally:
+        serving.close()
+
+
+def test_the_command_refuses_a_metadata_target(tmp_path):
+    url = "http://169.254.169.254/latest/meta-data"
+    refused = run_cli("subscriptions", "add", "ssrf", "--url", url, home=tmp_path, check=False)
+    assert refused.returncode == 1 and "169.254.169.254" in refused.stderr
+    assert "subscriptions.allowed_networks" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow
+def test_delivery_checks_the_target_again(spark, tmp_path):
+    """A target allowed when added but no longer allowed is not posted to: the subscription is failing."""
+    allowed = SubscriptionSettings(retry_initial_ms=20, retry_max_ms=100, retry_budget_ms=500, allowed_networks=LOOPBACK)
+    settings = make_settings(tmp_path / "home", subscriptions=allowed)
+    register_fresh_tables(spark, settings)
+    now = int(time.time() * 1000)
+    changes = [change_event("cs-1", "TAG", "ADD", "urn:li:corpuser:alice", now, ORDERS, "globalTags", "s-1")]
+    land_refined_batch(spark, settings, "s-1", changes=changes)
+    publish_audit(spark, settings)
+    serving = start_receiver()
+    receiver = next(serving)
+    try:
+        add_subscription(spark, settings, name="local", url=receiver.url, payload_format="ece",
+                         filters=EventFilters(), since_ms=1)  # fmt: skip
+        refused = dataclasses.replace(settings, subscriptions=dataclasses.replace(allowed, allowed_networks=()))
+        (outcome,) = deliver_outcomes(spark, refused, names=["local"])
+        assert outcome.state == "failing" and "127.0.0.1" in outcome.error and receiver.posts == []
+        (outcome,) = deliver_outcomes(spark, settings, names=["local"], force=True)
+        assert outcome.state == "delivered" and len(receiver.acknowledged()) == 1
+    finally:
+        serving.close()
