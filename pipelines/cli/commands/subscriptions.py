@@ -31,7 +31,12 @@ def register(app: typer.Typer) -> None:
     def add_command(
         ctx: typer.Context,
         name: str = typer.Argument(..., help="A unique name (letters, digits, '_', '.', '-')."),
-        url: str = typer.Option(..., "--url", help="The http or https URL events are POSTed to."),
+        url: str = typer.Option(
+            ...,
+            "--url",
+            help="The http or https URL events are POSTed to (loopback, private and link-local targets need "
+            "subscriptions.allowed_networks).",
+        ),
         categories: list[str] = typer.Option(None, "--category", help="Only this ECE category, e.g. TAG (repeatable)."),
         operations: list[str] = typer.Option(None, "--operation", help="Only this operation, e.g. ADD (repeatable)."),
         entity_types: list[str] = typer.Option(None, "--entity-type", help="Only this entity type, e.g. dataset (repeatable)."),
