@@ -108,19 +108,9 @@ class PinnedHTTPSConnection(PinnedHTTPConnection):
 
     default_port = http.client.HTTPS_PORT
 
-    def __init__(
-        self,
-        host: str,
-        port: int | None,
-        allowed_networks: Sequence[str],
-        timeout: float,
-        resolver: Resolver = socket.getaddrinfo,
-    ):
-        super().__init__(host, port, allowed_networks, timeout, resolver)
-        self._context = ssl.create_default_context()
-
     def connect(self) -> None:
-        self.sock = self._context.wrap_socket(self._pinned_socket(), server_hostname=self.host)
+        context = ssl.create_default_context()
+        self.sock = context.wrap_socket(self._pinned_socket(), server_hostname=self.host)
 
 
 def pinned_connection(
