@@ -126,7 +126,8 @@ def create_app(
     admission = Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
     limiter = RateLimiter(serve_settings.rate_limit_per_minute, serve_settings.rate_limit_burst)
-    verifier = RateLimitedVerifier(TokenVerifier(settings.tokens_path), limiter)
+    tokens = TokenVerifier(settings.tokens_path)
+    verifier = RateLimitedVerifier(tokens, limiter)
     scroll_key = load_scroll_key(settings)
     # One session for the timeline and the report downloads, opened on first use (none: no engine per download).
     sessions = SessionSource(settings, spark)
@@ -163,7 +164,8 @@ def create_app(
     async def health(request: Request) -> dict[str, Any]:
         from pipelines.batch.watch_status import watch_status
 
-        if await authenticated_or_none(verifier, request.headers.get("authorization"), AUDIT_READ) is None:
+        # Not a data request: checked without spending the caller's rate.
+        if await authenticated_or_none(tokens, request.headers.get("authorization"), AUDIT_READ) is None:
             return {"status": "ok"}
         return await run_in_threadpool(lambda: {"status": "ok", **search_engine.health(), "watch": watch_status(settings)})
 
