@@ -8,8 +8,11 @@ many searches nor many report downloads can take more than serve.query_slots of 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -24,6 +27,9 @@ from pipelines.serving.rate_limit import RateLimitedError
 
 # The paths that read audit data: every request under them goes through admission.
 DATA_PREFIXES = ("/openapi/v1/", "/api/v1/")
+# A JSON string (escapes included), and the bytes that are not brackets: what json_depth ignores.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 # A year, the common minimum for HSTS preload lists; sent only on HTTPS responses.
 HSTS_VALUE = "max-age=31536000; includeSubDomains"
 
@@ -64,25 +70,16 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def json_depth(raw: bytes) -> int:
-    """The deepest nesting of arrays and objects in a JSON text (brackets inside strings do not count)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):  # ] }
-            depth -= 1
-    return deepest
+    """The deepest nesting of arrays and objects in a JSON text (brackets inside strings do not count).
+
+    Done in C (regex, translate, a cumulative sum): a body near serve.max_body_bytes costs milliseconds
+    on the event loop, whatever its shape.
+    """
+    brackets = np.frombuffer(_JSON_STRING.sub(b"", raw).translate(None, delete=_NOT_BRACKETS), dtype=np.uint8)
+    if brackets.size == 0:
+        return 0
+    steps = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
 
 
 def decode_json_body(raw: bytes, max_depth: int) -> Any:

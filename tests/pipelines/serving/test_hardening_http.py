@@ -13,6 +13,7 @@ import pytest
 
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.serving.api import SEARCH_PATH, create_app, serving
+from pipelines.serving.hardening import json_depth
 from pipelines.serving.tokens import create_token
 from tests.pipelines.audit_inputs import change_event, land_refined_batch, usage_event
 
@@ -73,6 +74,15 @@ def test_json_nested_beyond_the_limit_gets_400_not_a_500(api):
     assert deep.status_code == 400 and "nested 20000 levels deep" in deep.json()["error"]
     brackets_in_strings = json.dumps({"actorUrns": ["[" * 100]})
     assert _search(api, brackets_in_strings).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("raw", "depth"),
+    [(b"", 0), (b"{}", 1), (b'[[1],{"a":[2]}]', 3), (b'{"a": ["[[{{", "\\"["]}', 2), (b'"[["', 0),
+     (b'{"a": "x\\\\"}', 1), (b"[" * 50 + b"]" * 50, 50)],
+)  # fmt: skip
+def test_json_depth_counts_brackets_outside_strings(raw, depth):
+    assert json_depth(raw) == depth
 
 
 def test_head_is_served_where_get_is(api):
