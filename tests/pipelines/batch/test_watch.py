@@ -175,7 +175,8 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
         assert status["running"] is True and status["pid"] == watcher.pid
         assert status["last_batch"]["files"] >= 1
         assert status["freshness_lag_seconds"] is not None
-        health = http_json(f"http://127.0.0.1:{port}/health")
+        assert http_json(f"http://127.0.0.1:{port}/health") == {"status": "ok"}  # the watcher only with a token
+        health = http_json(f"http://127.0.0.1:{port}/health", token=token)
         assert health["watch"]["running"] is True and health["watch"]["pid"] == watcher.pid
 
         # A second watcher on the same home is refused, naming the first.

@@ -170,3 +170,19 @@ def test_a_caller_above_its_rate_gets_429_and_others_do_not(home):
         assert get(None).status_code == 401  # nobody's rate to spend
         time.sleep(1.1)  # one request a second refills
         assert get(home["token"]).status_code == 200
+
+
+def test_the_hardening_settings_are_validated_all_at_once(tmp_path):
+    from conf.errors import ConfigError
+    from conf.settings import load_settings
+
+    overrides = ["serve.max_json_depth=1", "serve.rate_limit_per_minute=-1", "serve.rate_limit_burst=0",
+                 "serve.tls_cert_file=server.pem"]  # fmt: skip
+    with pytest.raises(ConfigError) as raised:
+        load_settings("local", home=tmp_path, env={}, overrides=overrides)
+    assert raised.value.problems == [
+        "serve.max_json_depth: 1 must be at least 2",
+        "serve.rate_limit_per_minute: -1 must be at least 0",
+        "serve.rate_limit_burst: 0 must be at least 1",
+        "serve.tls_cert_file: 'server.pem' and serve.tls_key_file: None must be set together (or both left null)",
+    ]

@@ -115,3 +115,14 @@ def test_delivery_checks_the_target_again(spark, tmp_path):
         assert outcome.state == "delivered" and len(receiver.acknowledged()) == 1
     finally:
         serving.close()
+
+
+def test_allowed_networks_must_be_networks(tmp_path):
+    from conf.errors import ConfigError
+    from conf.settings import load_settings
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings("local", home=tmp_path, env={}, overrides=["subscriptions.allowed_networks=[10.0.0.0/8, intranet]"])
+    assert raised.value.problems == [
+        "subscriptions.allowed_networks[1]: 'intranet' is not a network (CIDR, e.g. 10.1.0.0/16)"
+    ]
