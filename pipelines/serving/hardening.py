@@ -7,6 +7,7 @@ many searches nor many report downloads can take more than serve.query_slots of 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -142,13 +143,15 @@ class HardenedHttp:
         if not is_data_path(scope["path"]):
             await self.app(scope, receive, send_hardened)
             return
-        try:
-            with self.admission.admit():
-                async with self.admission.slot():
-                    await self.app(scope, receive, send_hardened)
-        except OverloadedError as exc:
-            # Raised before the application ran: nothing was sent yet.
-            await _overloaded(exc)(scope, receive, send_hardened)
+        async with contextlib.AsyncExitStack() as held:
+            try:
+                held.enter_context(self.admission.admit())
+                await held.enter_async_context(self.admission.slot())
+            except OverloadedError as exc:
+                await _overloaded(exc)(scope, receive, send_hardened)
+                return
+            # The place and the slot are held until the response's last byte is sent.
+            await self.app(scope, receive, send_hardened)
 
 
 def _overloaded(exc: OverloadedError) -> JSONResponse:
@@ -160,7 +163,10 @@ def _overloaded(exc: OverloadedError) -> JSONResponse:
 
 
 def install_hardening(app: FastAPI, admission: Admission) -> None:
-    """Add the hardened HTTP surface to `app`: the middleware and the 413 and 429 answers."""
+    """Add the hardened HTTP surface to `app`: the middleware and the 429 answer.
+
+    A 413 (`PayloadTooLargeError`) is a RequestError carrying its status, answered by the app's handler of those.
+    """
 
     @app.exception_handler(RateLimitedError)
     async def _rate_limited(_: Request, exc: RateLimitedError) -> JSONResponse:
