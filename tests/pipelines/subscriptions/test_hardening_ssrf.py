@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import ssl
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from pipelines.subscriptions.targets import check_target, pinned_connection
 from tests.conftest import make_settings, register_fresh_tables
 from tests.pipelines.audit_inputs import change_event, land_refined_batch
 from tests.pipelines.cli.test_cli import run_cli
+from tests.pipelines.serving.certificates import self_signed
 from tests.pipelines.subscriptions.receiver import start_receiver
 
 ORDERS = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"
@@ -82,6 +84,28 @@ def test_the_connection_goes_to_the_address_checked_for_it():
         with pytest.raises(InputError, match="host 'hooks.test' is the address 10.0.0.7"):
             connection.request("POST", "/hook", body=b"{}")
         assert lookups == ["hooks.test", "hooks.test"] and len(receiver.posts) == 1  # one lookup per connection
+    finally:
+        serving.close()
+
+
+def test_an_https_target_is_verified_for_its_name_at_the_pinned_address(tmp_path, monkeypatch):
+    cert, key = self_signed(tmp_path, "hooks.test")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trust the test's own certificate, as a CA
+    serving = start_receiver(tls=(cert, key))
+    receiver = next(serving)
+    port = int(receiver.url.split(":")[2].split("/")[0])
+
+    def loopback_dns(host, port_, type=0):  # noqa: A002 - socket.getaddrinfo's keyword
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port_))]
+
+    try:
+        connection = pinned_connection(f"https://hooks.test:{port}/hook", LOOPBACK, 5, loopback_dns)
+        connection.request("POST", "/hook", body=b'{"events": []}')
+        assert connection.getresponse().status == 200 and receiver.posts[0].headers["Host"] == f"hooks.test:{port}"
+        connection.close()
+        other = pinned_connection(f"https://other.test:{port}/hook", LOOPBACK, 5, loopback_dns)
+        with pytest.raises(ssl.SSLCertVerificationError):  # the certificate names hooks.test only
+            other.request("POST", "/hook", body=b"{}")
     finally:
         serving.close()
 
