@@ -6,6 +6,7 @@ failed there, so a bad value is reported once.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Collection
 
 from conf.settings_sections import (
@@ -179,6 +180,12 @@ def _check_subscriptions(subscriptions: SubscriptionSettings, ok) -> list[str]:
             bare = host[2:] if host.startswith("*.") else host
             if not bare or "/" in bare or ":" in bare or " " in bare:
                 problems.append(f"subscriptions.allowed_hosts[{i}]: {host!r} is not a host name or *.domain pattern")
+    if ok("subscriptions.allowed_networks"):
+        for i, network in enumerate(subscriptions.allowed_networks):
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                problems.append(f"subscriptions.allowed_networks[{i}]: {network!r} is not a network (CIDR, e.g. 10.1.0.0/16)")
     if ok("subscriptions.key_file") and not subscriptions.key_file.strip():
         problems.append(f"subscriptions.key_file: {subscriptions.key_file!r} must name a file")
     link = subscriptions.link_base_url
@@ -238,6 +245,9 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
         ("max_body_bytes", serve.max_body_bytes, 1024),
         ("max_size", serve.max_size, 1),
         ("row_cache_mb", serve.row_cache_mb, 0),
+        ("max_json_depth", serve.max_json_depth, 2),
+        ("rate_limit_per_minute", serve.rate_limit_per_minute, 0),
+        ("rate_limit_burst", serve.rate_limit_burst, 1),
     ):
         if ok(f"serve.{name}") and value < least:
             problems.append(f"serve.{name}: {value!r} must be at least {least}")
@@ -247,4 +257,9 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
         problems.append(f"serve.queue_timeout_seconds: {serve.queue_timeout_seconds!r} must be above 0")
     if ok("serve.version_check_seconds") and serve.version_check_seconds < 0:
         problems.append(f"serve.version_check_seconds: {serve.version_check_seconds!r} must be at least 0")
+    if ok("serve.tls_cert_file", "serve.tls_key_file") and (serve.tls_cert_file is None) != (serve.tls_key_file is None):
+        problems.append(
+            f"serve.tls_cert_file: {serve.tls_cert_file!r} and serve.tls_key_file: {serve.tls_key_file!r} "
+            "must be set together (or both left null)"
+        )
     return problems

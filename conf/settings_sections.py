@@ -140,6 +140,13 @@ class ServeSettings:
     max_size: int = 10000
     row_cache_mb: int = 256
     metrics: bool = True
+    max_json_depth: int = 32
+    rate_limit_per_minute: int = 0
+    rate_limit_burst: int = 20
+    scroll_key_file: str = "auth/scroll.key"
+    api_docs: bool = False
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,7 @@ class SubscriptionSettings:
     retry_budget_ms: int = 30000
     pause_after_seconds: int = 3600
     allowed_hosts: tuple[str, ...] = ()
+    allowed_networks: tuple[str, ...] = ()
     key_file: str = "auth/subscriptions.key"
     link_base_url: str | None = None
     error_excerpt_chars: int = 500

@@ -6,16 +6,17 @@ import base64
 import binascii
 import dataclasses
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from sqlglot import exp
 
-from conf.errors import RequestError
+from conf.errors import ConfigError, RequestError
 from conf.settings_sections import SEARCH_MAX_SIZE
 from gold.audit import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
 
@@ -37,10 +38,11 @@ BODY_FILTERS = {
 # The page columns read from the table; raw_event only when the caller wants the raw document.
 RESULT_COLUMNS = AUDIT_COLUMNS[: AUDIT_COLUMNS.index("raw_event")]
 HISTOGRAM_BUCKETS = 128
-_SCROLL_VERSION = 2
+_SCROLL_VERSION = 3
 # The table version of a scroll id that pins none (the Spark engine reads the latest version).
 UNPINNED = -1
-_SCROLL_CHECK_CHARS = 16
+# Hex characters of the HMAC-SHA256 tag kept in a scroll id (128 bits).
+_SCROLL_TAG_CHARS = 32
 # Built once: a type given as text is parsed again at every use.
 _DATE = exp.DataType.Type.DATE
 
@@ -59,6 +61,32 @@ class ScrollKey:
 
 
 @dataclass(frozen=True)
+class ScrollSigner:
+    """Signs scroll ids with the server's key (HMAC-SHA256) for one caller.
+
+    A scroll id is valid only for the caller it was issued to and the query that produced it: the
+    caller and the query's filters, size and includeRaw are part of the signed text (the window and
+    the pinned table version are inside the id).
+
+    Attributes:
+        key: the server's secret key (the same in every server process of a home).
+        principal: who the scroll ids are issued to, e.g. the token id.
+    """
+
+    key: bytes = field(repr=False)
+    principal: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.key) < 16:
+            raise ConfigError(f"key: {len(self.key)} bytes; a scroll id key needs at least 16")
+
+    def tag(self, payload: str, binding: str) -> str:
+        """The hex HMAC-SHA256 tag of a scroll id's payload for this caller and a query binding."""
+        message = json.dumps([self.principal, binding, payload], separators=(",", ":")).encode()
+        return hmac.new(self.key, message, hashlib.sha256).hexdigest()[:_SCROLL_TAG_CHARS]
+
+
+@dataclass(frozen=True)
 class SearchRequest:
     """One validated audit search request.
 
@@ -70,6 +98,7 @@ class SearchRequest:
         scroll: the decoded scroll id.
         include_raw: whether results carry rawUsageEvent.
         event_types, entity_types, aspect_types, actor_urns: filters (empty = no filter).
+        signer: signs the next page's scroll id (and checked the given one).
     """
 
     start_time: int = DEFAULT_TIME
@@ -82,18 +111,27 @@ class SearchRequest:
     entity_types: tuple[str, ...] = ()
     aspect_types: tuple[str, ...] = ()
     actor_urns: tuple[str, ...] = ()
+    signer: ScrollSigner | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any] | None = None, body: Any = None, max_size: int = MAX_SIZE) -> SearchRequest:
+    def parse(
+        cls,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        max_size: int = MAX_SIZE,
+        signer: ScrollSigner | None = None,
+    ) -> SearchRequest:
         """Validate query parameters (strings or typed values) and the decoded JSON body.
 
         Args:
             params: startTime, endTime, size, scrollId, includeRaw; other keys are ignored, as DataHub does.
             body: the decoded JSON body: None (no body) or an object with the list filters.
             max_size: the largest page size the server allows (at most MAX_SIZE).
+            signer: checks the given scroll id and signs the next one (None: scroll ids are refused).
 
         Raises:
-            RequestError: naming the parameter or body field and the bad value.
+            RequestError: naming the parameter or body field and the bad value; for a scroll id that was
+                forged, changed, or issued to another caller or for another query.
         """
         params = params or {}
         start_time = _parse_time(params.get("startTime"), "startTime")
@@ -104,16 +142,20 @@ class SearchRequest:
         if scroll_id is not None and not isinstance(scroll_id, str):
             raise RequestError(f"scrollId: {scroll_id!r} is not a string")
         scroll_id = scroll_id or None
-        scroll = decode_scroll_id(scroll_id) if scroll_id else None
+        filters = _parse_body(body)
+        binding = query_binding(filters, size, include_raw)
+        scroll = decode_scroll_id(scroll_id, signer, binding) if scroll_id else None
         if scroll is not None:
-            # Later pages keep the window the first page resolved, so a default window does not slide.
-            if start_time == DEFAULT_TIME:
-                start_time = scroll.start_time
-            if end_time == DEFAULT_TIME:
-                end_time = scroll.end_time
+            # Later pages keep the window the first page resolved, so a default window does not slide;
+            # a window given again must be that one.
+            for name, given, issued in (("startTime", start_time, scroll.start_time), ("endTime", end_time, scroll.end_time)):
+                if given not in (DEFAULT_TIME, issued):
+                    raise RequestError(
+                        f"{name}: {given} is not the window of the scrollId ({issued}); send the first page's window or none"
+                    )
+            start_time, end_time = scroll.start_time, scroll.end_time
         if start_time != DEFAULT_TIME and end_time != DEFAULT_TIME and start_time > end_time:
             raise RequestError(f"startTime: {start_time} is after endTime {end_time}")
-        filters = _parse_body(body)
         return cls(
             start_time=start_time,
             end_time=end_time,
@@ -121,8 +163,20 @@ class SearchRequest:
             scroll_id=scroll_id,
             scroll=scroll,
             include_raw=include_raw,
+            signer=signer,
             **filters,
         )
+
+    @property
+    def binding(self) -> str:
+        """What a scroll id of this request is bound to besides the window: filters, size and includeRaw."""
+        filters = {
+            "event_types": self.event_types,
+            "entity_types": self.entity_types,
+            "aspect_types": self.aspect_types,
+            "actor_urns": self.actor_urns,
+        }
+        return query_binding(filters, self.size, self.include_raw)
 
     @property
     def filtered(self) -> bool:
@@ -226,37 +280,54 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text[:60]}"
 
 
-def encode_scroll_id(key: ScrollKey) -> str:
-    """Return the opaque scroll id of a sort key: urlsafe base64 of JSON plus a checksum."""
+def query_binding(filters: Mapping[str, Sequence[str]], size: int, include_raw: bool) -> str:
+    """The canonical text of what a scroll id is bound to: the filters (order and repeats aside), size, includeRaw."""
+    canonical = {name: sorted(set(values)) for name, values in sorted(filters.items())}
+    return json.dumps([canonical, size, include_raw], separators=(",", ":"))
+
+
+def encode_scroll_id(key: ScrollKey, signer: ScrollSigner, binding: str) -> str:
+    """Return the opaque scroll id of a sort key: urlsafe base64 of JSON plus its HMAC tag.
+
+    Args:
+        key: where the page ended, its window and pinned table version.
+        signer: the server's key and the caller the id is issued to.
+        binding: the query the id is bound to (`query_binding`).
+    """
     payload = json.dumps(
         [_SCROLL_VERSION, key.timestamp, key.event_type, key.actor_urn, key.event_id, key.start_time, key.end_time,
          key.table_version],
         separators=(",", ":"),
     )
-    check = hashlib.sha256(payload.encode()).hexdigest()[:_SCROLL_CHECK_CHARS]
-    return base64.urlsafe_b64encode(f"{payload}|{check}".encode()).decode().rstrip("=")
+    return base64.urlsafe_b64encode(f"{payload}|{signer.tag(payload, binding)}".encode()).decode().rstrip("=")
 
 
-def decode_scroll_id(scroll_id: str) -> ScrollKey:
-    """Decode a scroll id made by `encode_scroll_id`.
+def decode_scroll_id(scroll_id: str, signer: ScrollSigner | None, binding: str) -> ScrollKey:
+    """Decode a scroll id made by `encode_scroll_id` with the same key, caller and query binding.
 
     Raises:
-        RequestError: when the text is not a scroll id this service issued (bad encoding or checksum).
+        RequestError: when the text is not a scroll id this service issued to this caller for this query
+            (bad encoding, a tag that does not match: forged, changed or foreign).
     """
     shown = scroll_id if len(scroll_id) <= 80 else scroll_id[:77] + "..."
-    problem = RequestError(f"scrollId: {shown!r} is not a valid scroll id (use the nextScrollId of a response)")
+    problem = RequestError(
+        f"scrollId: {shown!r} is not a valid scroll id for this caller and query (use the nextScrollId of the "
+        "previous page, with the same filters, size and includeRaw)"
+    )
+    if signer is None:
+        raise problem
     try:
         text = base64.urlsafe_b64decode(scroll_id + "=" * (-len(scroll_id) % 4)).decode()
-        payload, check = text.rsplit("|", 1)
+        payload, tag = text.rsplit("|", 1)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise problem from None
-    if hashlib.sha256(payload.encode()).hexdigest()[:_SCROLL_CHECK_CHARS] != check:
+    if not hmac.compare_digest(signer.tag(payload, binding).encode(), tag.encode()):
         raise problem
     try:
         fields = json.loads(payload)
     except ValueError:
         raise problem from None
-    # The checksum only catches damage, not forgery: check the shape and ranges as for any input.
+    # Signed by this server, but check the shape and ranges as for any input (an older id's layout).
     if not isinstance(fields, list) or len(fields) != 8:
         raise problem
     version, timestamp, event_type, actor_urn, event_id, start_time, end_time, table_version = fields
@@ -516,10 +587,15 @@ def to_response(
 
     Returns:
         `{nextScrollId (only when the page is full), count, total, usageEvents}`.
+
+    Raises:
+        ConfigError: when the page is full and the request has no signer for the next scroll id.
     """
     page = [row for row in rows if row.get("event_id") is not None]
     response: dict[str, Any] = {}
     if page and len(page) >= request.size:
+        if request.signer is None:
+            raise ConfigError("scroll ids: the search request has no signer (a server key signs every scroll id)")
         last = page[-1]
         response["nextScrollId"] = encode_scroll_id(
             ScrollKey(
@@ -530,7 +606,9 @@ def to_response(
                 start_time=request.start_time,
                 end_time=request.end_time,
                 table_version=table_version,
-            )
+            ),
+            request.signer,
+            request.binding,
         )
     response["count"] = len(page)
     response["total"] = int(total)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import random
 import re
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -125,12 +127,17 @@ def check_filters(filters: EventFilters) -> EventFilters:
     return filters
 
 
-def check_url(url: str, allowed_hosts: Sequence[str] = ()) -> str:
+def check_url(url: str, allowed_hosts: Sequence[str] = (), allowed_networks: Sequence[str] = ()) -> str:
     """Return a webhook URL when it is http(s) with a host, carries no credentials, and its host is allowed.
+
+    A host written as an address (in any notation: 127.0.0.1, 0x7f000001, 2130706433, [::1], ...) must
+    be a public one unless `allowed_networks` holds it; host names are checked once resolved
+    (`pipelines.subscriptions.targets`).
 
     Args:
         url: the target URL.
         allowed_hosts: host names (or `*.domain` patterns) targets may use; empty allows any host.
+        allowed_networks: private, loopback or link-local networks (CIDR) targets may be in.
 
     Raises:
         InputError: naming the value and what is wrong with it.
@@ -152,7 +159,60 @@ def check_url(url: str, allowed_hosts: Sequence[str] = ()) -> str:
         raise InputError(
             f"--url: host {parts.hostname!r} is not in subscriptions.allowed_hosts ({', '.join(allowed_hosts)})"
         )
+    address = address_of(parts.hostname)
+    if address is not None:
+        check_address(parts.hostname, address, allowed_networks)
     return url
+
+
+# NAT64 (RFC 6052): an IPv6 address carrying an IPv4 one in its last 32 bits.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def address_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a URL host names when it is an address literal, in any notation the C resolver accepts.
+
+    `0x7f000001`, `2130706433`, `0177.0.0.1` and `127.1` all name 127.0.0.1 to inet_aton (and so to
+    the HTTP client); a host name gives None.
+    """
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
+
+
+def is_public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Tell whether `address` is globally routable: not loopback, private, link-local (cloud metadata), reserved."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return is_public_address(address.ipv4_mapped)
+        if address in _NAT64:
+            return is_public_address(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return address.is_global and not address.is_multicast
+
+
+def check_address(
+    host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address, allowed_networks: Sequence[str]
+) -> None:
+    """Refuse a target address that is not public, unless one of `allowed_networks` holds it.
+
+    Raises:
+        InputError: naming the host, the address and the setting that would allow it.
+    """
+    if is_public_address(address):
+        return
+    plain = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
+    for network in allowed_networks:
+        if plain in ipaddress.ip_network(network, strict=False):
+            return
+    raise InputError(
+        f"--url: host {host!r} is the address {plain}, a loopback, private, link-local or reserved one; "
+        "add its network to subscriptions.allowed_networks to allow it"
+    )
 
 
 def _without_credentials(url: str) -> str:

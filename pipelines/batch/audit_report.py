@@ -119,8 +119,20 @@ def report_rows(spark: SparkSession, settings: Settings, query: ReportQuery) -> 
         }
 
 
+# A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralize_formula(value: str) -> str:
+    """The cell `value` made inert for spreadsheets: a leading `'` when it starts like a formula (OWASP)."""
+    return "'" + value if value.startswith(FORMULA_PREFIXES) else value
+
+
 def csv_chunks(header: Mapping[str, str], rows: Iterator[Mapping[str, str]]) -> Iterator[str]:
-    """The CSV report: `# key: value` header lines, the column names, then one line per row (RFC 4180 quoting, CRLF)."""
+    """The CSV report: `# key: value` header lines, the column names, then one line per row (RFC 4180 quoting, CRLF).
+
+    Cells that a spreadsheet would run as a formula are neutralized (`neutralize_formula`).
+    """
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")
     for key, value in header.items():
@@ -128,7 +140,7 @@ def csv_chunks(header: Mapping[str, str], rows: Iterator[Mapping[str, str]]) -> 
         buffer.write(f"# {key}: {' '.join(str(value).splitlines())}\r\n")
     writer.writerow(REPORT_COLUMNS)
     for index, row in enumerate(rows):
-        writer.writerow([row[c] for c in REPORT_COLUMNS])
+        writer.writerow([neutralize_formula(row[c]) for c in REPORT_COLUMNS])
         if index % 1000 == 0:
             yield _drain(buffer)
     yield _drain(buffer)

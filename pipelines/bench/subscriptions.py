@@ -23,6 +23,9 @@ from pipelines.bench.watch import build_home, drop_file, mcl_lines, start_watch,
 
 BENCH_ACTOR = "urn:li:corpuser:subscriptions-bench"
 
+# The receiver listens on loopback, a target subscriptions may use only when allow-listed.
+LOOPBACK = "subscriptions.allowed_networks=[127.0.0.0/8]"
+
 
 class CountingReceiver:
     """A webhook receiver on loopback that answers 200 and keeps each POST's arrival time and body."""
@@ -76,7 +79,7 @@ def run_throughput(home: Path, runs: int, events_per_post: int) -> dict[str, Any
     from pipelines.subscriptions.store import add_subscription, remove_subscription
 
     settings = load_settings(
-        home=home, overrides=["mlflow.enabled=false", f"subscriptions.max_events_per_post={events_per_post}"]
+        home=home, overrides=["mlflow.enabled=false", LOOPBACK, f"subscriptions.max_events_per_post={events_per_post}"]
     )
     receiver = CountingReceiver()
     rates, seconds, delivered = [], [], []
@@ -115,13 +118,13 @@ def run_latency(home: Path, files: int, records: int, interval: float, timeout: 
     from pipelines.runtime.engine import open_session
     from pipelines.subscriptions.store import add_subscription, remove_subscription
 
-    settings = load_settings(home=home, overrides=["mlflow.enabled=false"])
+    settings = load_settings(home=home, overrides=["mlflow.enabled=false", LOOPBACK])
     receiver = CountingReceiver()
     name = f"latency-{time.strftime('%H%M%S')}"
     with open_session(settings) as spark:
         add_subscription(spark, settings, name=name, url=receiver.url, payload_format="ece", filters=EventFilters())
     logs = Path(tempfile.mkdtemp(prefix="subscriptions-bench-"))
-    watcher = start_watch(home, logs / "watch.log")
+    watcher = start_watch(home, logs / "watch.log", None, LOOPBACK)
     renamed: dict[str, float] = {}
     received: dict[str, float] = {}
     try:

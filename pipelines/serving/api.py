@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -22,13 +21,22 @@ from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
 from gold.audit import EVENT_TYPES
 from gold.auth import AUDIT_READ
-from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, SearchRequest
+from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, open_engine
-from pipelines.serving.explorer import mount_explorer
+from pipelines.serving.explorer import SessionSource, mount_explorer
+from pipelines.serving.hardening import (
+    authenticated_or_none,
+    decode_json_body,
+    install_hardening,
+    read_body,
+    tls_options,
+)
+from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter
 from pipelines.serving.metrics import instrument
+from pipelines.serving.scroll_key import load_scroll_key
 from pipelines.serving.tokens import TokenVerifier
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
@@ -118,12 +126,20 @@ def create_app(
         raise ConfigError(f"max_queries: {slots!r} must be at least 1")
     admission = Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
-    verifier = TokenVerifier(settings.tokens_path)
+    limiter = RateLimiter(serve_settings.rate_limit_per_minute, serve_settings.rate_limit_burst)
+    tokens = TokenVerifier(settings.tokens_path)
+    verifier = RateLimitedVerifier(tokens, limiter)
+    scroll_key = load_scroll_key(settings)
+    # One session for the timeline and the report downloads, opened on first use (none: no engine per download).
+    sessions = SessionSource(settings, spark)
+    docs = serve_settings.api_docs  # Swagger UI and ReDoc load their scripts from a CDN: off unless asked for.
     app = FastAPI(
         title="Metadata audit lakehouse: Audit Events Search API",
         version="1",
         description="DataHub's Audit Events Search API V1 served from gold.audit_events. "
         "Every search needs `Authorization: Bearer <token>` with the audit-read role.",
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
 
     @app.exception_handler(RequestError)
@@ -145,11 +161,14 @@ def create_app(
         log.exception("search failed")
         return JSONResponse({"error": f"internal error ({type(exc).__name__})"}, status_code=500)
 
-    @app.get("/health", summary="Liveness: the server and its serving engine answer; the home's watcher status.")
-    def health() -> dict[str, Any]:
+    @app.get("/health", summary="Liveness; with an audit-read token also the serving engine and the watcher status.")
+    async def health(request: Request) -> dict[str, Any]:
         from pipelines.batch.watch_status import watch_status
 
-        return {"status": "ok", **search_engine.health(), "watch": watch_status(settings)}
+        # Not a data request: checked without spending the caller's rate.
+        if await authenticated_or_none(tokens, request.headers.get("authorization"), AUDIT_READ) is None:
+            return {"status": "ok"}
+        return await run_in_threadpool(lambda: {"status": "ok", **search_engine.health(), "watch": watch_status(settings)})
 
     @app.post(
         SEARCH_PATH,
@@ -161,68 +180,55 @@ def create_app(
         },
         responses={
             200: {"content": {"application/json": {"schema": _RESPONSE_SCHEMA}}},
-            400: {"description": "Bad request", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+            400: {"description": "Bad request (a scroll id forged, changed or issued to another caller or query)",
+                  "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
             401: {"description": "Missing or unknown token", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
             403: {"description": "Token without audit-read", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
             410: {"description": "The scroll's table version was vacuumed: restart the search",
+                  "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+            413: {"description": "Body above serve.max_body_bytes", "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
+            429: {"description": "Above the caller's rate (see Retry-After)",
                   "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
             503: {"description": "Busy: every query slot and queue place taken (see Retry-After)",
                   "content": {"application/json": {"schema": _ERROR_SCHEMA}}},
         },
     )
     async def audit_search(request: Request) -> JSONResponse:
-        authorization = request.headers.get("authorization")
-        await verifier.authenticate_request(authorization, AUDIT_READ)
-        body = _decode_body(await _read_body(request, serve_settings.max_body_bytes))
+        # Admission (query slots, queue) is taken for every data path by the hardening middleware.
+        record = await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
+        raw = await read_body(request, serve_settings.max_body_bytes)
+        body = decode_json_body(raw, serve_settings.max_json_depth)
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
-        search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size)
-
-        with admission.admit():
-            async with admission.slot():
-                return JSONResponse(await run_in_threadpool(search_engine.search, search_request))
+        signer = ScrollSigner(scroll_key, principal=record.token_id)
+        search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size, signer=signer)
+        return JSONResponse(await run_in_threadpool(search_engine.search, search_request))
 
     app.include_router(anomalies_router(settings, verifier))
     # The regulator report download (docs/audit-trail.md).
-    app.include_router(report_router(settings, verifier, spark))
-    mount_explorer(app, settings, verifier, spark)
+    app.include_router(report_router(settings, verifier, sessions))
+    mount_explorer(app, settings, verifier, spark, sessions)
+    install_hardening(app, admission)
+    # Added last, so outermost: it counts the 503s and 413s of the hardening middleware too.
     # Requests by route and status, latency, 503s and 401/403s; GET /metrics (docs/operations.md).
     instrument(app, settings)
     return app
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """Read the request body, refusing one above `limit` bytes before reading it all."""
-    too_large = f"body: larger than the limit of {limit} bytes (serve.max_body_bytes)"
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RequestError(too_large)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(too_large)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _decode_body(raw: bytes) -> Any:
-    """Decode the request body: empty means no filters; anything else must be JSON."""
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(f"body: not valid JSON ({exc})") from None
-
-
-def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+def serve(
+    settings: Settings,
+    host: str | None = None,
+    port: int | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+) -> None:
     """Serve the API until interrupted, with the engine serve.engine names (a session only for spark).
 
     Args:
         settings: the lakehouse settings; host and port default to settings.api.
         host: interface to listen on.
         port: TCP port (0 picks a free one).
+        tls_cert: PEM certificate chain to serve HTTPS with (default serve.tls_cert_file).
+        tls_key: its PEM private key (default serve.tls_key_file).
     """
     from pipelines.runtime.engine import open_session
 
@@ -234,7 +240,8 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     # filters are pushed into the Parquet reader: a search page costs a fraction of the scan without it.
     os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")
     # log_config None: uvicorn's own lines go through the lakehouse's log format (log.format).
-    config = {"host": host, "port": port, "log_level": "warning", "access_log": False, "log_config": None}
+    config = {"host": host, "port": port, "log_level": "warning", "access_log": False, "log_config": None,
+              **tls_options(settings, tls_cert, tls_key)}  # fmt: skip
     if settings.serve.engine != "spark":
         _StoppableServer(uvicorn.Config(create_app(settings), **config)).run()
         return

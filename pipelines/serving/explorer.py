@@ -187,7 +187,13 @@ def explorer_router(settings: Settings, verifier: TokenVerifier, sessions: Sessi
     return router
 
 
-def mount_explorer(app: FastAPI, settings: Settings, verifier: TokenVerifier, spark: SparkSession | None) -> None:
+def mount_explorer(
+    app: FastAPI,
+    settings: Settings,
+    verifier: TokenVerifier,
+    spark: SparkSession | None,
+    sessions: SessionSource | None = None,
+) -> None:
     """Serve the explorer on `app`: the page at `/`, /static, the JSON endpoints and the security headers.
 
     Args:
@@ -195,8 +201,9 @@ def mount_explorer(app: FastAPI, settings: Settings, verifier: TokenVerifier, sp
         settings: the lakehouse settings.
         verifier: the token verifier the audit search uses.
         spark: an open session for the timeline, or None to open one when the timeline is first asked for.
+        sessions: the session source shared with other endpoints (default: one of `spark`); closed with the app.
     """
-    sessions = SessionSource(settings, spark)
+    sessions = sessions or SessionSource(settings, spark)
     app.include_router(explorer_router(settings, verifier, sessions))
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="explorer-static")
     running = app.router.lifespan_context
@@ -229,7 +236,7 @@ def security_headers(path: str, status: int) -> dict[str, str]:
             headers["Cache-Control"] = STATIC_CACHE_CONTROL
     elif path == "/":
         headers["Cache-Control"] = PAGE_CACHE_CONTROL
-    elif path.startswith("/api/v1/"):
+    elif path.startswith(("/api/v1/", "/openapi/v1/")):
         headers["Cache-Control"] = "no-store"
     return headers
 

@@ -2,31 +2,34 @@
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pyspark.sql import SparkSession
 
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from gold.auth import AUDIT_READ
-from pipelines.batch.audit_report import MEDIA_TYPES, parse_report_query, report_download, report_filename
+from pipelines.batch.audit_report import MEDIA_TYPES, ReportQuery, parse_report_query, report_download, report_filename
+from pipelines.serving.explorer import SessionSource
 from pipelines.serving.tokens import TokenVerifier
 
 REPORT_PATH = "/openapi/v1/audit/report"
 
 
-def report_router(settings: Settings, verifier: TokenVerifier, spark: SparkSession | None = None) -> APIRouter:
+def report_router(settings: Settings, verifier: TokenVerifier, sessions: SessionSource) -> APIRouter:
     """Return the router of the report download, authenticated like the audit search (audit-read).
+
+    Downloads are data requests: each holds a query slot for its whole length (the hardening middleware),
+    and all read with the server's one session, so concurrent downloads neither start engines nor grow
+    the process beyond serve.query_slots reports at once.
 
     Args:
         settings: the lakehouse settings.
         verifier: the API's token verifier.
-        spark: a session to read with; without one each download opens its own for its length.
+        sessions: the server's session (opened on the first download when the server has none).
     """
     router = APIRouter()
 
@@ -47,7 +50,7 @@ def report_router(settings: Settings, verifier: TokenVerifier, spark: SparkSessi
         except InputError as exc:
             raise RequestError(str(exc)) from None
         return StreamingResponse(
-            _stream(settings, spark, query),
+            _stream(settings, sessions, query),
             media_type=MEDIA_TYPES[query.format],
             headers={
                 "Content-Disposition": f'attachment; filename="{report_filename(query)}"',
@@ -58,11 +61,7 @@ def report_router(settings: Settings, verifier: TokenVerifier, spark: SparkSessi
     return router
 
 
-def _stream(settings: Settings, spark: SparkSession | None, query) -> Iterator[bytes]:
-    """The report's bytes, reading with `spark` or a session opened for the length of the download."""
-    from pipelines.runtime.engine import open_session
-
-    with contextlib.ExitStack() as stack:
-        session = spark or stack.enter_context(open_session(settings))
-        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="report-"))) / "report.parquet"
-        yield from report_download(session, settings, query, scratch)
+def _stream(settings: Settings, sessions: SessionSource, query: ReportQuery) -> Iterator[bytes]:
+    """The report's bytes, read with the server's session (Parquet: through a scratch file removed after)."""
+    with tempfile.TemporaryDirectory(prefix="report-") as scratch:
+        yield from report_download(sessions.get(), settings, query, Path(scratch) / "report.parquet")

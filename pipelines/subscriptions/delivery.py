@@ -43,6 +43,7 @@ from gold.subscriptions import (
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.progress import StageResult
 from pipelines.subscriptions.secrets import decrypt_secret
+from pipelines.subscriptions.targets import pinned_connection
 from pipelines.subscriptions.store import (
     DeliveryItem,
     StreamBatch,
@@ -101,20 +102,28 @@ class HostLimits:
 
 
 class Target:
-    """A keep-alive HTTP connection to one subscription's URL (one request at a time)."""
+    """A keep-alive HTTP connection to one subscription's URL (one request at a time).
 
-    def __init__(self, url: str, timeout_s: float, excerpt_chars: int):
+    Each new connection resolves the host again and goes to the address it checked
+    (`pipelines.subscriptions.targets`): never to a loopback, private or link-local one outside
+    `allowed_networks`.
+    """
+
+    def __init__(self, url: str, timeout_s: float, excerpt_chars: int, allowed_networks: Sequence[str] = ()):
         parts = urlsplit(url)
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
+        self._url = url
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._timeout = timeout_s
         self._excerpt_chars = excerpt_chars
+        self._allowed_networks = tuple(allowed_networks)
         self._connection: http.client.HTTPConnection | None = None
 
     def post(self, body: bytes, headers: dict[str, str]) -> Answer:
-        """POST `body`; connection errors and timeouts come back as a retryable Answer with status 0."""
+        """POST `body`; connection errors and timeouts come back as a retryable Answer with status 0.
+
+        Raises:
+            InputError: when the host now resolves to an address that is not allowed.
+        """
         try:
             connection = self._connect()
             connection.request("POST", self._path, body=body, headers=headers)
@@ -132,8 +141,7 @@ class Target:
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is None:
-            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._connection = kind(self._host, self._port, timeout=self._timeout)
+            self._connection = pinned_connection(self._url, self._allowed_networks, self._timeout)
         return self._connection
 
     def close(self) -> None:
@@ -269,7 +277,7 @@ def _deliver(
     stop: threading.Event,
 ) -> None:
     config = settings.subscriptions
-    check_url(subscription.url, config.allowed_hosts)
+    check_url(subscription.url, config.allowed_hosts, config.allowed_networks)
     secret = (
         decrypt_secret(settings, subscription.secret_ciphertext, subscription.name)
         if subscription.secret_ciphertext
@@ -277,7 +285,8 @@ def _deliver(
     )
     cursor = read_cursor(spark, settings, subscription.subscription_id)
     batches = pending_batches(stream, subscription, cursor)
-    target = Target(subscription.url, config.request_timeout_ms / 1000, config.error_excerpt_chars)
+    timeout_s = config.request_timeout_ms / 1000
+    target = Target(subscription.url, timeout_s, config.error_excerpt_chars, config.allowed_networks)
     deadline = time.monotonic() + config.retry_budget_ms / 1000
     semaphore = limits.of(subscription.url)
     try:

@@ -36,6 +36,7 @@ from gold.subscriptions import (
 )
 from pipelines.runtime.io import append, insert_missing, merge, read_table, retry_commit
 from pipelines.runtime.maintenance import maintenance_for
+from pipelines.subscriptions.targets import check_target
 
 SUBSCRIPTIONS = "ops.subscriptions"
 CURSORS = "ops.subscription_cursors"
@@ -215,7 +216,8 @@ def add_subscription(
         InputError: naming the bad value, an existing name, or a replay point that cannot be read.
     """
     check_name(name)
-    check_url(url, settings.subscriptions.allowed_hosts)
+    check_url(url, settings.subscriptions.allowed_hosts, settings.subscriptions.allowed_networks)
+    check_target(url, settings.subscriptions.allowed_networks)
     check_format(payload_format)
     check_filters(filters)
     if any(s.name == name for s in list_subscriptions(spark, settings)):

@@ -16,7 +16,7 @@ from gold.audit import (
     to_audit_events_from_changes,
     to_audit_events_from_usage,
 )
-from gold.search import SearchRequest, build_histogram_sql, build_search_sql, to_response
+from gold.search import ScrollSigner, SearchRequest, build_histogram_sql, build_search_sql, to_response
 from tests.pipelines.audit_inputs import change_event, rows_df, usage_event
 
 pytestmark = pytest.mark.pure
@@ -173,7 +173,7 @@ def test_search_sql_orders_pages_and_resists_injection_on_each_engine(pure_spark
     seen, scroll = [], None
     while True:
         page_params = {"size": "4", **({"scrollId": scroll} if scroll else {})}
-        request = SearchRequest.parse({**window, **page_params}).with_window(T0 + 100)
+        request = SearchRequest.parse({**window, **page_params}, signer=ScrollSigner(b"k" * 32)).with_window(T0 + 100)
         response = to_response(*query(request), request)
         seen += [(e["timestamp"], e["eventType"], e["actorUrn"]) for e in response["usageEvents"]]
         scroll = response.get("nextScrollId")

@@ -14,7 +14,9 @@ from conf.errors import RequestError
 from gold.search import (
     DAY_MS,
     ScrollKey,
+    ScrollSigner,
     SearchRequest,
+    query_binding,
     build_histogram_sql,
     build_search_sql,
     choose_since,
@@ -38,6 +40,15 @@ INJECTIONS = [
     "${jndi:ldap://x}",
 ]
 FILTER_KEYS = ["entityTypes", "aspectTypes", "actorUrns"]
+SIGNER = ScrollSigner(b"k" * 32, principal="tok1")
+BINDING = SearchRequest.parse({}, None).binding
+
+
+def _scrolled(key: ScrollKey, params: dict | None = None) -> SearchRequest:
+    """The request for the page after `key`, with the scroll id the server signed for `params`."""
+    params = params or {}
+    scroll_id = encode_scroll_id(key, SIGNER, SearchRequest.parse(params).binding)
+    return SearchRequest.parse({**params, "scrollId": scroll_id}, signer=SIGNER)
 
 
 # -- request validation -----------------------------------------------------------------------------
@@ -107,18 +118,46 @@ def test_start_after_end_is_also_caught_once_the_window_is_resolved():
 
 def test_scroll_id_round_trips_and_is_opaque():
     key = ScrollKey(1_699_999_999_000, "LogInEvent", "urn:li:corpuser:o'brien", "ab" * 32, NOW - DAY_MS, NOW)
-    scroll_id = encode_scroll_id(key)
-    assert decode_scroll_id(scroll_id) == key
+    scroll_id = encode_scroll_id(key, SIGNER, BINDING)
+    assert decode_scroll_id(scroll_id, SIGNER, BINDING) == key
     assert "corpuser" not in scroll_id and set(scroll_id) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     )
 
 
-def _forged_scroll_id(fields) -> str:
-    """A scroll id whose checksum is right but whose JSON is `fields`: what anyone can build."""
+def _unkeyed_scroll_id(fields) -> str:
+    """A scroll id with the unkeyed checksum of earlier versions: what anyone can build."""
     payload = json.dumps(fields, separators=(",", ":"))
-    check = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    check = hashlib.sha256(payload.encode()).hexdigest()[:32]
     return base64.urlsafe_b64encode(f"{payload}|{check}".encode()).decode()
+
+
+def test_a_scroll_id_with_a_recomputed_checksum_is_rejected():
+    with pytest.raises(RequestError, match="scrollId"):
+        decode_scroll_id(_unkeyed_scroll_id([3, 5, "LogInEvent", "a", "id", 0, 10, 3]), SIGNER, BINDING)
+
+
+@pytest.mark.parametrize(
+    ("signer", "binding"),
+    [
+        (ScrollSigner(b"k" * 32, principal="tok2"), BINDING),  # another caller
+        (ScrollSigner(b"j" * 32, principal="tok1"), BINDING),  # another server key
+        (SIGNER, query_binding({"actor_urns": ("a",)}, 10, True)),  # other filters
+        (SIGNER, SearchRequest.parse({"size": "11"}).binding),  # another size
+        (SIGNER, SearchRequest.parse({"includeRaw": "false"}).binding),  # without raw events
+        (None, BINDING),  # a server without a key
+    ],
+)
+def test_a_scroll_id_is_bound_to_its_key_caller_and_query(signer, binding):
+    scroll_id = encode_scroll_id(ScrollKey(5, "LogInEvent", "a", "id", 0, 10, table_version=3), SIGNER, BINDING)
+    with pytest.raises(RequestError, match="not a valid scroll id for this caller and query"):
+        decode_scroll_id(scroll_id, signer, binding)
+
+
+def test_the_binding_ignores_filter_order_and_repeats():
+    body = {"actorUrns": ["b", "a", "a"], "eventTypes": ["LogInEvent"]}
+    same = {"eventTypes": ["LogInEvent"], "actorUrns": ["a", "b"]}
+    assert SearchRequest.parse({}, body).binding == SearchRequest.parse({}, same).binding
 
 
 @pytest.mark.parametrize(
@@ -127,28 +166,27 @@ def _forged_scroll_id(fields) -> str:
         5,
         None,
         {"timestamp": 5},
-        [2, 5, "LogInEvent", "a", "id", 0, 10],
-        [2, 5, "LogInEvent", "a", "id", 0, 10, 3, "extra"],
-        [1, 5, "LogInEvent", "a", "id", 0, 10, 3],
-        [2, 10**26, "LogInEvent", "a", "id", 0, 10, 3],
-        [2, 5, "LogInEvent", "a", "id", -7, 10, 3],
-        [2, 5, "LogInEvent", "a", "id", 0, 10**26, 3],
-        [2, 5, "LogInEvent", "a", "id", 0, 10, -2],
-        [2, 5, "LogInEvent", "a", "id", 0, 10, "3"],
-        [2, 5, "LogInEvent", "a", "id", 0, 10, 1.5],
+        [3, 5, "LogInEvent", "a", "id", 0, 10],
+        [3, 5, "LogInEvent", "a", "id", 0, 10, 3, "extra"],
+        [2, 5, "LogInEvent", "a", "id", 0, 10, 3],
+        [3, 10**26, "LogInEvent", "a", "id", 0, 10, 3],
+        [3, 5, "LogInEvent", "a", "id", -7, 10, 3],
+        [3, 5, "LogInEvent", "a", "id", 0, 10**26, 3],
+        [3, 5, "LogInEvent", "a", "id", 0, 10, -2],
+        [3, 5, "LogInEvent", "a", "id", 0, 10, "3"],
+        [3, 5, "LogInEvent", "a", "id", 0, 10, 1.5],
     ],
 )
-def test_a_forged_scroll_id_with_a_valid_checksum_is_rejected(fields):
-    good = encode_scroll_id(ScrollKey(5, "LogInEvent", "a", "id", 0, 10, table_version=3))
-    assert decode_scroll_id(_forged_scroll_id([2, 5, "LogInEvent", "a", "id", 0, 10, 3])) == decode_scroll_id(good)
-    assert decode_scroll_id(good).table_version == 3
+def test_a_signed_scroll_id_of_the_wrong_shape_is_rejected(fields):
+    payload = json.dumps(fields, separators=(",", ":"))
+    signed = base64.urlsafe_b64encode(f"{payload}|{SIGNER.tag(payload, BINDING)}".encode()).decode()
     with pytest.raises(RequestError, match="scrollId"):
-        decode_scroll_id(_forged_scroll_id(fields))
+        decode_scroll_id(signed, SIGNER, BINDING)
 
 
 @pytest.mark.parametrize("mangle", ["flip", "truncate", "not-base64", "no-checksum", "bad-json"])
 def test_a_tampered_scroll_id_does_not_decode(mangle):
-    good = encode_scroll_id(ScrollKey(5, "LogInEvent", "a", "id", 0, 10))
+    good = encode_scroll_id(ScrollKey(5, "LogInEvent", "a", "id", 0, 10), SIGNER, BINDING)
     if mangle == "flip":
         text = base64.urlsafe_b64decode(good + "==").decode().replace('"a"', '"b"')
         bad = base64.urlsafe_b64encode(text.encode()).decode()
@@ -157,18 +195,22 @@ def test_a_tampered_scroll_id_does_not_decode(mangle):
     elif mangle == "not-base64":
         bad = "%%%***"
     elif mangle == "no-checksum":
-        bad = base64.urlsafe_b64encode(b'[2,5,"LogInEvent","a","id",0,10,3]').decode()
+        bad = base64.urlsafe_b64encode(b'[3,5,"LogInEvent","a","id",0,10,3]').decode()
     else:
         bad = base64.urlsafe_b64encode(b"{not json|0123456789abcdef").decode()
     with pytest.raises(RequestError, match="scrollId"):
-        decode_scroll_id(bad)
+        decode_scroll_id(bad, SIGNER, BINDING)
 
 
-def test_later_pages_keep_the_window_of_the_first():
+def test_later_pages_keep_the_window_of_the_first_and_refuse_another():
     key = ScrollKey(900, "LogInEvent", "a", "id", 100, 1000)
-    request = SearchRequest.parse({"scrollId": encode_scroll_id(key)})
+    request = SearchRequest.parse({"scrollId": encode_scroll_id(key, SIGNER, BINDING)}, signer=SIGNER)
     assert (request.start_time, request.end_time) == (100, 1000)
     assert request.with_window(NOW).end_time == 1000
+    again = SearchRequest.parse({"scrollId": request.scroll_id, "startTime": "100", "endTime": "1000"}, signer=SIGNER)
+    assert again.scroll == key
+    with pytest.raises(RequestError, match="endTime: 2000 is not the window of the scrollId"):
+        SearchRequest.parse({"scrollId": request.scroll_id, "endTime": "2000"}, signer=SIGNER)
 
 
 # -- the query --------------------------------------------------------------------------------------
@@ -193,7 +235,7 @@ def test_filter_values_stay_string_literals(key, value):
 
 def test_injection_in_a_scroll_key_stays_literal():
     key = ScrollKey(5, "LogInEvent", "x' OR '1'='1", "id' --", 0, 10)
-    sql = build_search_sql(SearchRequest.parse({"scrollId": encode_scroll_id(key)}), "t", NOW)
+    sql = build_search_sql(_scrolled(key), "t", NOW)
     literals = _where_literals(sql)
     assert "x' OR '1'='1" in literals and "id' --" in literals
 
@@ -220,7 +262,7 @@ def test_the_slice_holds_the_page_from_the_upper_bound_down():
     assert choose_since({126: 2, 120: 2, 3: 7}, request, NOW) == 30
     assert choose_since({10: 2}, request, NOW) is None
     key = ScrollKey(905, "LogInEvent", "a", "id", 0, 1280)
-    paged = SearchRequest.parse({"size": "5", "scrollId": encode_scroll_id(key)})
+    paged = _scrolled(key, {"size": "5"})
     assert page_upper_bound(paged, NOW) == 906
     assert choose_since({90: 50, 89: 3, 88: 2}, paged, NOW) == 880  # bucket 90 holds the key: counted as 0
 
@@ -228,7 +270,7 @@ def test_the_slice_holds_the_page_from_the_upper_bound_down():
 def test_page_upper_bound_follows_the_scroll_key():
     assert page_upper_bound(SearchRequest.parse({}), NOW) == NOW
     key = ScrollKey(NOW - 50, "LogInEvent", "a", "id", NOW - DAY_MS, NOW)
-    assert page_upper_bound(SearchRequest.parse({"scrollId": encode_scroll_id(key)}), NOW + 999) == NOW - 49
+    assert page_upper_bound(_scrolled(key), NOW + 999) == NOW - 49
 
 
 # -- the response -----------------------------------------------------------------------------------
@@ -273,10 +315,10 @@ def test_response_shapes_login_and_entity_events():
 
 
 def test_response_without_raw_and_with_a_full_page():
-    request = SearchRequest.parse({"size": "2", "includeRaw": "false"}).with_window(NOW)
+    request = SearchRequest.parse({"size": "2", "includeRaw": "false"}, signer=SIGNER).with_window(NOW)
     response = to_response([_row("LogInEvent", 3), _row("FailedLogInEvent", 2)], 9, request)
     assert all("rawUsageEvent" not in e for e in response["usageEvents"])
-    key = decode_scroll_id(response["nextScrollId"])
+    key = decode_scroll_id(response["nextScrollId"], SIGNER, request.binding)
     assert (key.timestamp, key.event_type, key.event_id) == (2, "FailedLogInEvent", "id-2")
     assert (key.start_time, key.end_time) == (NOW - DAY_MS, NOW)
 
@@ -298,6 +340,5 @@ def test_a_page_of_rows_already_read_follows_the_sql_order_and_the_scroll_key():
     request = SearchRequest.parse({"size": "10"}).with_window(NOW)
     assert [r["event_id"] for r in to_page(rows, request)] == expected
     assert [r["event_id"] for r in to_page(rows, SearchRequest.parse({"size": "2"}))] == expected[:2]
-    scroll = encode_scroll_id(ScrollKey(5, "LogInEvent", "", "3", NOW - DAY_MS, NOW))
-    after = SearchRequest.parse({"size": "10", "scrollId": scroll})
+    after = _scrolled(ScrollKey(5, "LogInEvent", "", "3", NOW - DAY_MS, NOW), {"size": "10"})
     assert [r["event_id"] for r in to_page(rows, after)] == ["1", "2", "0"]

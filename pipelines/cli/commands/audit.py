@@ -23,14 +23,20 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         host: str | None = typer.Option(None, "--host", help="Interface to listen on (default api.host, 127.0.0.1)."),
         port: int | None = typer.Option(None, "--port", help="TCP port (default api.port, 8080)."),
+        tls_cert: str | None = typer.Option(
+            None, "--tls-cert", help="PEM certificate chain: serve HTTPS, with HSTS (default serve.tls_cert_file)."
+        ),
+        tls_key: str | None = typer.Option(None, "--tls-key", help="PEM private key of --tls-cert (default serve.tls_key_file)."),
     ) -> None:
-        """Serve the Audit Events Search API (POST /openapi/v1/events/audit/search) over HTTP."""
+        """Serve the Audit Events Search API (POST /openapi/v1/events/audit/search) over HTTP or HTTPS."""
         from pipelines.serving.api import serve
+        from pipelines.serving.hardening import tls_options
 
         state = state_of(ctx)
         shown_port = state.settings.api.port if port is None else port
-        error_console.print(f"serving audit search on http://{host or state.settings.api.host}:{shown_port}")
-        serve(state.settings, host, port)
+        scheme = "https" if tls_options(state.settings, tls_cert, tls_key) else "http"
+        error_console.print(f"serving audit search on {scheme}://{host or state.settings.api.host}:{shown_port}")
+        serve(state.settings, host, port, tls_cert, tls_key)
 
     @app.command("search")
     def search_command(
@@ -62,7 +68,10 @@ def register(app: typer.Typer) -> None:
             except ValueError as exc:
                 raise RequestError(f"--body: not valid JSON ({exc})") from None
         state = state_of(ctx)
-        request = SearchRequest.parse(params, decoded, max_size=state.settings.serve.max_size)
+        from pipelines.serving.scroll_key import local_signer
+
+        signer = local_signer(state.settings)
+        request = SearchRequest.parse(params, decoded, max_size=state.settings.serve.max_size, signer=signer)
         if state.settings.serve.engine == "spark":
             with state.session() as spark:
                 result = open_engine(state.settings, spark).search(request)

@@ -101,11 +101,13 @@ def show_summary(spark: SparkSession, settings: Settings) -> None:
     )
     print_table([r.asDict() for r in top], ["actor_urn", "events", "failed_logins", "entities"], title="Top actors, last day")
     from gold.search import SearchRequest
+    from pipelines.serving.scroll_key import local_signer
     from pipelines.serving.search import search
 
     request = SearchRequest.parse(
         {"startTime": latest - DAY_MS, "endTime": latest + 1, "size": 3, "includeRaw": False},
         {"eventTypes": [], "entityTypes": ["dataset"], "aspectTypes": [], "actorUrns": [top[0].actor_urn]},
+        signer=local_signer(settings),
     )
     response = search(spark, settings, request)
     console.print(f"Sample audit search (POST /openapi/v1/events/audit/search, actor {top[0].actor_urn}, datasets):")

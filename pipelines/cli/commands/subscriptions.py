@@ -34,7 +34,12 @@ def register(app: typer.Typer) -> None:
     def add_command(
         ctx: typer.Context,
         name: str = typer.Argument(..., help="A unique name (letters, digits, '_', '.', '-')."),
-        url: str = typer.Option(..., "--url", help="The http or https URL events are POSTed to."),
+        url: str = typer.Option(
+            ...,
+            "--url",
+            help="The http or https URL events are POSTed to (loopback, private and link-local targets need "
+            "subscriptions.allowed_networks).",
+        ),
         categories: list[str] = typer.Option(None, "--category", help="Only this ECE category, e.g. TAG (repeatable)."),
         operations: list[str] = typer.Option(None, "--operation", help="Only this operation, e.g. ADD (repeatable)."),
         entity_types: list[str] = typer.Option(None, "--entity-type", help="Only this entity type, e.g. dataset (repeatable)."),
@@ -55,12 +60,14 @@ def register(app: typer.Typer) -> None:
         from gold.subscriptions import EventFilters, check_format, check_name, check_url
         from pipelines.subscriptions.secrets import encrypt_secret, read_secret_file
         from pipelines.subscriptions.store import add_subscription
+        from pipelines.subscriptions.targets import check_target
 
         state = state_of(ctx)
         settings = state.settings
         # Everything that needs no table is checked before a session starts.
         check_name(name)
-        check_url(url, settings.subscriptions.allowed_hosts)
+        check_url(url, settings.subscriptions.allowed_hosts, settings.subscriptions.allowed_networks)
+        check_target(url, settings.subscriptions.allowed_networks)
         check_format(payload_format)
         filters = EventFilters(
             categories=tuple(categories or ()),

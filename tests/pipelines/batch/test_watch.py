@@ -175,7 +175,8 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
         assert status["running"] is True and status["pid"] == watcher.pid
         assert status["last_batch"]["files"] >= 1
         assert status["freshness_lag_seconds"] is not None
-        health = http_json(f"http://127.0.0.1:{port}/health")
+        assert http_json(f"http://127.0.0.1:{port}/health") == {"status": "ok"}  # the watcher only with a token
+        health = http_json(f"http://127.0.0.1:{port}/health", token=token)
         assert health["watch"]["running"] is True and health["watch"]["pid"] == watcher.pid
 
         # A second watcher on the same home is refused, naming the first.
@@ -189,7 +190,7 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
         assert watcher.wait(30) == 0
         assert time.monotonic() - started < 30
         assert _status(home)["running"] is False
-        assert http_json(f"http://127.0.0.1:{port}/health")["watch"]["running"] is False
+        assert http_json(f"http://127.0.0.1:{port}/health", token=token)["watch"]["running"] is False
         # Every micro-batch that did something was recorded in MLflow before the watcher exited.
         runs = [json.loads(line) for line in run_cli("runs", "--json", "--limit", "50", home=home).stdout.splitlines()]
         tracked = [r for r in runs if r["name"] == "watch-batch"]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gold.search import SearchRequest
+from gold.search import ScrollSigner, SearchRequest
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.serving.engine import InProcessEngine, SparkEngine, open_engine
 from tests.pipelines.audit_inputs import land_refined_batch, usage_event
@@ -50,8 +50,11 @@ def engines(spark, lakehouse):
     return {"inprocess": InProcessEngine(lakehouse), "spark": SparkEngine(lakehouse, spark)}
 
 
+SIGNER = ScrollSigner(b"k" * 32)
+
+
 def _search(engine, params=None, body=None):
-    return engine.search(SearchRequest.parse(params or {}, body), now_ms=NOW)
+    return engine.search(SearchRequest.parse(params or {}, body, signer=SIGNER), now_ms=NOW)
 
 
 def _without_scroll(result):
@@ -127,8 +130,8 @@ def test_pages_and_scroll_ids_agree_except_the_pinned_version(engines):
     params = {"startTime": 0, "endTime": NOW + 1, "size": 7}
     first = {name: _search(engine, params) for name, engine in engines.items()}
     assert _without_scroll(first["inprocess"]) == _without_scroll(first["spark"])
-    pinned = SearchRequest.parse({"scrollId": first["inprocess"]["nextScrollId"]}).scroll
-    unpinned = SearchRequest.parse({"scrollId": first["spark"]["nextScrollId"]}).scroll
+    pinned = SearchRequest.parse({**params, "scrollId": first["inprocess"]["nextScrollId"]}, signer=SIGNER).scroll
+    unpinned = SearchRequest.parse({**params, "scrollId": first["spark"]["nextScrollId"]}, signer=SIGNER).scroll
     assert pinned.table_version == engines["inprocess"].snapshots.latest().version and unpinned.table_version == -1
     assert (pinned.timestamp, pinned.event_id) == (unpinned.timestamp, unpinned.event_id)
 

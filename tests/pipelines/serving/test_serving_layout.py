@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conf.errors import InputError
-from gold.search import SearchRequest
+from gold.search import ScrollSigner, SearchRequest
 from pipelines.batch.publish_audit import optimize_audit_events, publish_audit
 from pipelines.serving.engine import InProcessEngine, SparkEngine
 from tests.pipelines.audit_inputs import land_refined_batch, usage_event
@@ -36,8 +36,11 @@ def engines(spark, lakehouse):
     return {"inprocess": InProcessEngine(lakehouse), "spark": SparkEngine(lakehouse, spark)}
 
 
+SIGNER = ScrollSigner(b"k" * 32)
+
+
 def _search(engine, params=None, body=None):
-    return engine.search(SearchRequest.parse(params or {}, body), now_ms=NOW)
+    return engine.search(SearchRequest.parse(params or {}, body, signer=SIGNER), now_ms=NOW)
 
 
 def test_compaction_sorts_each_day_by_time_into_small_row_groups(engines):

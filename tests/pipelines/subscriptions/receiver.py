@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -78,10 +80,21 @@ def _handler(receiver: Receiver):
     return Handler
 
 
-def start_receiver(path: str = "/hook") -> Iterator[Receiver]:
-    """Serve a Receiver on 127.0.0.1 (an ephemeral port) in a thread until the generator is closed."""
+def start_receiver(path: str = "/hook", tls: tuple[Path, Path] | None = None) -> Iterator[Receiver]:
+    """Serve a Receiver on 127.0.0.1 (an ephemeral port) in a thread until the generator is closed.
+
+    Args:
+        path: the URL path the receiver's URL names.
+        tls: (certificate, key) PEM files: serve HTTPS with them.
+    """
     server = ThreadingHTTPServer(("127.0.0.1", 0), None)
-    receiver = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}{path}")
+    scheme = "http"
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    receiver = Receiver(url=f"{scheme}://127.0.0.1:{server.server_address[1]}{path}")
     server.RequestHandlerClass = _handler(receiver)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)

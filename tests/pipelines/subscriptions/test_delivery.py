@@ -49,7 +49,10 @@ ROWS = {
     for name, (cs, category, operation, actor, at, urn, aspect, modifier, batch) in HISTORY.items()
 }
 EVENT_ID = {name: row["event_id"] for name, row in ROWS.items()}
-FAST = SubscriptionSettings(retry_initial_ms=20, retry_max_ms=100, retry_budget_ms=5000, request_timeout_ms=3000)
+# The receivers listen on loopback: allow-listed, as any private target must be.
+FAST = SubscriptionSettings(
+    retry_initial_ms=20, retry_max_ms=100, retry_budget_ms=5000, request_timeout_ms=3000, allowed_networks=("127.0.0.0/8",)
+)
 
 
 def _publish(spark, settings, batch_id: str) -> None:

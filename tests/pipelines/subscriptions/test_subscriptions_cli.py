@@ -17,6 +17,13 @@ from tests.pipelines.subscriptions.receiver import start_receiver
 MCL = FIXTURES / "history-small.mcl.jsonl"
 SECRET = "a-secret-nobody-may-print"
 RUN = ("--set", "mlflow.enabled=false", "run", "--no-progress", "--path", str(MCL))
+# The receivers listen on loopback: a target subscriptions may use only when allow-listed.
+LOOPBACK = "subscriptions.allowed_networks=[127.0.0.0/8]"
+
+
+def _cli(*args, **kwargs):
+    """`lakehouse` with loopback targets allowed."""
+    return run_cli("--set", LOOPBACK, *args, **kwargs)
 
 
 @pytest.fixture
@@ -31,7 +38,7 @@ def _lines(result) -> list[dict]:
 
 
 def _silver_event_ids(home) -> list[str]:
-    result = run_cli("sql", "SELECT event_id FROM silver.entity_change_events", "--json", home=home)
+    result = _cli("sql", "SELECT event_id FROM silver.entity_change_events", "--json", home=home)
     return [row["event_id"] for row in _lines(result)]
 
 
@@ -39,7 +46,7 @@ def _silver_event_ids(home) -> list[str]:
 def refined_home(tmp_path_factory):
     """A home where `lakehouse run` refined and published the shared DataHub fixture history."""
     home = tmp_path_factory.mktemp("subscriptions-cli")
-    run_cli(*RUN, home=home)
+    _cli(*RUN, home=home)
     return home
 
 
@@ -47,18 +54,18 @@ def test_add_list_status_remove_and_the_secret_is_never_printed(tmp_path, receiv
     home = tmp_path / "home"
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text(SECRET + "\n")
-    added = run_cli(
+    added = _cli(
         "subscriptions", "add", "tags", "--url", receiver.url, "--category", "TAG", "--operation", "ADD",
         "--secret-file", str(secret_file), home=home,
     )  # fmt: skip
     assert "added subscription tags" in added.stdout
-    listed = _lines(run_cli("subscriptions", "list", "--json", home=home))
+    listed = _lines(_cli("subscriptions", "list", "--json", home=home))
     assert [(r["name"], r["categories"], r["operations"], r["signed"]) for r in listed] == [("tags", ["TAG"], ["ADD"], True)]
-    status = _lines(run_cli("subscriptions", "status", "--json", home=home))
+    status = _lines(_cli("subscriptions", "status", "--json", home=home))
     assert [(r["name"], r["state"], r["delivered"], r["pending"], r["failed"]) for r in status] == [("tags", "ok", 0, 0, 0)]
     key = home / "auth" / "subscriptions.key"
     assert key.stat().st_mode & 0o777 == 0o600
-    removed = run_cli("subscriptions", "remove", "tags", home=home)
+    removed = _cli("subscriptions", "remove", "tags", home=home)
     assert "removed subscription tags" in removed.stdout
     for result in (added, removed):
         assert SECRET not in result.stdout + result.stderr
@@ -66,31 +73,31 @@ def test_add_list_status_remove_and_the_secret_is_never_printed(tmp_path, receiv
 
 
 def test_bad_options_exit_with_a_message_naming_them(tmp_path):
-    result = run_cli("subscriptions", "add", "x", "--url", "file:///etc/passwd", home=tmp_path, check=False)
+    result = _cli("subscriptions", "add", "x", "--url", "file:///etc/passwd", home=tmp_path, check=False)
     assert result.returncode != 0 and "--url: 'file:///etc/passwd' is not an http or https URL" in result.stderr
-    result = run_cli("subscriptions", "add", "x", "--url", "http://h/", "--format", "xml", home=tmp_path, check=False)
+    result = _cli("subscriptions", "add", "x", "--url", "http://h/", "--format", "xml", home=tmp_path, check=False)
     assert result.returncode != 0 and "--format: 'xml' is not one of ece, openmetadata, slack" in result.stderr
-    result = run_cli("subscriptions", "remove", "nobody", home=tmp_path, check=False)
+    result = _cli("subscriptions", "remove", "nobody", home=tmp_path, check=False)
     assert result.returncode != 0 and "no subscription named 'nobody'" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_a_run_delivers_what_it_published(tmp_path, receiver):
     home = tmp_path / "home"
-    run_cli("subscriptions", "add", "all", "--url", receiver.url, home=home)
-    run_cli(*RUN, home=home)
+    _cli("subscriptions", "add", "all", "--url", receiver.url, home=home)
+    _cli(*RUN, home=home)
     delivered = [e["id"] for post in receiver.acknowledged() for e in post.json()["events"]]
     assert delivered and sorted(delivered) == sorted(_silver_event_ids(home))
 
 
 def test_a_delivery_killed_mid_batch_resends_from_its_cursor(refined_home, receiver):
     expected = sorted(_silver_event_ids(refined_home))
-    run_cli(
+    _cli(
         "subscriptions", "add", "resumed", "--url", receiver.url, "--since", "1970-01-02", home=refined_home
     )  # fmt: skip
     small_posts = ["--set", "subscriptions.max_events_per_post=3"]
     # Killed once the receiver acknowledged a POST and before the cursor recorded it ...
-    killed = run_cli(
+    killed = _cli(
         *small_posts, "subscriptions", "deliver", home=refined_home,
         env={CRASH_ENV: "subscriptions.acknowledged"}, check=False,
     )  # fmt: skip
@@ -98,29 +105,29 @@ def test_a_delivery_killed_mid_batch_resends_from_its_cursor(refined_home, recei
     first_post = [e["id"] for e in receiver.acknowledged()[0].json()["events"]]
     assert len(first_post) == 3
     # ... then mid-way through the following POSTs.
-    killed = run_cli(
+    killed = _cli(
         *small_posts, "subscriptions", "deliver", home=refined_home,
         env={CRASH_ENV: "subscriptions.committed@400"}, check=False,
     )  # fmt: skip
     assert killed.returncode == -9
-    run_cli(*small_posts, "subscriptions", "deliver", home=refined_home)
+    _cli(*small_posts, "subscriptions", "deliver", home=refined_home)
     received = Counter(e["id"] for post in receiver.acknowledged() for e in post.json()["events"])
     assert sorted(received) == expected  # every event arrived ...
     assert all(received[event_id] >= 2 for event_id in first_post)  # ... the unrecorded POST twice, same ids
-    status = _lines(run_cli("subscriptions", "status", "resumed", "--json", home=refined_home))
+    status = _lines(_cli("subscriptions", "status", "resumed", "--json", home=refined_home))
     assert (status[0]["pending"], status[0]["delivered"]) == (0, len(expected))  # acknowledged and recorded once each
-    again = run_cli(*small_posts, "subscriptions", "deliver", "--json", home=refined_home)
+    again = _cli(*small_posts, "subscriptions", "deliver", "--json", home=refined_home)
     assert _lines(again)[0]["posts"] == 0
 
 
 @pytest.mark.slow
 def test_watch_mode_delivers_each_micro_batch_and_a_dead_receiver_holds_up_nothing(tmp_path, receiver):
     home = tmp_path / "home"
-    run_cli("subscriptions", "add", "live", "--url", receiver.url, home=home)
+    _cli("subscriptions", "add", "live", "--url", receiver.url, home=home)
     # Nobody listens there: every POST fails to connect and is retried with backoff.
-    run_cli("subscriptions", "add", "dead", "--url", f"http://127.0.0.1:{free_port()}/gone", home=home)
+    _cli("subscriptions", "add", "dead", "--url", f"http://127.0.0.1:{free_port()}/gone", home=home)
     log = tmp_path / "watch.log"
-    watcher = start_watch(home, log)
+    watcher = start_watch(home, log, None, LOOPBACK)
     try:
         wait_for(lambda: watch_log_records(log, "started"), 120, "the watcher to start")
         now_ms = int(time.time() * 1000)
@@ -136,7 +143,7 @@ def test_watch_mode_delivers_each_micro_batch_and_a_dead_receiver_holds_up_nothi
         assert {r["subscription"] for r in watch_log_records(log, "delivered")} >= {"live"}
     finally:
         assert stop(watcher) == 0
-    status = {r["name"]: r for r in _lines(run_cli("subscriptions", "status", "--json", home=home))}
+    status = {r["name"]: r for r in _lines(_cli("subscriptions", "status", "--json", home=home))}
     assert status["live"]["pending"] == 0 and status["live"]["delivered"] == len(_ids(receiver))
     assert status["dead"]["state"] == "failing" and status["dead"]["pending"] == len(_ids(receiver))
     assert "ConnectionRefusedError" in status["dead"]["last_error"]

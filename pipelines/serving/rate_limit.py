@@ -1,0 +1,134 @@
+"""A per-caller rate limit on the data endpoints: token buckets, refused requests get 429 with Retry-After."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from conf.errors import ConfigError, RequestError
+
+# Buckets full again (the caller idle long enough) are dropped once this many callers are tracked.
+_PRUNE_ABOVE = 10_000
+
+
+class RateLimitedError(RequestError):
+    """A caller above its request rate: served as HTTP 429 with Retry-After.
+
+    Args:
+        message: what was exceeded, safe to show to the caller.
+        retry_after_s: the whole seconds until the caller may send again.
+    """
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: int):
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class TokenBuckets:
+    """The buckets of every caller, in this process's memory.
+
+    The rate limiter reads and changes them only through `take`, so a store shared by several server
+    processes can stand in for this one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._levels: dict[str, tuple[float, float]] = {}  # key -> (tokens, when counted)
+
+    def take(self, key: str, now: float, rate_per_s: float, capacity: float) -> float:
+        """Take one token from `key`'s bucket (filled at `rate_per_s` up to `capacity`).
+
+        Returns:
+            0 when a token was taken; otherwise the seconds until one is available.
+        """
+        with self._lock:
+            tokens, counted = self._levels.get(key, (capacity, now))
+            tokens = min(capacity, tokens + (now - counted) * rate_per_s)
+            if tokens >= 1:
+                self._levels[key] = (tokens - 1, now)
+                if len(self._levels) > _PRUNE_ABOVE:
+                    self._prune(now, rate_per_s, capacity)
+                return 0.0
+            self._levels[key] = (tokens, now)
+            return (1 - tokens) / rate_per_s
+
+    def _prune(self, now: float, rate_per_s: float, capacity: float) -> None:
+        self._levels = {
+            key: (tokens, counted)
+            for key, (tokens, counted) in self._levels.items()
+            if tokens + (now - counted) * rate_per_s < capacity
+        }
+
+
+class RateLimiter:
+    """At most `per_minute` requests per caller per minute, with bursts of up to `burst` at once.
+
+    Args:
+        per_minute: the sustained rate; 0 turns the limit off.
+        burst: the bucket's size: requests a rested caller may send at once.
+        buckets: where the buckets live (default: this process's memory).
+        clock: monotonic seconds (a parameter so that the rate can be checked without waiting).
+    """
+
+    def __init__(
+        self, per_minute: int, burst: int, buckets: TokenBuckets | None = None, clock: Callable[[], float] = time.monotonic
+    ):
+        if per_minute < 0:
+            raise ConfigError(f"per_minute: {per_minute!r} must be at least 0")
+        if burst < 1:
+            raise ConfigError(f"burst: {burst!r} must be at least 1")
+        self.per_minute = per_minute
+        self.burst = burst
+        self._buckets = buckets or TokenBuckets()
+        self._clock = clock
+
+    def check(self, caller: str) -> None:
+        """Count one request of `caller`.
+
+        Raises:
+            RateLimitedError: when the caller's bucket is empty.
+        """
+        if self.per_minute == 0:
+            return
+        wait_s = self._buckets.take(caller, self._clock(), self.per_minute / 60, self.burst)
+        if wait_s > 0:
+            retry_after = max(1, math.ceil(wait_s))
+            raise RateLimitedError(
+                f"rate limit: more than {self.per_minute} requests per minute (serve.rate_limit_per_minute, "
+                f"bursts of {self.burst}); retry after {retry_after} s",
+                retry_after,
+            )
+
+
+class RateLimitedVerifier:
+    """A token verifier that also counts each authenticated request against its caller's rate.
+
+    Counted after authentication, by token id: nobody can use up another caller's rate without its token.
+
+    Args:
+        verifier: the verifier that authenticates (its other methods are passed through).
+        limiter: the rate limit.
+    """
+
+    def __init__(self, verifier: Any, limiter: RateLimiter):
+        self._verifier = verifier
+        self._limiter = limiter
+
+    async def authenticate_request(self, authorization: str | None, role: str) -> Any:
+        """Authenticate as the wrapped verifier does, then count the request.
+
+        Raises:
+            AuthError: as the wrapped verifier.
+            RateLimitedError: when the caller is above its rate.
+        """
+        record = await self._verifier.authenticate_request(authorization, role)
+        self._limiter.check(record.token_id)
+        return record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._verifier, name)
