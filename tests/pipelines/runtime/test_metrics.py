@@ -43,6 +43,8 @@ from tests.pipelines.subscriptions.receiver import start_receiver
 RULES = Path(__file__).parents[3] / "docs" / "prometheus" / "lakehouse-rules.yml"
 DASHBOARD = Path(__file__).parents[3] / "docs" / "grafana" / "lakehouse-dashboard.json"
 ACTOR = "urn:li:corpuser:metrics"
+# The test receiver listens on loopback, which webhook targets may use only when allow-listed.
+LOOPBACK = "subscriptions.allowed_networks=[127.0.0.0/8]"
 GOOD_LINES = 3
 
 
@@ -105,11 +107,11 @@ def running(tmp_path_factory) -> Iterator[dict]:
     token, _ = create_token(settings, ACTOR, ["audit-read"])
     receiver_context = start_receiver()
     receiver = next(receiver_context)
-    run_cli("subscriptions", "add", "hook", "--url", receiver.url, home=home)
+    run_cli("--set", LOOPBACK, "subscriptions", "add", "hook", "--url", receiver.url, home=home)
     watch_port, serve_port = free_port(), free_port()
     watch_log, serve_log = root / "watch.log", root / "serve.log"
     command = [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=true", "--set", "log.format=json",
-               "run", "--watch", "--metrics-port", str(watch_port)]  # fmt: skip
+               "--set", LOOPBACK, "run", "--watch", "--metrics-port", str(watch_port)]  # fmt: skip
     with open(watch_log, "ab") as out:
         watcher = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=child_env())
     server = None
