@@ -18,6 +18,7 @@ from sqlglot import exp
 from conf.errors import RequestError
 from conf.settings_sections import SEARCH_MAX_SIZE
 from gold.audit import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
+from gold.scopes import UNSCOPED, Scope, scope_condition
 
 DAY_MS = 86_400_000
 DEFAULT_TIME = -1
@@ -70,6 +71,7 @@ class SearchRequest:
         scroll: the decoded scroll id.
         include_raw: whether results carry rawUsageEvent.
         event_types, entity_types, aspect_types, actor_urns: filters (empty = no filter).
+        scope: the rows the caller may see at all (set from its principal, never from the request).
     """
 
     start_time: int = DEFAULT_TIME
@@ -82,6 +84,7 @@ class SearchRequest:
     entity_types: tuple[str, ...] = ()
     aspect_types: tuple[str, ...] = ()
     actor_urns: tuple[str, ...] = ()
+    scope: Scope = UNSCOPED
 
     @classmethod
     def parse(cls, params: Mapping[str, Any] | None = None, body: Any = None, max_size: int = MAX_SIZE) -> SearchRequest:
@@ -353,6 +356,9 @@ def to_match_condition(request: SearchRequest, now_ms: int, since_ms: int | None
         values = getattr(resolved, field_name)
         if values:
             conditions.append(_in_list(column, values))
+    scoped = scope_condition(resolved.scope)
+    if scoped is not None:
+        conditions.append(scoped)
     return exp.and_(*conditions, copy=False)
 
 

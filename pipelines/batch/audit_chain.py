@@ -8,6 +8,8 @@ that differs, compares its rows with the table at the version the link names.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,10 +43,24 @@ from pipelines.runtime.maintenance import maintenance_for
 CHAIN_TABLE = "ops.audit_chain"
 # Rows turned into canonical text at a time (bounds the Python objects alive at once).
 DIGEST_CHUNK_ROWS = 50_000
-# Each link names the one before it, so links are appended one publish at a time: within a process by
-# this lock (watch mode publishes the audit and OpenMetadata tables from two threads), across processes
-# by the run lock.
+# Each link names the one before it, so links are appended one at a time: within a process by this lock
+# (watch mode publishes the audit and OpenMetadata tables from two threads), across processes (the
+# pipeline and the API server, which links its access log flushes) by the file lock `chain_lock`.
 _LINKING = threading.Lock()
+_LINK_COLUMN_TYPES = {"BIGINT": pa.int64(), "STRING": pa.string()}
+
+
+@contextlib.contextmanager
+def chain_lock(settings: Settings) -> Iterator[None]:
+    """Hold the chain for appending links: this process's lock and the home's file lock (other processes)."""
+    path = settings.home / "locks" / "audit-chain.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _LINKING, open(path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def chain_key(settings: Settings) -> ChainKey:
@@ -227,7 +243,7 @@ def link_batches(
     unchained = [key for key in table_keys if key not in CHAINED_TABLES]
     if unchained:
         raise InputError(f"table_keys: {unchained!r} not chained (chained: {', '.join(CHAINED_TABLES)})")
-    with _LINKING:
+    with chain_lock(settings):
         return _append_links(spark, settings, table_keys, batch_ids, appended)
 
 
@@ -261,6 +277,53 @@ def _append_links(
         append(spark.createDataFrame([tuple(l[c] for c in table_spec(CHAIN_TABLE).column_names) for l in links], schema),
                settings, CHAIN_TABLE)  # fmt: skip
     return len(links)
+
+
+def arrow_digest(table: pa.Table, table_key: str) -> tuple[int, str]:
+    """(row count, digest) of one batch's rows given as Arrow (the declared columns, in canonical order)."""
+    ordered = table.select(list(table_spec(table_key).column_names)).sort_by([(CHAINED_TABLES[table_key], "ascending")])
+    hasher = BatchDigest()
+    for offset in range(0, ordered.num_rows, DIGEST_CHUNK_ROWS):
+        hasher.add_lines(canonical_json_lines(ordered.slice(offset, DIGEST_CHUNK_ROWS)))
+    return hasher.row_count, hasher.hexdigest()
+
+
+def link_arrow_batch(settings: Settings, table_key: str, batch_id: str, table: pa.Table, version: int) -> dict[str, Any]:
+    """Link one batch a process wrote with delta-rs (no session): read the head, append one link with delta-rs.
+
+    The API server links each flush of its access log this way; the digest is the one `verify` recomputes
+    from the table.
+
+    Args:
+        settings: the lakehouse settings (chain location, signing key).
+        table_key: a chained table.
+        batch_id: the batch written.
+        table: its rows (at least the table's declared columns).
+        version: the table version the write made.
+
+    Returns:
+        The link appended.
+    """
+    from deltalake import DeltaTable, write_deltalake
+
+    if table_key not in CHAINED_TABLES:
+        raise InputError(f"table_key: {table_key!r} not chained (chained: {', '.join(CHAINED_TABLES)})")
+    count, digest = arrow_digest(table, table_key)
+    location = str(table_location(settings, CHAIN_TABLE))
+    key = chain_key(settings)
+    with chain_lock(settings):
+        seq, head = 0, GENESIS_DIGEST
+        with contextlib.suppress(Exception):  # no chain table yet: the genesis
+            links = DeltaTable(location).to_pyarrow_table(columns=["seq", "link_digest"]).to_pylist()
+            if links:
+                last = max(links, key=lambda link: link["seq"])
+                seq, head = int(last["seq"]) + 1, last["link_digest"]
+        link = new_link(seq, table_key, batch_id, version, count, digest, head, int(time.time() * 1000), key)
+        spec = table_spec(CHAIN_TABLE)
+        schema = pa.schema([(name, _LINK_COLUMN_TYPES[kind]) for name, kind in spec.column_types])
+        write_deltalake(location, pa.Table.from_pylist([link], schema=schema), mode="append",
+                        configuration=dict(spec.properties))  # fmt: skip
+    return link
 
 
 def _taken_over(

@@ -28,7 +28,8 @@ from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, open_engine
 from pipelines.serving.explorer import mount_explorer
-from pipelines.serving.tokens import TokenVerifier
+from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
+from pipelines.serving.identity import Authenticator
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
 EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
@@ -117,7 +118,7 @@ def create_app(
         raise ConfigError(f"max_queries: {slots!r} must be at least 1")
     admission = Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
-    verifier = TokenVerifier(settings.tokens_path)
+    verifier = Authenticator(settings)
     app = FastAPI(
         title="Metadata audit lakehouse: Audit Events Search API",
         version="1",
@@ -171,19 +172,24 @@ def create_app(
     )
     async def audit_search(request: Request) -> JSONResponse:
         authorization = request.headers.get("authorization")
-        await verifier.authenticate_request(authorization, AUDIT_READ)
+        principal = await verifier.authenticate_request(authorization, AUDIT_READ)
         body = _decode_body(await _read_body(request, serve_settings.max_body_bytes))
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
         search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size)
 
         with admission.admit():
             async with admission.slot():
-                return JSONResponse(await run_in_threadpool(search_engine.search, search_request))
+                return JSONResponse(
+                    await run_in_threadpool(scoped_search, search_engine.search, search_request, principal)
+                )
 
-    app.include_router(anomalies_router(settings, verifier))
+    # Tables a scope cannot narrow are served to unscoped readers only (docs/api.md#scopes).
+    unscoped = UnscopedReaders(verifier)
+    app.include_router(anomalies_router(settings, unscoped))
     # The regulator report download (docs/audit-trail.md).
-    app.include_router(report_router(settings, verifier, spark))
-    mount_explorer(app, settings, verifier, spark)
+    app.include_router(report_router(settings, unscoped, spark))
+    mount_explorer(app, settings, unscoped, spark)
+    install_access_control(app, settings, verifier)
     return app
 
 
