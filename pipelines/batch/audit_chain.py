@@ -37,6 +37,7 @@ from gold.audit_chain import (
     new_link,
     row_hash,
 )
+from pipelines.batch.access_retention import pruned_by_retention
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for
 
@@ -417,6 +418,7 @@ def verify_chain(
     if from_date and to_date and from_date > to_date:
         raise InputError(f"--from: {from_date} is after --to {to_date}")
     chain = read_chain(spark, settings)
+    now_ms = int(time.time() * 1000)
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
     broken_chain = first_broken_link(chain, chain_key(settings))
     if broken_chain is not None:
@@ -446,6 +448,8 @@ def verify_chain(
             ))  # fmt: skip
             continue
         for batch_id, link in windowed.items():
+            if batch_id not in current and pruned_by_retention(settings, link, now_ms):
+                continue  # an access log batch deleted by its retention
             count, digest = current.get(batch_id, (0, BatchDigest().hexdigest()))
             batches += 1
             rows += count
