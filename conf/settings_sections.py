@@ -243,7 +243,7 @@ class AccessLogSettings:
     """The audit of the auditors: every read of audit data recorded in ops.access_log (docs/audit-trail.md)."""
 
     enabled: bool = True
-    flush_seconds: float = 2.0
+    flush_seconds: float = 5.0
     max_buffered: int = 10000
     retention_days: int = 400
 

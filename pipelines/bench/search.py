@@ -245,10 +245,13 @@ def measure_load(port: int, token: str, kinds: dict, clients: int, duration_s: f
     }
 
 
-def _start_server(settings: Settings, engine: str, port: int, log_path: Path, timeout: float = 120.0) -> subprocess.Popen:
-    """Start `lakehouse serve` with serve.engine=`engine` on loopback as a child process and wait for /health."""
+def _start_server(settings: Settings, engine: str, port: int, log_path: Path, timeout: float = 120.0,
+                  overrides: tuple[str, ...] = ()) -> subprocess.Popen:  # fmt: skip
+    """Start `lakehouse serve` with serve.engine=`engine` (and `overrides`, `key=value` settings) on loopback
+    as a child process and wait for /health."""
+    sets = [part for override in (f"serve.engine={engine}", *overrides) for part in ("--set", override)]
     command = [sys.executable, "-m", "pipelines.cli", "--profile", settings.profile, "--home", str(settings.home),
-               "--set", f"serve.engine={engine}", "serve", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+               *sets, "serve", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     log = open(log_path, "w")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
@@ -365,18 +368,24 @@ def build_table(settings: Settings, *, events: int, days: int, actor_urns: list[
 
 
 def bench_engine(settings: Settings, engine: str, *, token: str, kinds: dict, requests: int, clients: int,
-                 duration_s: float, seed: int) -> dict[str, Any]:  # fmt: skip
-    """Serve the lakehouse with one engine and measure latency, load at 1 and `clients` clients, visibility."""
+                 duration_s: float, seed: int, overrides: tuple[str, ...] = (),
+                 visibility: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Serve the lakehouse with one engine and measure latency, load at 1 and `clients` clients, visibility.
+
+    `overrides` are settings the server runs with; `visibility` off skips the new-version probes (their
+    events have no entity, so a scoped token never sees them).
+    """
     port = free_loopback_port()
     started = time.monotonic()
-    server = _start_server(settings, engine, port, settings.home / f"server-{engine}.log")
+    server = _start_server(settings, engine, port, settings.home / f"server-{engine}.log", overrides=overrides)
     figures: dict[str, Any] = {"server_startup_s": round(time.monotonic() - started, 2)}
     try:
         figures["latency"] = measure_latency(port, token, kinds, requests, seed)
         figures["load_1_client"] = measure_load(port, token, kinds, 1, duration_s, seed)
         figures[f"load_{clients}_clients"] = measure_load(port, token, kinds, clients, duration_s, seed)
-        location = table_location(settings, "gold.audit_events")
-        figures["new_version_visible"] = measure_visibility(port, token, location, VISIBILITY_PROBES)
+        if visibility:
+            location = table_location(settings, "gold.audit_events")
+            figures["new_version_visible"] = measure_visibility(port, token, location, VISIBILITY_PROBES)
     finally:
         figures["server_peak_rss_bytes"] = _stop_server(server)
     return figures
@@ -415,11 +424,16 @@ def run_search_bench(
     actors: int,
     engines: tuple[str, ...] = ENGINES,
     seed: int = 7,
+    scope: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Load `events` audit rows into the lakehouse of `settings` (unless loaded), serve them and measure search.
 
     A home whose gold.audit_events already holds rows is reused as it is: the generated history ends when it
     was built, so the time-range requests are drawn from the days the table holds.
+
+    With `scope` (kind=value texts), the engines are measured with the access log off and an unscoped
+    token, then the in-process engine again with the access log on and a token of that scope
+    (`inprocess_scoped`, with its throughput as a share of the unscoped one).
 
     Returns:
         The measured figures: the build (or reuse), then per engine latency, load phases, visibility,
@@ -447,13 +461,38 @@ def run_search_bench(
     # The files of the version served, not every file in the folder (compaction leaves the old ones until VACUUM).
     sizes = pa.table(DeltaTable(str(audit_dir)).get_add_actions(flatten=True)).column("size_bytes").to_pylist()
     payload["table"] = {"files": len(sizes), "bytes": sum(sizes)}
-    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
+    # Every field of the contract, source IPs and raw events included: the sensitive role.
+    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read-sensitive"])
     kinds = _request_kinds(actor_urns, now_ms, days)
+    plain = ("access_log.enabled=false",) if scope else ()
     for engine in engines:
         payload[engine] = bench_engine(settings, engine, token=token, kinds=kinds, requests=requests, clients=clients,
-                                       duration_s=duration_s, seed=seed)  # fmt: skip
+                                       duration_s=duration_s, seed=seed, overrides=plain)  # fmt: skip
         payload[engine]["target"] = check_targets(payload[engine], clients)
+    if scope:
+        payload["inprocess_scoped"] = bench_scoped(settings, payload.get("inprocess"), scope=scope, kinds=kinds,
+                                                   requests=requests, clients=clients, duration_s=duration_s, seed=seed)  # fmt: skip
     return payload
+
+
+def bench_scoped(settings: Settings, unscoped: dict[str, Any] | None, *, scope: tuple[str, ...], kinds: dict,
+                 requests: int, clients: int, duration_s: float, seed: int) -> dict[str, Any]:  # fmt: skip
+    """Measure the in-process engine with a token of `scope` and the access log on, against `unscoped`."""
+    from gold.scopes import parse_scope
+    from pipelines.serving.tokens import create_token
+
+    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read-sensitive"], scope=parse_scope(scope))
+    figures = bench_engine(settings, "inprocess", token=token, kinds=kinds, requests=requests, clients=clients,
+                           duration_s=duration_s, seed=seed, overrides=("access_log.enabled=true",), visibility=False)  # fmt: skip
+    load = f"load_{clients}_clients"
+    figures.update({"scope": list(scope), "access_log": True})
+    if unscoped is not None and unscoped[load]["throughput_rps"]:
+        figures["throughput_share_of_unscoped"] = round(figures[load]["throughput_rps"] / unscoped[load]["throughput_rps"], 3)
+        figures["target"] = {
+            "share": 0.9, "p95_ms": TARGETS["load_p95_ms"],
+            "met": figures["throughput_share_of_unscoped"] >= 0.9 and (figures[load].get("p95_ms") or 1e9) <= TARGETS["load_p95_ms"],
+        }  # fmt: skip
+    return figures
 
 
 @bench_app.command("search")
@@ -470,6 +509,9 @@ def bench_search_command(
         None, "--work-dir", help="Lakehouse home kept after the run; one already loaded is reused (default: a temp dir, removed)."
     ),
     out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
+    scope: list[str] = typer.Option(
+        [], "--scope", help="Also measure in-process with a token of this scope (kind=value, repeatable) and the access log on."
+    ),
 ) -> None:
     """Measure audit search per serving engine: latency, throughput at 1 and N clients, new-version visibility."""
     from pipelines.cli.app import state_of
@@ -491,18 +533,20 @@ def bench_search_command(
     settings = dataclasses.replace(base, home=home, table_locations={})
     try:
         payload = run_search_bench(settings, events=events, duration_s=duration, clients=clients, requests=requests,
-                                   days=days, actors=actors, engines=tuple(dict.fromkeys(engine)))  # fmt: skip
+                                   days=days, actors=actors, engines=tuple(dict.fromkeys(engine)), scope=tuple(scope))  # fmt: skip
     finally:
         if work_dir is None:
             shutil.rmtree(home, ignore_errors=True)
     path = write_result(out, "search", payload)
-    for name in dict.fromkeys(engine):
+    for name in [*dict.fromkeys(engine), *(["inprocess_scoped"] if scope else [])]:
         figures = payload[name]
         for phase in ("load_1_client", f"load_{clients}_clients"):
             load = figures[phase]
             console.print(f"{name} {phase}: {load['throughput_rps']} req/s, p50 {load.get('p50_ms')} ms, "
                           f"p95 {load.get('p95_ms')} ms, {load['errors']} errors")  # fmt: skip
-        visible = figures["new_version_visible"]
-        console.print(f"{name}: new version visible in {visible['median_s']} s (median), peak RSS "
-                      f"{figures['server_peak_rss_bytes']} bytes, targets met: {figures['target']['met']}")  # fmt: skip
+        visible = figures.get("new_version_visible", {})
+        console.print(f"{name}: new version visible in {visible.get('median_s')} s (median), peak RSS "
+                      f"{figures['server_peak_rss_bytes']} bytes, targets met: {figures.get('target', {}).get('met')}")  # fmt: skip
+        if "throughput_share_of_unscoped" in figures:
+            console.print(f"{name}: {figures['throughput_share_of_unscoped']:.1%} of the unscoped throughput")
     console.print(f"wrote {path}")

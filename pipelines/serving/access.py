@@ -97,11 +97,12 @@ def install_access_control(app: FastAPI, settings: Settings, authenticator: Auth
     app.include_router(access_log_router(settings, authenticator))
     if not settings.access_log.enabled:
         return
-    from pipelines.batch.audit_chain import link_arrow_batch
+    from pipelines.batch.audit_chain import ArrowChainLinker
 
+    linker = ArrowChainLinker(settings)
     writer = AccessLogWriter(
         settings,
-        link=lambda batch_id, rows, version: link_arrow_batch(settings, ACCESS_TABLE, batch_id, rows, version),
+        link=lambda batch_id, rows, version: linker.link(ACCESS_TABLE, batch_id, rows, version),
         on_flush=lambda: authenticator.tokens.flush(force=False),
     )
     app.add_middleware(AccessLogMiddleware, writer=writer, logged=lambda path: path.startswith(LOGGED_PREFIXES))

@@ -33,6 +33,8 @@ log = logging.getLogger("lakehouse.access_log")
 # Outcome of a request by its status: refused (401/403), invalid (other 4xx), busy (429/503), error (5xx).
 _OUTCOMES = {401: "refused", 403: "refused", 429: "busy", 503: "busy"}
 _MAX_FILTER_CHARS = 4096
+# A flush is one commit: a checkpoint every so many keeps opening the table from growing with them.
+CHECKPOINT_EVERY = 100
 
 
 @dataclass
@@ -104,15 +106,19 @@ class AccessLogWriter:
         self._max = settings.access_log.max_buffered
         self._link = link
         self._on_flush = on_flush
-        self._buffer: list[dict[str, Any]] = []
+        self._buffer: list[dict[str, Any] | Callable[[], dict[str, Any]]] = []
+        self._table: Any = None
         self._lock = threading.Lock()
         self._writing = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, record: dict[str, Any]) -> None:
-        """Queue one record (a full buffer wakes the flusher at once)."""
+    def add(self, record: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+        """Queue one record, or a function building it (built by the flush, off the request path).
+
+        A full buffer wakes the flusher at once.
+        """
         with self._lock:
             self._buffer.append(record)
             full = len(self._buffer) >= self._max
@@ -154,15 +160,25 @@ class AccessLogWriter:
                 raise
             return len(records)
 
-    def _write(self, records: list[dict[str, Any]]) -> None:
+    def _write(self, records: list[dict[str, Any] | Callable[[], dict[str, Any]]]) -> None:
         from deltalake import DeltaTable, write_deltalake
 
         batch_id = f"access-{int(time.time() * 1000)}-{secrets.token_hex(4)}"
-        rows = [{**r, "batch_id": batch_id} for r in records]
+        rows = [{**(r() if callable(r) else r), "batch_id": batch_id} for r in records]
         table = pa.Table.from_pylist(rows, schema=arrow_schema())
-        write_deltalake(self._location, table, mode="append", partition_by=list(table_spec(ACCESS_TABLE).partitioned_by))
+        if self._table is None and DeltaTable.is_deltatable(self._location):
+            self._table = DeltaTable(self._location)
+        if self._table is None:
+            write_deltalake(self._location, table, mode="append", partition_by=list(table_spec(ACCESS_TABLE).partitioned_by))
+            self._table = DeltaTable(self._location)
+        else:
+            # The table object is kept and brought up to date by each write: no replay of its log per flush.
+            write_deltalake(self._table, table, mode="append")
+        version = int(self._table.version())
+        if version % CHECKPOINT_EVERY == 0:
+            self._table.create_checkpoint()
         if self._link is not None:
-            self._link(batch_id, table, int(DeltaTable(self._location).version()))
+            self._link(batch_id, table, version)
 
     def close(self) -> None:
         """Stop the flusher and write what is buffered (a clean stop loses no record)."""
@@ -231,7 +247,6 @@ class AccessLogMiddleware:
         finally:
             _CURRENT.reset(token)
             client = scope.get("client")
-            self._writer.add(access_record(
-                note, scope.get("method", ""), scope.get("path", ""), client[0] if client else None, status,
-                int(time.time() * 1000),
-            ))  # fmt: skip
+            request = (scope.get("method", ""), scope.get("path", ""), client[0] if client else None, status)
+            now_ms = int(time.time() * 1000)
+            self._writer.add(lambda: access_record(note, *request, now_ms))
