@@ -249,11 +249,12 @@ _SPECS = (
         "operations ARRAY<STRING>, entity_types ARRAY<STRING>, entity_prefixes ARRAY<STRING>, "
         "actors ARRAY<STRING>, om_filter STRING, secret_ciphertext STRING, start_after TIMESTAMP, "
         "created_at TIMESTAMP, paused BOOLEAN, failing_since TIMESTAMP, next_attempt_at TIMESTAMP, "
-        "last_error STRING, last_error_at TIMESTAMP, last_delivered_at TIMESTAMP",
+        "last_error STRING, last_error_at TIMESTAMP, last_delivered_at TIMESTAMP, scope STRING",
         (),
         "One webhook subscription: its target, payload format, filters (empty arrays select everything; "
         "om_filter an OpenMetadata eventFilter as JSON), its secret encrypted with the home's key file, "
-        "start_after (batches refined after it are delivered), and its delivery state.",
+        "start_after (batches refined after it are delivered), its delivery state, and the scope it was "
+        "created under (JSON, null: unscoped): only events in it are delivered.",
     ),
     TableSpec(
         "ops",
@@ -303,7 +304,7 @@ TABLES: dict[str, TableSpec] = {spec.key: spec for spec in _SPECS}
 # Columns declared after a table was first released: a home built before gets them added in place
 # (null in its old rows), and the audit chain leaves them out of a row's canonical form while null,
 # so links recorded before them still verify.
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"gold.audit_events": ("domain",)}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"gold.audit_events": ("domain",), "ops.subscriptions": ("scope",)}
 
 
 def table_spec(table_key: str) -> TableSpec:

@@ -7,6 +7,7 @@ fields a principal without the sensitive role must not see are removed from what
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -203,6 +204,7 @@ def scope_condition(scope: Scope) -> exp.Expression | None:
     return exp.and_(*conditions, copy=False)
 
 
+@functools.lru_cache(maxsize=256)
 def like_to_regex(pattern: str) -> re.Pattern[str]:
     """The regular expression of a SQL LIKE pattern (`%`, `_`, backslash escapes), matching whole texts."""
     parts: list[str] = []

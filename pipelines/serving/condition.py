@@ -96,8 +96,7 @@ def _like(node: exp.Like, index: FileIndex, lo: int, hi: int) -> np.ndarray | bo
     pattern = _literal(node.expression)
     if name not in index.columns or not isinstance(pattern, str):
         raise ConfigError(f"serve.engine: inprocess cannot evaluate {node.sql()!r} over its index")
-    column = index.columns[name]
-    return column.wanted(like_to_regex(pattern))[column.codes[lo:hi]]
+    return index.columns[name].rows_matching(like_to_regex(pattern))[lo:hi]
 
 
 def _compare(node: exp.Expression, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:

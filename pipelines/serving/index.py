@@ -23,6 +23,8 @@ TIME_COLUMN = "timestamp"
 CODED_COLUMNS = ("event_type", "entity_type", "aspect_name", "actor_urn", "entity_urn", "domain")
 # The code of a null value.
 NULL_CODE = -1
+# Per coded column, the row masks of this many LIKE patterns are kept (`CodedColumn.rows_matching`).
+MATCHING_PATTERNS = 16
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,12 @@ class CodedColumn:
     values: tuple[str, ...]
     _positions: dict[str, int] = field(init=False, repr=False, compare=False)
     _matching: dict[str, np.ndarray] = field(init=False, repr=False, compare=False)
+    _rows_matching: dict[str, np.ndarray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_positions", {value: code for code, value in enumerate(self.values)})
         object.__setattr__(self, "_matching", {})
+        object.__setattr__(self, "_rows_matching", {})
 
     def codes_of(self, values: Sequence[str]) -> list[int]:
         """Return the codes of those `values` the column holds (values it never holds have none)."""
@@ -59,6 +63,21 @@ class CodedColumn:
             found[: len(self.values)] = [pattern.fullmatch(v) is not None for v in self.values]
             self._matching[pattern.pattern] = found
         return found
+
+    def rows_matching(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Which index positions hold a value that fully matches `pattern` (one bool per position).
+
+        Kept for up to MATCHING_PATTERNS patterns (then started afresh): a scope's patterns are the same in
+        every request of the scope, and a request takes a slice of this array instead of looking up every
+        row's code. Single dict operations only, so concurrent requests need no lock.
+        """
+        rows = self._rows_matching.get(pattern.pattern)
+        if rows is None:
+            rows = self.wanted(pattern)[self.codes]
+            if len(self._rows_matching) >= MATCHING_PATTERNS:
+                self._rows_matching.clear()
+            self._rows_matching[pattern.pattern] = rows
+        return rows
 
 
 @dataclass(frozen=True)
