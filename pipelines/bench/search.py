@@ -484,8 +484,8 @@ def bench_scoped(settings: Settings, *, scope: tuple[str, ...], kinds: dict, cli
                  seed: int) -> dict[str, Any]:  # fmt: skip
     """The in-process engine with a token of `scope` and the access log on, against an unscoped token with it off.
 
-    Both servers run at once and their load phases alternate (SCOPED_ROUNDS each), so the machine's other
-    load weighs on both alike; besides throughput, each phase records the server's CPU time per request,
+    Both servers run at once and their load phases alternate (SCOPED_ROUNDS each, the first of a round
+    swapped each round), so the machine's other load weighs on both alike; besides throughput, each phase records the server's CPU time per request,
     which other processes do not change.
     """
     from gold.scopes import parse_scope
@@ -506,7 +506,8 @@ def bench_scoped(settings: Settings, *, scope: tuple[str, ...], kinds: dict, cli
         for name in tokens:  # warm the row cache of each before measuring
             measure_load(ports[name], tokens[name], kinds, clients, min(duration_s, 3.0), seed)
         for round_index in range(SCOPED_ROUNDS):
-            for name in tokens:
+            # Each round swaps which server goes first, so a trend in the machine's other load weighs on both.
+            for name in list(tokens)[:: 1 if round_index % 2 == 0 else -1]:
                 before = _cpu_seconds(servers[name].pid)
                 load = measure_load(ports[name], tokens[name], kinds, clients, duration_s, seed + round_index)
                 load["server_cpu_ms_per_request"] = round(
