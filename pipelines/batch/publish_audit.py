@@ -72,7 +72,7 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
         changes_df.select(F.col("aspect_entity_urn").alias("entity_urn"))
     ).filter(F.col("entity_urn").isNotNull())
     # The entity's domain as the state holds it now: scoped readers of the audit API filter on it.
-    domains_df = to_entity_domains(read_state(spark, settings, entities_df))
+    domains_df = to_entity_domains(read_state(spark, settings, entities_df, aspect_name="domains"))
     audit_df = to_audit_events(usage_df, changes_df, domains_df)
     per_batch = _counts_per_batch(usage_df, changes_df, audit_df)
     days = sorted(set().union(*(counts.days for counts in per_batch.values())))

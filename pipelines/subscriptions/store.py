@@ -474,7 +474,8 @@ def _with_domain(spark: SparkSession, settings: Settings, events_df: DataFrame) 
     from pipelines.batch.state_store import read_state
 
     entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(F.col("entity_urn").isNotNull())
-    domains_df = to_entity_domains(read_state(spark, settings, entities_df)).withColumnRenamed("entity_urn", "aspect_entity_urn")
+    state_df = read_state(spark, settings, entities_df, aspect_name="domains")
+    domains_df = to_entity_domains(state_df).withColumnRenamed("entity_urn", "aspect_entity_urn")
     return events_df.join(domains_df, on="aspect_entity_urn", how="left")
 
 

@@ -21,6 +21,8 @@ from pipelines.serving.api import SEARCH_PATH, create_app, serving
 from pipelines.serving.tokens import create_token
 from tests.pipelines.audit_inputs import land_refined_batch, usage_event
 
+# A server run to its shutdown flush, a home published: seconds.
+pytestmark = pytest.mark.slow
 NOW = int(time.time() * 1000)
 ALICE = "urn:li:corpuser:alice"
 DATASET = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"
