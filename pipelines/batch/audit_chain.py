@@ -440,7 +440,11 @@ def _recorded_date(link: Mapping[str, Any]) -> date:
 
 
 def verify_chain(
-    spark: SparkSession, settings: Settings, from_date: date | None = None, to_date: date | None = None
+    spark: SparkSession,
+    settings: Settings,
+    from_date: date | None = None,
+    to_date: date | None = None,
+    now_ms: int | None = None,
 ) -> Verification:
     """Verify the chain links, then recompute each linked batch's digest from its table as it is now.
 
@@ -449,6 +453,8 @@ def verify_chain(
         settings: the lakehouse settings (signing key, max_examples).
         from_date: check only batches whose latest link was recorded on or after this UTC date.
         to_date: ... and on or before this one. The links themselves are always checked whole.
+        now_ms: the time retention is judged at (an access log batch linked before its cutoff may be gone);
+            default the clock.
 
     Returns:
         The verification; `broken` names the first bad link (by seq) with row counts and example keys.
@@ -456,7 +462,7 @@ def verify_chain(
     if from_date and to_date and from_date > to_date:
         raise InputError(f"--from: {from_date} is after --to {to_date}")
     chain = read_chain(spark, settings)
-    now_ms = int(time.time() * 1000)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
     broken_chain = first_broken_link(chain, chain_key(settings))
     if broken_chain is not None:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from conf.settings_sections import AccessLogSettings
+from pipelines.batch.access_retention import DAY_MS, prune_access_log
 from pipelines.batch.audit_chain import read_chain, verify_chain
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.serving.access import ACCESS_LOG_PATH
@@ -113,3 +114,16 @@ def test_access_batches_are_chained_and_a_tampered_record_fails_verify(logged):
     spark.sql("UPDATE ops.access_log SET result_count = 0 WHERE outcome = 'ok' AND result_count = 7").collect()
     broken = verify_chain(spark, settings).broken
     assert broken is not None and broken.table_key == "ops.access_log" and broken.changed >= 1
+
+
+def test_retention_deletes_whole_batches_and_verify_accepts_only_what_retention_allows(logged):
+    # Runs after the tamper test: the tampered batch goes too, being past retention two days from now.
+    spark = logged["spark"]
+    settings = dataclasses.replace(logged["settings"], access_log=AccessLogSettings(retention_days=1))
+    assert prune_access_log(spark, settings, NOW) == []  # nothing is a day old yet
+    later = int(time.time() * 1000) + 2 * DAY_MS
+    assert sorted(prune_access_log(spark, settings, later)) == sorted({r["batch_id"] for r in logged["records"]})
+    assert spark.sql("SELECT count(*) AS n FROM ops.access_log").collect()[0].n == 0
+    assert verify_chain(spark, settings, now_ms=later).ok
+    broken = verify_chain(spark, settings).broken  # today retention allows none of them gone
+    assert broken is not None and broken.table_key == "ops.access_log" and broken.missing >= 1
