@@ -71,12 +71,13 @@ class JwksKeys:
             unknown = (kid or "") not in self._keys and not (kid is None and len(self._keys) == 1)
             may_fetch = self._fetched_at is None or now - self._fetched_at >= self._floor
             if stale or (unknown and may_fetch):
+                # A failed fetch counts as one too: a provider that is down is not asked again per request.
+                self._fetched_at = now
                 try:
                     self._keys = self._load()
                 except (OSError, ValueError, jwt.PyJWKSetError, jwt.PyJWKError) as exc:
                     if not self._keys:
                         raise AuthError(f"the identity provider's keys cannot be read ({type(exc).__name__})", 401) from None
-                self._fetched_at = now
             if kid is None and len(self._keys) == 1:
                 return next(iter(self._keys.values()))
             key = self._keys.get(kid or "")
