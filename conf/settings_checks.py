@@ -26,6 +26,7 @@ from conf.settings_sections import (
     SubscriptionSettings,
     WatchSettings,
 )
+from conf.identity_checks import check_access_log, check_identity
 from conf.tables import TABLES
 
 def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
@@ -98,6 +99,8 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     if ok("refine.state_log_max_rows") and settings.refine.state_log_max_rows < 0:
         problems.append(f"refine.state_log_max_rows: {settings.refine.state_log_max_rows!r} must be 0 or more")
     problems.extend(_check_subscriptions(settings.subscriptions, ok))
+    problems.extend(check_identity(settings.identity, ok))
+    problems.extend(check_access_log(settings.access_log, ok))
     mlflow = settings.mlflow
     if ok("mlflow.experiment") and not mlflow.experiment.strip():
         problems.append(f"mlflow.experiment: {mlflow.experiment!r} must name an experiment")

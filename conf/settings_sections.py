@@ -242,6 +242,35 @@ class WatchSettings:
 
 
 @dataclass(frozen=True)
+class IdentitySettings:
+    """Who may call the API: token lifetimes, bearer JWTs of an identity provider, scopes of roles (docs/api.md)."""
+
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwks_url: str | None = None
+    jwks_file: str | None = None
+    jwt_algorithms: tuple[str, ...] = ("RS256", "ES256")
+    jwks_refresh_seconds: float = 300.0
+    jwks_min_refresh_seconds: float = 30.0
+    jwt_leeway_seconds: int = 30
+    actor_claim: str = "sub"
+    roles_claim: str = "roles"
+    role_map: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    scope_claims: Mapping[str, str] = field(default_factory=dict)
+    role_scopes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AccessLogSettings:
+    """The audit of the auditors: every read of audit data recorded in ops.access_log (docs/audit-trail.md)."""
+
+    enabled: bool = True
+    flush_seconds: float = 5.0
+    max_buffered: int = 10000
+    retention_days: int = 400
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of one lakehouse, resolved for one profile."""
 
@@ -263,6 +292,8 @@ class Settings:
     subscriptions: SubscriptionSettings = field(default_factory=SubscriptionSettings)
     audit_chain: AuditChainSettings = field(default_factory=AuditChainSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    identity: IdentitySettings = field(default_factory=IdentitySettings)
+    access_log: AccessLogSettings = field(default_factory=AccessLogSettings)
 
     def resolve_path(self, path: str) -> Path:
         """Return `path` as an absolute path, taking a relative one as relative to home."""

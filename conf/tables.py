@@ -192,11 +192,12 @@ _SPECS = (
         "event_id STRING, event_type STRING, timestamp BIGINT, actor_urn STRING, source_ip STRING, "
         "event_source STRING, user_agent STRING, telemetry_trace_id STRING, entity_urn STRING, "
         "entity_type STRING, aspect_name STRING, login_source STRING, raw_event STRING, origin STRING, "
-        "source_id STRING, batch_id STRING, event_date DATE",
+        "source_id STRING, batch_id STRING, event_date DATE, domain STRING",
         ("event_date",),
         "One audit event as served by the Audit Events Search API: a landed usage event (origin usage, "
         "source_id its record hash) or one aspect write that produced change events (origin change, "
-        "source_id its change set id); event_id hashes (type, actor, timestamp, entity urn, aspect name).",
+        "source_id its change set id); event_id hashes (type, actor, timestamp, entity urn, aspect name); "
+        "domain: the entity's domain urn when published (its `domains` aspect), for scoped readers.",
     ),
     TableSpec(
         "gold",
@@ -248,11 +249,12 @@ _SPECS = (
         "operations ARRAY<STRING>, entity_types ARRAY<STRING>, entity_prefixes ARRAY<STRING>, "
         "actors ARRAY<STRING>, om_filter STRING, secret_ciphertext STRING, start_after TIMESTAMP, "
         "created_at TIMESTAMP, paused BOOLEAN, failing_since TIMESTAMP, next_attempt_at TIMESTAMP, "
-        "last_error STRING, last_error_at TIMESTAMP, last_delivered_at TIMESTAMP",
+        "last_error STRING, last_error_at TIMESTAMP, last_delivered_at TIMESTAMP, scope STRING",
         (),
         "One webhook subscription: its target, payload format, filters (empty arrays select everything; "
         "om_filter an OpenMetadata eventFilter as JSON), its secret encrypted with the home's key file, "
-        "start_after (batches refined after it are delivered), and its delivery state.",
+        "start_after (batches refined after it are delivered), its delivery state, and the scope it was "
+        "created under (JSON, null: unscoped): only events in it are delivered.",
     ),
     TableSpec(
         "ops",
@@ -274,6 +276,18 @@ _SPECS = (
     ),
     TableSpec(
         "ops",
+        "access_log",
+        "access_id STRING, accessed_at_ms BIGINT, principal STRING, actor STRING, method STRING, "
+        "endpoint STRING, filters STRING, result_count BIGINT, client_address STRING, status INT, "
+        "outcome STRING, batch_id STRING, access_date DATE",
+        ("access_date",),
+        "One request that read (or tried to read) audit data: who (principal token:<id> or jwt:<iss>#<sub>, "
+        "actor), when, which endpoint with which filters (JSON), how many results, from where, and the "
+        "outcome (ok, refused, invalid, busy, error) with the HTTP status; batch_id: the server flush that "
+        "appended it (each flush is one link of the audit chain). Older batches are deleted by retention only.",
+    ),
+    TableSpec(
+        "ops",
         "audit_chain",
         "seq BIGINT, table_key STRING, batch_id STRING, delta_version BIGINT, row_count BIGINT, "
         "batch_digest STRING, prev_digest STRING, link_digest STRING, signature STRING, key_id STRING, "
@@ -287,6 +301,10 @@ _SPECS = (
 )
 
 TABLES: dict[str, TableSpec] = {spec.key: spec for spec in _SPECS}
+# Columns declared after a table was first released: a home built before gets them added in place
+# (null in its old rows), and the audit chain leaves them out of a row's canonical form while null,
+# so links recorded before them still verify.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"gold.audit_events": ("domain",), "ops.subscriptions": ("scope",)}
 
 
 def table_spec(table_key: str) -> TableSpec:

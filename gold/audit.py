@@ -84,6 +84,7 @@ def to_audit_events_from_usage(usage_df: DataFrame) -> DataFrame:
         F.lit(ORIGIN_USAGE).alias("origin"),
         F.col("record_hash").alias("source_id"),
         F.col("batch_id"),
+        F.lit(None).cast("string").alias("domain"),
     )
     return _finish(mapped_df)
 
@@ -153,6 +154,7 @@ def to_audit_events_from_changes(changes_df: DataFrame) -> DataFrame:
         F.lit(ORIGIN_CHANGE).alias("origin"),
         F.col("change_set_id").alias("source_id"),
         F.col("batch_id"),
+        F.lit(None).cast("string").alias("domain"),
     )
     return _finish(mapped_df)
 
@@ -162,7 +164,7 @@ def _finish(mapped_df: DataFrame) -> DataFrame:
     return with_event_id(mapped_df).withColumn("event_date", to_event_date(F.col("timestamp"))).select(*AUDIT_COLUMNS)
 
 
-def to_audit_events(usage_df: DataFrame, changes_df: DataFrame) -> DataFrame:
+def to_audit_events(usage_df: DataFrame, changes_df: DataFrame, domains_df: DataFrame | None = None) -> DataFrame:
     """Return the deduplicated audit rows of some usage events and change events.
 
     Rows with the same (type, actor, timestamp, entity urn, aspect name) are one event: the landed usage
@@ -171,9 +173,34 @@ def to_audit_events(usage_df: DataFrame, changes_df: DataFrame) -> DataFrame:
     Args:
         usage_df: rows with the bronze.usage_events columns.
         changes_df: rows with the silver.entity_change_events columns.
+        domains_df: `to_entity_domains` rows giving each entity's domain (None: no domain known).
     """
     all_df = to_audit_events_from_usage(usage_df).unionByName(to_audit_events_from_changes(changes_df))
-    return filter_first_per_event(all_df)
+    first_df = filter_first_per_event(all_df)
+    return first_df if domains_df is None else with_entity_domain(first_df, domains_df)
+
+
+def to_entity_domains(state_df: DataFrame) -> DataFrame:
+    """Return `entity_urn, domain` from state rows: the domain of each entity whose `domains` aspect names one.
+
+    An entity listing several domains is given the smallest urn (deterministic; DataHub assigns one).
+
+    Args:
+        state_df: rows with the silver.aspect_state columns (the current state).
+    """
+    domains = F.from_json(F.col("aspect_json"), "struct<domains:array<string>>")["domains"]
+    live = (F.col("aspect_name") == F.lit("domains")) & ~F.coalesce(F.col("deleted"), F.lit(False))
+    return (
+        state_df.filter(live)
+        .select("entity_urn", F.array_min(domains).alias("domain"))
+        .filter(F.col("domain").isNotNull())
+    )
+
+
+def with_entity_domain(audit_df: DataFrame, domains_df: DataFrame) -> DataFrame:
+    """Set each audit row's `domain` to its entity's (`to_entity_domains`); rows of other entities get null."""
+    joined_df = audit_df.drop("domain").join(domains_df.select("entity_urn", "domain"), on="entity_urn", how="left")
+    return joined_df.select(*AUDIT_COLUMNS)
 
 
 def filter_first_per_event(audit_df: DataFrame) -> DataFrame:

@@ -20,14 +20,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from conf.errors import InputError
+from conf.tables import ADDED_COLUMNS
 
 # The tables the chain covers and the column that identifies a row within a batch (the canonical order).
 CHAINED_TABLES: dict[str, str] = {
     "silver.entity_change_events": "event_id",
     "gold.audit_events": "event_id",
     "gold.openmetadata_change_events": "id",
+    "ops.access_log": "access_id",
 }
 GENESIS_DIGEST = "0" * 64
+# Columns a chained table gained after links were recorded: left out of a row's canonical form while
+# null, so a row written before the column existed keeps the digest its link recorded.
+OMITTED_WHEN_NULL = frozenset(name for names in ADDED_COLUMNS.values() for name in names)
 LINK_FIELDS = ("seq", "table_key", "batch_id", "delta_version", "row_count", "batch_digest", "prev_digest", "recorded_at_ms")
 
 
@@ -63,8 +68,11 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 
 
 def canonical_json(row: Mapping[str, Any]) -> str:
-    """Return the canonical JSON text of one row: every column, keys sorted, no spaces, UTF-8 text unescaped."""
-    return _ENCODER.encode({str(k): canonical_value(v) for k, v in row.items()})
+    """Return the canonical JSON text of one row: every column (but a null OMITTED_WHEN_NULL one), keys sorted,
+    no spaces, UTF-8 text unescaped."""
+    return _ENCODER.encode(
+        {str(k): canonical_value(v) for k, v in row.items() if not (v is None and k in OMITTED_WHEN_NULL)}
+    )
 
 
 # The characters json's encoder escapes in a string (ensure_ascii off): quote, backslash, controls.
@@ -121,11 +129,16 @@ def canonical_json_lines(table: pa.Table) -> pa.Array:
     names = sorted(table.column_names)
     pieces: list[Any] = []
     for index, name in enumerate(names):
-        pieces.append(("{" if index == 0 else ",") + encode_basestring(name) + ":")
+        label = ("{" if index == 0 else ",") + encode_basestring(name) + ":"
         try:
-            pieces.append(_json_texts(table.column(name)))
+            texts = _json_texts(table.column(name))
         except InputError as exc:
             raise InputError(f"{name}: {exc}") from None
+        if name in OMITTED_WHEN_NULL and index > 0:
+            present = pc.is_valid(table.column(name))
+            pieces.append(pc.if_else(present, pc.binary_join_element_wise(label, texts, ""), ""))
+        else:
+            pieces.extend((label, texts))
     pieces.append("}\n" if names else "{}\n")
     if table.num_rows == 0:
         return pa.array([], pa.string())

@@ -19,6 +19,7 @@ from sqlglot import exp
 from conf.errors import ConfigError, RequestError
 from conf.settings_sections import SEARCH_MAX_SIZE
 from gold.audit import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
+from gold.scopes import UNSCOPED, Scope, scope_condition
 
 DAY_MS = 86_400_000
 DEFAULT_TIME = -1
@@ -99,6 +100,7 @@ class SearchRequest:
         include_raw: whether results carry rawUsageEvent.
         event_types, entity_types, aspect_types, actor_urns: filters (empty = no filter).
         signer: signs the next page's scroll id (and checked the given one).
+        scope: the rows the caller may see at all (set from its principal, never from the request).
     """
 
     start_time: int = DEFAULT_TIME
@@ -112,6 +114,7 @@ class SearchRequest:
     aspect_types: tuple[str, ...] = ()
     actor_urns: tuple[str, ...] = ()
     signer: ScrollSigner | None = field(default=None, compare=False, repr=False)
+    scope: Scope = UNSCOPED
 
     @classmethod
     def parse(
@@ -424,6 +427,9 @@ def to_match_condition(request: SearchRequest, now_ms: int, since_ms: int | None
         values = getattr(resolved, field_name)
         if values:
             conditions.append(_in_list(column, values))
+    scoped = scope_condition(resolved.scope)
+    if scoped is not None:
+        conditions.append(scoped)
     return exp.and_(*conditions, copy=False)
 
 

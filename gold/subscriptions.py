@@ -23,9 +23,11 @@ from urllib.parse import quote, urlsplit
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from sqlglot import exp
 
 from conf.errors import InputError, RequestError
 from gold.openmetadata import event_filter_predicate, parse_event_filter
+from gold.scopes import UNSCOPED, Scope, scope_condition
 
 FORMATS = ("ece", "openmetadata", "slack")
 CATEGORIES = (
@@ -60,6 +62,7 @@ class EventFilters:
         entity_prefixes: entity URN prefixes (`urn:li:dataset:(urn:li:dataPlatform:snowflake,`).
         actors: actor URNs.
         om_filter: an OpenMetadata eventFilter `{eventType, entities}`, or None.
+        scope: the scope the subscription was created under: only events in it are delivered.
     """
 
     categories: tuple[str, ...] = ()
@@ -68,11 +71,15 @@ class EventFilters:
     entity_prefixes: tuple[str, ...] = ()
     actors: tuple[str, ...] = ()
     om_filter: Mapping[str, Any] | None = field(default=None)
+    scope: Scope = UNSCOPED
 
     @property
     def selects_change_events(self) -> bool:
         """Whether any filter applies to the silver change events (else every change event passes)."""
-        return bool(self.categories or self.operations or self.entity_types or self.entity_prefixes or self.actors)
+        return bool(
+            self.categories or self.operations or self.entity_types or self.entity_prefixes or self.actors
+            or self.scope.restricted
+        )  # fmt: skip
 
 
 def check_name(name: str) -> str:
@@ -250,7 +257,28 @@ def to_event_filter_predicate(filters: EventFilters) -> Column:
         predicate = predicate & prefix_match
     if filters.actors:
         predicate = predicate & F.col("actor").isin(*filters.actors)
+    if filters.scope.restricted:
+        predicate = predicate & scope_predicate(filters.scope)
     return predicate
+
+
+# The audit row's entity is the entity whose aspect was written: its columns in silver change events.
+_SCOPE_COLUMNS = {"entity_urn": "aspect_entity_urn", "entity_type": "aspect_entity_type"}
+
+
+def scope_predicate(scope: Scope) -> Column:
+    """The scope rule of the audit search (`gold.scopes.scope_condition`) over silver change events.
+
+    The entity is the one whose aspect was written (as in the audit rows); a domain scope needs a
+    `domain` column (`gold.audit.with_entity_domain` on `aspect_entity_urn`).
+    """
+    condition = scope_condition(scope)
+    if condition is None:
+        return F.lit(True)
+    renamed = condition.transform(
+        lambda node: exp.column(_SCOPE_COLUMNS[node.name]) if isinstance(node, exp.Column) and node.name in _SCOPE_COLUMNS else node
+    )
+    return F.expr(renamed.sql(dialect="spark"))
 
 
 def filter_change_events(events_df: DataFrame, change_events_df: DataFrame, filters: EventFilters) -> DataFrame:

@@ -8,6 +8,8 @@ that differs, compares its rows with the table at the version the link names.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,16 +37,30 @@ from gold.audit_chain import (
     new_link,
     row_hash,
 )
+from pipelines.batch.access_retention import pruned_by_retention
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for
 
 CHAIN_TABLE = "ops.audit_chain"
 # Rows turned into canonical text at a time (bounds the Python objects alive at once).
 DIGEST_CHUNK_ROWS = 50_000
-# Each link names the one before it, so links are appended one publish at a time: within a process by
-# this lock (watch mode publishes the audit and OpenMetadata tables from two threads), across processes
-# by the run lock.
+# Each link names the one before it, so links are appended one at a time: within a process by this lock
+# (watch mode publishes the audit and OpenMetadata tables from two threads), across processes (the
+# pipeline and the API server, which links its access log flushes) by the file lock `chain_lock`.
 _LINKING = threading.Lock()
+
+
+@contextlib.contextmanager
+def chain_lock(settings: Settings) -> Iterator[None]:
+    """Hold the chain for appending links: this process's lock and the home's file lock (other processes)."""
+    path = settings.home / "locks" / "audit-chain.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _LINKING, open(path, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def chain_key(settings: Settings) -> ChainKey:
@@ -227,7 +243,7 @@ def link_batches(
     unchained = [key for key in table_keys if key not in CHAINED_TABLES]
     if unchained:
         raise InputError(f"table_keys: {unchained!r} not chained (chained: {', '.join(CHAINED_TABLES)})")
-    with _LINKING:
+    with chain_lock(settings):
         return _append_links(spark, settings, table_keys, batch_ids, appended)
 
 
@@ -338,7 +354,11 @@ def _recorded_date(link: Mapping[str, Any]) -> date:
 
 
 def verify_chain(
-    spark: SparkSession, settings: Settings, from_date: date | None = None, to_date: date | None = None
+    spark: SparkSession,
+    settings: Settings,
+    from_date: date | None = None,
+    to_date: date | None = None,
+    now_ms: int | None = None,
 ) -> Verification:
     """Verify the chain links, then recompute each linked batch's digest from its table as it is now.
 
@@ -347,6 +367,8 @@ def verify_chain(
         settings: the lakehouse settings (signing key, max_examples).
         from_date: check only batches whose latest link was recorded on or after this UTC date.
         to_date: ... and on or before this one. The links themselves are always checked whole.
+        now_ms: the time retention is judged at (an access log batch linked before its cutoff may be gone);
+            default the clock.
 
     Returns:
         The verification; `broken` names the first bad link (by seq) with row counts and example keys.
@@ -354,6 +376,7 @@ def verify_chain(
     if from_date and to_date and from_date > to_date:
         raise InputError(f"--from: {from_date} is after --to {to_date}")
     chain = read_chain(spark, settings)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
     broken_chain = first_broken_link(chain, chain_key(settings))
     if broken_chain is not None:
@@ -383,6 +406,8 @@ def verify_chain(
             ))  # fmt: skip
             continue
         for batch_id, link in windowed.items():
+            if batch_id not in current and pruned_by_retention(settings, link, now_ms):
+                continue  # an access log batch deleted by its retention
             count, digest = current.get(batch_id, (0, BatchDigest().hexdigest()))
             batches += 1
             rows += count

@@ -46,7 +46,9 @@ APPENDED, LOGGED, FOLDED, MERGED, ALREADY_LOGGED = "appended", "logged", "folded
 STATE_WRITES = (APPENDED, LOGGED, FOLDED, MERGED, ALREADY_LOGGED)
 
 
-def read_state(spark: SparkSession, settings: Settings, entities_df: DataFrame | None = None) -> DataFrame:
+def read_state(
+    spark: SparkSession, settings: Settings, entities_df: DataFrame | None = None, aspect_name: str | None = None
+) -> DataFrame:
     """The current state: silver.aspect_state with the logged rows applied.
 
     Args:
@@ -54,12 +56,16 @@ def read_state(spark: SparkSession, settings: Settings, entities_df: DataFrame |
         settings: the lakehouse settings.
         entities_df: when given (an `entity_urn` column), only these entities' rows are read, and
             compared with their logged rows alone.
+        aspect_name: when given, only this aspect's rows are read.
 
     Returns:
         silver.aspect_state's columns, one row per key.
     """
     state_df = read_table(spark, settings, STATE_TABLE)
     log_df = read_table(spark, settings, LOG_TABLE)
+    if aspect_name is not None:
+        state_df = state_df.filter(F.col("aspect_name") == F.lit(aspect_name))
+        log_df = log_df.filter(F.col("aspect_name") == F.lit(aspect_name))
     if entities_df is not None:
         entities_df = entities_df.select("entity_urn").distinct()
         state_df = state_df.join(entities_df, on="entity_urn", how="left_semi")

@@ -245,10 +245,13 @@ def measure_load(port: int, token: str, kinds: dict, clients: int, duration_s: f
     }
 
 
-def _start_server(settings: Settings, engine: str, port: int, log_path: Path, timeout: float = 120.0) -> subprocess.Popen:
-    """Start `lakehouse serve` with serve.engine=`engine` on loopback as a child process and wait for /health."""
+def _start_server(settings: Settings, engine: str, port: int, log_path: Path, timeout: float = 120.0,
+                  overrides: tuple[str, ...] = ()) -> subprocess.Popen:  # fmt: skip
+    """Start `lakehouse serve` with serve.engine=`engine` (and `overrides`, `key=value` settings) on loopback
+    as a child process and wait for /health."""
+    sets = [part for override in (f"serve.engine={engine}", *overrides) for part in ("--set", override)]
     command = [sys.executable, "-m", "pipelines.cli", "--profile", settings.profile, "--home", str(settings.home),
-               "--set", f"serve.engine={engine}", "serve", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+               *sets, "serve", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
     log = open(log_path, "w")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
@@ -365,11 +368,12 @@ def build_table(settings: Settings, *, events: int, days: int, actor_urns: list[
 
 
 def bench_engine(settings: Settings, engine: str, *, token: str, kinds: dict, requests: int, clients: int,
-                 duration_s: float, seed: int) -> dict[str, Any]:  # fmt: skip
-    """Serve the lakehouse with one engine and measure latency, load at 1 and `clients` clients, visibility."""
+                 duration_s: float, seed: int, overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """Serve the lakehouse with one engine (and `overrides` settings) and measure latency, load at 1 and
+    `clients` clients, visibility."""
     port = free_loopback_port()
     started = time.monotonic()
-    server = _start_server(settings, engine, port, settings.home / f"server-{engine}.log")
+    server = _start_server(settings, engine, port, settings.home / f"server-{engine}.log", overrides=overrides)
     figures: dict[str, Any] = {"server_startup_s": round(time.monotonic() - started, 2)}
     try:
         figures["latency"] = measure_latency(port, token, kinds, requests, seed)
@@ -415,11 +419,16 @@ def run_search_bench(
     actors: int,
     engines: tuple[str, ...] = ENGINES,
     seed: int = 7,
+    scope: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Load `events` audit rows into the lakehouse of `settings` (unless loaded), serve them and measure search.
 
     A home whose gold.audit_events already holds rows is reused as it is: the generated history ends when it
     was built, so the time-range requests are drawn from the days the table holds.
+
+    With `scope` (kind=value texts), the engines are measured with the access log off, then `bench_scoped`
+    compares the in-process engine under a token of that scope with the access log on against it
+    (`inprocess_scoped`).
 
     Returns:
         The measured figures: the build (or reuse), then per engine latency, load phases, visibility,
@@ -447,12 +456,19 @@ def run_search_bench(
     # The files of the version served, not every file in the folder (compaction leaves the old ones until VACUUM).
     sizes = pa.table(DeltaTable(str(audit_dir)).get_add_actions(flatten=True)).column("size_bytes").to_pylist()
     payload["table"] = {"files": len(sizes), "bytes": sum(sizes)}
-    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
+    # Every field of the contract, source IPs and raw events included: the sensitive role.
+    token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read-sensitive"])
     kinds = _request_kinds(actor_urns, now_ms, days)
+    plain = ("access_log.enabled=false",) if scope else ()
     for engine in engines:
         payload[engine] = bench_engine(settings, engine, token=token, kinds=kinds, requests=requests, clients=clients,
-                                       duration_s=duration_s, seed=seed)  # fmt: skip
+                                       duration_s=duration_s, seed=seed, overrides=plain)  # fmt: skip
         payload[engine]["target"] = check_targets(payload[engine], clients)
+    if scope:
+        from pipelines.bench.search_scoped import bench_scoped
+
+        payload["inprocess_scoped"] = bench_scoped(settings, scope=scope, kinds=kinds, clients=clients,
+                                                   duration_s=duration_s, seed=seed)  # fmt: skip
     return payload
 
 
@@ -470,6 +486,9 @@ def bench_search_command(
         None, "--work-dir", help="Lakehouse home kept after the run; one already loaded is reused (default: a temp dir, removed)."
     ),
     out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
+    scope: list[str] = typer.Option(
+        [], "--scope", help="Also measure in-process with a token of this scope (kind=value, repeatable) and the access log on."
+    ),
 ) -> None:
     """Measure audit search per serving engine: latency, throughput at 1 and N clients, new-version visibility."""
     from pipelines.cli.app import state_of
@@ -491,7 +510,7 @@ def bench_search_command(
     settings = dataclasses.replace(base, home=home, table_locations={})
     try:
         payload = run_search_bench(settings, events=events, duration_s=duration, clients=clients, requests=requests,
-                                   days=days, actors=actors, engines=tuple(dict.fromkeys(engine)))  # fmt: skip
+                                   days=days, actors=actors, engines=tuple(dict.fromkeys(engine)), scope=tuple(scope))  # fmt: skip
     finally:
         if work_dir is None:
             shutil.rmtree(home, ignore_errors=True)
@@ -505,4 +524,10 @@ def bench_search_command(
         visible = figures["new_version_visible"]
         console.print(f"{name}: new version visible in {visible['median_s']} s (median), peak RSS "
                       f"{figures['server_peak_rss_bytes']} bytes, targets met: {figures['target']['met']}")  # fmt: skip
+    if scope:
+        scoped = payload["inprocess_scoped"]
+        console.print(f"scoped + access log vs unscoped, {clients} clients, medians of {len(scoped['rounds']['scoped'])} alternating "
+                      f"phases: {scoped['median_rps']} req/s, p95 {scoped['median_p95_ms']} ms, server CPU "
+                      f"{scoped['median_cpu_ms_per_request']} ms/request; share {scoped['throughput_share_of_unscoped']:.1%}, "
+                      f"targets met: {scoped['target']['met']}")  # fmt: skip
     console.print(f"wrote {path}")

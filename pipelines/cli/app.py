@@ -27,6 +27,8 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.export",
     "pipelines.cli.commands.silver",
     "pipelines.cli.commands.audit",
+    "pipelines.cli.commands.tokens",
+    "pipelines.cli.commands.access_log",
     "pipelines.cli.commands.audit_trail",
     "pipelines.cli.commands.openmetadata",
     "pipelines.cli.commands.subscriptions",

@@ -54,3 +54,19 @@ def parse_json_object(value: str, name: str) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise InputError(f"{name}: {value!r} is not a JSON object")
     return loaded
+
+
+_DURATION_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(value: str, name: str) -> int:
+    """Parse a duration such as `30d`, `12h`, `90m` or `3600s` into milliseconds.
+
+    Raises:
+        InputError: naming the option and the value when it is not a positive whole number with a unit.
+    """
+    text = value.strip().lower()
+    number, unit = text[:-1], text[-1:]
+    if unit not in _DURATION_UNITS_MS or not (number.isascii() and number.isdigit()) or int(number) <= 0:
+        raise InputError(f"{name}: {value!r} is not a duration (a positive whole number with s, m, h or d, e.g. 30d)")
+    return int(number) * _DURATION_UNITS_MS[unit]

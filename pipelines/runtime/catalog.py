@@ -6,7 +6,7 @@ from pyspark.sql import SparkSession
 
 from conf.settings import Settings
 from conf.settings_sections import LAYERS
-from conf.tables import TABLES, TableSpec, schema_name, table_location, table_name
+from conf.tables import ADDED_COLUMNS, TABLES, TableSpec, schema_name, table_location, table_name
 from pipelines.runtime.io import sql_string
 from pipelines.runtime.maintenance import maintenance_for
 
@@ -72,6 +72,9 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema_name(settings, layer)}")
     for spec in TABLES.values():
         spark.sql(create_table_sql(settings, spec))
+        if spec.key in ADDED_COLUMNS:
+            # A table created before the declaration gained these columns gets them (null in old rows).
+            maintenance_for(settings, spark).add_missing_columns(spec.key)
         missing = missing_properties(spark, settings, spec)
         if missing:
             # A table created before the declaration gained these properties is brought up to it.

@@ -19,6 +19,8 @@ from conf.errors import ConfigError, InputError
 from conf.settings import Settings
 from conf.tables import table_location, table_name, table_spec
 
+# Delta primitive type names of the DDL types a column added to an existing table may have.
+_DELTA_PRIMITIVES = {"STRING": "string", "BIGINT": "long", "INT": "integer", "BOOLEAN": "boolean", "DATE": "date"}
 
 @dataclass(frozen=True)
 class Commit:
@@ -41,6 +43,9 @@ class TableMaintenance(Protocol):
 
     def configuration(self, table_key: str) -> dict[str, str]:
         """Return the table's properties (its Delta configuration) as they are now."""
+
+    def add_missing_columns(self, table_key: str) -> list[str]:
+        """Add the declared columns an existing table lacks (nullable, at the end); return their names."""
 
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
         """Delete data files no longer referenced and older than the retention; return their paths."""
@@ -102,6 +107,17 @@ class DeltaRsMaintenance:
         # The newest metadata in the Delta log: the embedded engine has no SHOW TBLPROPERTIES.
         configuration = self._table(table_key).metadata().configuration
         return {str(k): str(v) for k, v in configuration.items() if v is not None}
+
+    def add_missing_columns(self, table_key: str) -> list[str]:
+        # The embedded engine has no ALTER TABLE ADD COLUMNS; delta-rs writes the same schema change.
+        from deltalake.schema import Field, PrimitiveType
+
+        table = self._table(table_key)
+        present = {f.name for f in table.schema().fields}
+        missing = [(n, t) for n, t in table_spec(table_key).column_types if n not in present]
+        if missing:
+            table.alter.add_columns([Field(n, PrimitiveType(_DELTA_PRIMITIVES[t]), nullable=True) for n, t in missing])
+        return [n for n, _ in missing]
 
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
         hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours
@@ -165,6 +181,14 @@ class SqlMaintenance:
     def configuration(self, table_key: str) -> dict[str, str]:
         rows = self._spark.sql(f"SHOW TBLPROPERTIES {table_name(self._settings, table_key)}").collect()
         return {str(r[0]): str(r[1]) for r in rows}
+
+    def add_missing_columns(self, table_key: str) -> list[str]:
+        name = table_name(self._settings, table_key)
+        present = set(self._spark.table(name).columns)
+        missing = [(n, t) for n, t in table_spec(table_key).column_types if n not in present]
+        if missing:
+            self._spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({', '.join(f'{n} {t}' for n, t in missing)})")
+        return [n for n, _ in missing]
 
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
         hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours

@@ -26,6 +26,7 @@ from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, open_engine
+from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
 from pipelines.serving.explorer import SessionSource, mount_explorer
 from pipelines.serving.hardening import (
     authenticated_or_none,
@@ -37,7 +38,7 @@ from pipelines.serving.hardening import (
 from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter
 from pipelines.serving.metrics import instrument
 from pipelines.serving.scroll_key import load_scroll_key
-from pipelines.serving.tokens import TokenVerifier
+from pipelines.serving.identity import Authenticator
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
 EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
@@ -127,8 +128,8 @@ def create_app(
     admission = Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
     limiter = RateLimiter(serve_settings.rate_limit_per_minute, serve_settings.rate_limit_burst)
-    tokens = TokenVerifier(settings.tokens_path)
-    verifier = RateLimitedVerifier(tokens, limiter)
+    authenticator = Authenticator(settings)
+    verifier = RateLimitedVerifier(authenticator, limiter)
     scroll_key = load_scroll_key(settings)
     # One session for the timeline and the report downloads, opened on first use (none: no engine per download).
     sessions = SessionSource(settings, spark)
@@ -166,7 +167,7 @@ def create_app(
         from pipelines.batch.watch_status import watch_status
 
         # Not a data request: checked without spending the caller's rate.
-        if await authenticated_or_none(tokens, request.headers.get("authorization"), AUDIT_READ) is None:
+        if await authenticated_or_none(authenticator, request.headers.get("authorization"), AUDIT_READ) is None:
             return {"status": "ok"}
         return await run_in_threadpool(lambda: {"status": "ok", **search_engine.health(), "watch": watch_status(settings)})
 
@@ -195,19 +196,23 @@ def create_app(
     )
     async def audit_search(request: Request) -> JSONResponse:
         # Admission (query slots, queue) is taken for every data path by the hardening middleware.
-        record = await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
+        principal = await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
         raw = await read_body(request, serve_settings.max_body_bytes)
         body = decode_json_body(raw, serve_settings.max_json_depth)
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
-        signer = ScrollSigner(scroll_key, principal=record.token_id)
+        signer = ScrollSigner(scroll_key, principal=principal.name)
         search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size, signer=signer)
-        return JSONResponse(await run_in_threadpool(search_engine.search, search_request))
+        return JSONResponse(await run_in_threadpool(scoped_search, search_engine.search, search_request, principal))
 
-    app.include_router(anomalies_router(settings, verifier))
+    # Tables a scope cannot narrow are served to unscoped readers only (docs/api.md#scopes).
+    unscoped = UnscopedReaders(verifier)
+    app.include_router(anomalies_router(settings, unscoped))
     # The regulator report download (docs/audit-trail.md).
-    app.include_router(report_router(settings, verifier, sessions))
-    mount_explorer(app, settings, verifier, spark, sessions)
+    app.include_router(report_router(settings, unscoped, sessions))
+    mount_explorer(app, settings, unscoped, spark, sessions)
     install_hardening(app, admission)
+    # Outside admission, so that the access log records the 503s too.
+    install_access_control(app, settings, authenticator)
     # Added last, so outermost: it counts the 503s and 413s of the hardening middleware too.
     # Requests by route and status, latency, 503s and 401/403s; GET /metrics (docs/operations.md).
     instrument(app, settings)

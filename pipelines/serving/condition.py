@@ -18,6 +18,7 @@ import numpy as np
 from sqlglot import exp
 
 from conf.errors import ConfigError
+from gold.scopes import like_to_regex
 from pipelines.serving.index import TIME_COLUMN, FileIndex
 
 _COMPARISONS: dict[type, Callable[[Any, Any], Any]] = {
@@ -44,6 +45,10 @@ def to_mask(condition: exp.Expression, index: FileIndex, lo: int, hi: int) -> np
         return _or(to_mask(condition.left, index, lo, hi), to_mask(condition.right, index, lo, hi))
     if isinstance(condition, exp.In):
         return _in(condition, index, lo, hi)
+    if isinstance(condition, exp.Like):
+        return _like(condition, index, lo, hi)
+    if isinstance(condition, exp.Boolean):
+        return bool(condition.this)
     if type(condition) in _COMPARISONS:
         return _compare(condition, index, lo, hi)
     raise ConfigError(f"serve.engine: inprocess cannot evaluate {condition.sql()!r} over its index")
@@ -83,6 +88,15 @@ def _in(node: exp.In, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
         wanted[codes] = True
         return wanted[window]
     raise ConfigError(f"serve.engine: inprocess has no index column {name!r} (in {node.sql()!r})")
+
+
+def _like(node: exp.Like, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
+    """A LIKE pattern over a coded column: matched once per distinct value, then looked up by code."""
+    name = _column_name(node.this)
+    pattern = _literal(node.expression)
+    if name not in index.columns or not isinstance(pattern, str):
+        raise ConfigError(f"serve.engine: inprocess cannot evaluate {node.sql()!r} over its index")
+    return index.columns[name].rows_matching(like_to_regex(pattern))[lo:hi]
 
 
 def _compare(node: exp.Expression, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:

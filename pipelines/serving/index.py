@@ -8,6 +8,7 @@ shared by every table version that holds the file.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -17,10 +18,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 TIME_COLUMN = "timestamp"
-# The string columns a search can filter on (gold.search BODY_FILTERS), kept as codes.
-CODED_COLUMNS = ("event_type", "entity_type", "aspect_name", "actor_urn")
+# The string columns a search can filter on (gold.search BODY_FILTERS, and the scope rules of
+# gold.scopes: entity urn prefixes and platforms, domains), kept as codes.
+CODED_COLUMNS = ("event_type", "entity_type", "aspect_name", "actor_urn", "entity_urn", "domain")
 # The code of a null value.
 NULL_CODE = -1
+# Per coded column, the row masks of this many LIKE patterns are kept (`CodedColumn.rows_matching`).
+MATCHING_PATTERNS = 16
 
 
 @dataclass(frozen=True)
@@ -35,13 +39,45 @@ class CodedColumn:
     codes: np.ndarray
     values: tuple[str, ...]
     _positions: dict[str, int] = field(init=False, repr=False, compare=False)
+    _matching: dict[str, np.ndarray] = field(init=False, repr=False, compare=False)
+    _rows_matching: dict[str, np.ndarray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_positions", {value: code for code, value in enumerate(self.values)})
+        object.__setattr__(self, "_matching", {})
+        object.__setattr__(self, "_rows_matching", {})
 
     def codes_of(self, values: Sequence[str]) -> list[int]:
         """Return the codes of those `values` the column holds (values it never holds have none)."""
         return [self._positions[v] for v in values if v in self._positions]
+
+    def wanted(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """A lookup by code of which values fully match `pattern` (its last slot, the null code's, is False).
+
+        Computed once per pattern over the distinct values (a file never changes), then reused: a scope's
+        patterns are few and every request of the scope asks for the same ones.
+        """
+        found = self._matching.get(pattern.pattern)
+        if found is None:
+            found = np.zeros(len(self.values) + 1, dtype=bool)
+            found[: len(self.values)] = [pattern.fullmatch(v) is not None for v in self.values]
+            self._matching[pattern.pattern] = found
+        return found
+
+    def rows_matching(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Which index positions hold a value that fully matches `pattern` (one bool per position).
+
+        Kept for up to MATCHING_PATTERNS patterns (then started afresh): a scope's patterns are the same in
+        every request of the scope, and a request takes a slice of this array instead of looking up every
+        row's code. Single dict operations only, so concurrent requests need no lock.
+        """
+        rows = self._rows_matching.get(pattern.pattern)
+        if rows is None:
+            rows = self.wanted(pattern)[self.codes]
+            if len(self._rows_matching) >= MATCHING_PATTERNS:
+                self._rows_matching.clear()
+            self._rows_matching[pattern.pattern] = rows
+        return rows
 
 
 @dataclass(frozen=True)

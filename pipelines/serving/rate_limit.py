@@ -108,7 +108,7 @@ class RateLimiter:
 class RateLimitedVerifier:
     """A token verifier that also counts each authenticated request against its caller's rate.
 
-    Counted after authentication, by token id: nobody can use up another caller's rate without its token.
+    Counted after authentication, by principal (a token id or a JWT subject): nobody can use up another caller's rate without its token.
 
     Args:
         verifier: the verifier that authenticates (its other methods are passed through).
@@ -126,9 +126,9 @@ class RateLimitedVerifier:
             AuthError: as the wrapped verifier.
             RateLimitedError: when the caller is above its rate.
         """
-        record = await self._verifier.authenticate_request(authorization, role)
-        self._limiter.check(record.token_id)
-        return record
+        principal = await self._verifier.authenticate_request(authorization, role)
+        self._limiter.check(principal.name)
+        return principal
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._verifier, name)

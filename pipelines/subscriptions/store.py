@@ -24,7 +24,9 @@ from pyspark.sql import functions as F
 from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
+from gold.audit import to_entity_domains
 from gold.openmetadata import to_change_event_json
+from gold.scopes import scope_from_json, scope_json
 from gold.subscriptions import (
     EventFilters,
     check_filters,
@@ -83,6 +85,7 @@ class Subscription:
             entity_prefixes=tuple(row["entity_prefixes"] or ()),
             actors=tuple(row["actors"] or ()),
             om_filter=json.loads(row["om_filter"]) if row["om_filter"] else None,
+            scope=scope_from_json(json.loads(row["scope"]) if row.get("scope") else None, "ops.subscriptions.scope"),
         )
         return cls(
             subscription_id=row["subscription_id"],
@@ -127,6 +130,7 @@ class Subscription:
             "entity_prefixes": list(filters.entity_prefixes),
             "actors": list(filters.actors),
             "om_filter": dict(filters.om_filter) if filters.om_filter is not None else None,
+            "scope": filters.scope.to_specs(),
             "signed": self.secret_ciphertext is not None,
             "start_after": self.start_after,
             "created_at": self.created_at,
@@ -244,6 +248,7 @@ def add_subscription(
         "last_error": None,
         "last_error_at": None,
         "last_delivered_at": None,
+        "scope": json.dumps(scope_json(filters.scope), sort_keys=True) if filters.scope.restricted else None,
     }
     row_df = spark.createDataFrame([row], _schema(SUBSCRIPTIONS))
     insert_missing(spark, settings, SUBSCRIPTIONS, row_df, "t.name = s.name", view_name="subscription_add")
@@ -459,9 +464,21 @@ def selected_events(
     """The events of `batch_ids` a subscription selects, in delivery order (ChangeEvents for openmetadata)."""
     events_df = read_table(spark, settings, EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
     change_events_df = read_table(spark, settings, CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
+    if subscription.filters.scope.domains:
+        events_df = _with_domain(spark, settings, events_df)
     if subscription.format == "openmetadata":
         return filter_openmetadata_events(change_events_df, events_df, subscription.filters).orderBy(*OPENMETADATA_ORDER)
     return filter_change_events(events_df, change_events_df, subscription.filters).orderBy(*ECE_ORDER)
+
+
+def _with_domain(spark: SparkSession, settings: Settings, events_df: DataFrame) -> DataFrame:
+    """Add `domain`: the domain of the entity whose aspect each change event wrote, as the state holds it now."""
+    from pipelines.batch.state_store import read_state
+
+    entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(F.col("entity_urn").isNotNull())
+    state_df = read_state(spark, settings, entities_df, aspect_name="domains")
+    domains_df = to_entity_domains(state_df).withColumnRenamed("entity_urn", "aspect_entity_urn")
+    return events_df.join(domains_df, on="aspect_entity_urn", how="left")
 
 
 def pending_counts(

@@ -1,4 +1,4 @@
-"""Audit commands: `serve`, `search`, `token create|list|revoke`, `publish-audit` (and `bench search`)."""
+"""Audit commands: `serve`, `search`, `publish-audit` (and `bench search`); tokens are in `commands.tokens`."""
 
 from __future__ import annotations
 
@@ -99,43 +99,3 @@ def register(app: typer.Typer) -> None:
             if optimize:
                 metrics = optimize_audit_events(spark, state.settings)
                 console.print(f"gold.audit_events: optimized ({metrics.get('numFilesRemoved', 0)} files rewritten)")
-
-    token_app = typer.Typer(help="API bearer tokens (stored as salted hashes).", no_args_is_help=True)
-    app.add_typer(token_app, name="token")
-
-    @token_app.command("create")
-    def token_create(
-        ctx: typer.Context,
-        actor: str = typer.Option(..., "--actor", help="The urn the token acts as, e.g. urn:li:corpuser:auditor."),
-        role: list[str] = typer.Option(["audit-read"], "--role", help="A role of the token (repeatable)."),
-    ) -> None:
-        """Create a token and print it once (only its salted hash is kept)."""
-        from pipelines.serving.tokens import create_token
-
-        state = state_of(ctx)
-        token, record = create_token(state.settings, actor, role)
-        error_console.print(
-            f"token {record.token_id} for {record.actor} ({', '.join(record.roles)}); shown once, store it now:"
-        )
-        sys.stdout.write(token + "\n")
-
-    @token_app.command("list")
-    def token_list(
-        ctx: typer.Context,
-        as_json: bool = typer.Option(False, "--json", help="One JSON object per token."),
-        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
-    ) -> None:
-        """List the stored tokens (ids, actors, roles; never the secrets)."""
-        from pipelines.serving.tokens import load_tokens
-
-        records = load_tokens(state_of(ctx).settings.tokens_path)
-        rows = [{"id": r.token_id, "actor": r.actor, "roles": ",".join(r.roles), "created_at": r.created_at} for r in records]
-        print_rows(rows, ["id", "actor", "roles", "created_at"], title="API tokens", as_json=as_json, as_csv=as_csv)
-
-    @token_app.command("revoke")
-    def token_revoke(ctx: typer.Context, token_id: str = typer.Argument(..., help="The token id to revoke.")) -> None:
-        """Revoke a token by id."""
-        from pipelines.serving.tokens import revoke_token
-
-        record = revoke_token(state_of(ctx).settings, token_id)
-        console.print(f"revoked token {record.token_id} of {record.actor}")

@@ -20,7 +20,7 @@ def _read_om_filter(path: Path) -> dict:
     return parse_json_object(text, "--om-filter")
 
 
-_FILTER_KEYS = ("categories", "operations", "entity_types", "entity_prefixes", "actors", "om_filter")
+_FILTER_KEYS = ("categories", "operations", "entity_types", "entity_prefixes", "actors", "om_filter", "scope")
 
 
 def register(app: typer.Typer) -> None:
@@ -51,12 +51,16 @@ def register(app: typer.Typer) -> None:
             None, "--om-filter", help='A JSON file holding an OpenMetadata eventFilter, e.g. {"eventType": "entityUpdated"}.'
         ),
         payload_format: str = typer.Option("ece", "--format", help="ece, openmetadata or slack."),
+        scope: list[str] = typer.Option(
+            None, "--scope", help="Deliver only events in this scope: domain=URN, platform=NAME, entity-type=TYPE, prefix=URN (repeatable)."
+        ),
         secret_file: Path | None = typer.Option(None, "--secret-file", help="A file holding the HMAC signing secret."),
         since: str | None = typer.Option(
             None, "--since", help="Replay events refined since this time (ISO date/time or epoch ms); default: from now."
         ),
     ) -> None:
         """Add a subscription; it receives the events published from now on (or since --since)."""
+        from gold.scopes import parse_scope
         from gold.subscriptions import EventFilters, check_format, check_name, check_url
         from pipelines.subscriptions.secrets import encrypt_secret, read_secret_file
         from pipelines.subscriptions.store import add_subscription
@@ -76,6 +80,7 @@ def register(app: typer.Typer) -> None:
             entity_prefixes=tuple(entity_prefixes or ()),
             actors=tuple(actors or ()),
             om_filter=_read_om_filter(om_filter) if om_filter else None,
+            scope=parse_scope(scope or ()),
         )
         since_ms = parse_time_ms(since, "--since") if since is not None else None
         secret = read_secret_file(secret_file) if secret_file else None

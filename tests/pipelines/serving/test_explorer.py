@@ -63,7 +63,7 @@ def explorer(spark, lakehouse, tmp_path_factory):
         f"INSERT INTO {table_name(lakehouse, 'gold.actor_anomalies')} VALUES ('{ALICE}', 'day', {DAY0}, {DAY0 + DAY_MS}, "
         "2.5, 'volume', true, '[]', 'actor-activity', '1', TIMESTAMP '2024-03-05 00:00:00', DATE '2024-03-01')"
     )
-    reader, _ = create_token(lakehouse, ALICE, ["audit-read"])
+    reader, _ = create_token(lakehouse, ALICE, ["audit-read-sensitive"])  # the page shows raw events
     other, _ = create_token(lakehouse, ALICE, ["metrics-read"])
     with lakehouse_serve(lakehouse.home) as base_url:
         yield {"url": base_url, "reader": reader, "other": other}

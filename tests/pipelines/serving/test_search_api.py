@@ -66,7 +66,8 @@ def api(spark, lakehouse):
         ],
     )
     publish_audit(spark, lakehouse)
-    reader, _ = create_token(lakehouse, ADMIN, ["audit-read"])
+    # The contract's every field, source IPs and raw events included, is what the sensitive role sees.
+    reader, _ = create_token(lakehouse, ADMIN, ["audit-read-sensitive"])
     other, _ = create_token(lakehouse, ADMIN, ["metrics-read"])
     with serving(create_app(lakehouse, spark)) as base_url:
         with httpx.Client(base_url=base_url, timeout=60) as client:
@@ -265,7 +266,7 @@ def test_cli_token_and_search_use_the_same_code_path(api, tmp_path):
     settings = api["settings"]
     env = {**os.environ, "RUST_LOG": "error"}
     base = [sys.executable, "-m", "pipelines.cli", "--home", str(settings.home)]
-    created = subprocess.run([*base, "token", "create", "--actor", BOB], cwd=REPO, env=env, capture_output=True,
+    created = subprocess.run([*base, "token", "create", "--actor", BOB, "--role", "audit-read-sensitive"], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=120)  # fmt: skip
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()

@@ -1,0 +1,204 @@
+"""Access control wired into the API: scoped searches, endpoints for unscoped readers, the access log.
+
+`install_access_control` adds the access log (middleware, background writer closed at shutdown) and the
+admin's `/api/v1/access-log` endpoint; `scoped_search` runs an audit search as a principal may see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from conf.errors import AuthError, RequestError
+from conf.settings import Settings
+from conf.tables import table_location
+from gold.scopes import ADMIN, Principal, visible_events
+from gold.search import SearchRequest
+from pipelines.serving.access_log import ACCESS_TABLE, AccessLogMiddleware, AccessLogWriter, note_result
+from pipelines.serving.identity import Authenticator
+
+ACCESS_LOG_PATH = "/api/v1/access-log"
+# The paths whose requests read audit data (or the access log itself): each is recorded.
+LOGGED_PREFIXES = ("/openapi/v1/", "/api/v1/")
+ACCESS_LOG_PARAMETERS = ("principal", "endpoint", "outcome", "since", "until", "size")
+MAX_ACCESS_PAGE = 1000
+
+
+def scoped_search(search: Any, request: SearchRequest, principal: Principal) -> dict[str, Any]:
+    """Run `search` (an engine's search) as `principal` may see it: its scope, sensitive fields removed.
+
+    Raw events are not read at all for a principal that may not see them. The access record gets the
+    request's filters and total.
+    """
+    scoped = dataclasses.replace(
+        request, scope=principal.scope, include_raw=request.include_raw and principal.sees_sensitive
+    )
+    response = search(scoped)
+    response["usageEvents"] = visible_events(response["usageEvents"], principal)
+    note_result(_search_filters(request), response.get("total"))
+    return response
+
+
+def _search_filters(request: SearchRequest) -> dict[str, Any]:
+    return {
+        "startTime": request.start_time,
+        "endTime": request.end_time,
+        "size": request.size,
+        "scrolled": request.scroll_id is not None,
+        "eventTypes": list(request.event_types),
+        "entityTypes": list(request.entity_types),
+        "aspectTypes": list(request.aspect_types),
+        "actorUrns": list(request.actor_urns),
+    }
+
+
+class UnscopedReaders:
+    """The authenticator of endpoints that read tables a scope cannot narrow (daily aggregates, anomalies,
+    change events without domains): a principal limited to a scope gets 403 there, never unscoped data.
+
+    Args:
+        authenticator: the API's authenticator.
+    """
+
+    def __init__(self, authenticator: Authenticator):
+        self._authenticator = authenticator
+
+    async def authenticate_request(self, authorization: str | None, role: str) -> Principal:
+        """Authenticate as the API does, then refuse a scoped principal.
+
+        Raises:
+            AuthError: 401/403 as the authenticator; 403 for a principal limited to a scope.
+        """
+        principal = await self._authenticator.authenticate_request(authorization, role)
+        if principal.scope.restricted:
+            raise AuthError(
+                f"{principal.name} is limited to a scope; this endpoint serves unscoped readers only "
+                "(use the audit search)",
+                status=403,
+            )
+        return principal
+
+
+def install_access_control(app: FastAPI, settings: Settings, authenticator: Authenticator) -> None:
+    """Add the access log (when access_log.enabled) and the admin's access log endpoint to `app`.
+
+    The writer starts with the server and is flushed and stopped when it shuts down, after the last
+    request: a clean stop loses no record.
+    """
+    app.include_router(access_log_router(settings, authenticator))
+    if not settings.access_log.enabled:
+        return
+    from pipelines.batch.arrow_chain import ArrowChainLinker
+
+    linker = ArrowChainLinker(settings)
+    writer = AccessLogWriter(
+        settings,
+        link=lambda batch_id, rows, version: linker.link(ACCESS_TABLE, batch_id, rows, version),
+        on_flush=lambda: authenticator.tokens.flush(force=False),
+    )
+    app.add_middleware(AccessLogMiddleware, writer=writer, logged=lambda path: path.startswith(LOGGED_PREFIXES))
+    running = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: FastAPI) -> AsyncIterator[Any]:
+        writer.start()
+        try:
+            async with running(application) as state:
+                yield state
+        finally:
+            await run_in_threadpool(writer.close)
+            authenticator.close()
+
+    app.router.lifespan_context = lifespan
+
+
+def access_log_router(settings: Settings, authenticator: Authenticator) -> APIRouter:
+    """The admin's search of ops.access_log: GET /api/v1/access-log?principal=&endpoint=&outcome=&since=&until=&size=."""
+    router = APIRouter()
+    location = table_location(settings, ACCESS_TABLE)
+
+    @router.get(ACCESS_LOG_PATH, summary="Who read audit data: the access log, newest first (admin)")
+    async def access_log(request: Request) -> JSONResponse:
+        await authenticator.authenticate_request(request.headers.get("authorization"), ADMIN)
+        query = parse_access_query(dict(request.query_params))
+        records = await run_in_threadpool(read_access_log, location, query)
+        note_result({k: v for k, v in query.items() if k != "size"}, len(records))
+        return JSONResponse({"count": len(records), "records": records})
+
+    return router
+
+
+def parse_access_query(params: Mapping[str, str]) -> dict[str, Any]:
+    """Validate the access log search parameters.
+
+    Raises:
+        RequestError: naming the unknown or bad parameter.
+    """
+    unknown = sorted(set(params) - set(ACCESS_LOG_PARAMETERS))
+    if unknown:
+        raise RequestError(f"{unknown[0]}: unknown parameter (known: {', '.join(ACCESS_LOG_PARAMETERS)})")
+    query: dict[str, Any] = {name: (params.get(name) or "").strip() or None for name in ("principal", "endpoint", "outcome")}
+    for name in ("since", "until"):
+        text = (params.get(name) or "").strip()
+        if text and not (text.isascii() and text.isdigit()):
+            raise RequestError(f"{name}: {text!r} is not epoch milliseconds")
+        query[name] = int(text) if text else None
+    size_text = (params.get("size") or "100").strip()
+    if not (size_text.isascii() and size_text.isdigit()) or not 1 <= int(size_text) <= MAX_ACCESS_PAGE:
+        raise RequestError(f"size: {size_text!r} is not a whole number from 1 to {MAX_ACCESS_PAGE}")
+    query["size"] = int(size_text)
+    return query
+
+
+def read_access_log(location: Any, query: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The access records matching `query` (principal, endpoint, outcome, since/until ms, size), newest first."""
+    from deltalake import DeltaTable
+
+    if not (location / "_delta_log").is_dir():
+        return []
+    condition = None
+    for name, column in (("principal", "principal"), ("endpoint", "endpoint"), ("outcome", "outcome")):
+        if query.get(name):
+            condition = _and(condition, ds.field(column) == query[name])
+    if query.get("since") is not None:
+        condition = _and(condition, ds.field("accessed_at_ms") >= query["since"])
+    if query.get("until") is not None:
+        condition = _and(condition, ds.field("accessed_at_ms") < query["until"])
+    table = DeltaTable(str(location)).to_pyarrow_dataset().to_table(filter=condition)
+    if table.num_rows == 0:
+        return []
+    newest = table.take(pc.sort_indices(table, [("accessed_at_ms", "descending"), ("access_id", "ascending")]))
+    rows = newest.slice(0, int(query.get("size") or 100)).to_pylist()
+    return [_to_record(row) for row in rows]
+
+
+def _and(left: ds.Expression | None, right: ds.Expression) -> ds.Expression:
+    return right if left is None else left & right
+
+
+def _to_record(row: dict[str, Any]) -> dict[str, Any]:
+    filters = row.get("filters")
+    return {
+        "accessId": row["access_id"],
+        "accessedAt": row["accessed_at_ms"],
+        "principal": row["principal"],
+        "actor": row["actor"],
+        "method": row["method"],
+        "endpoint": row["endpoint"],
+        "filters": json.loads(filters) if filters else {},
+        "resultCount": row["result_count"],
+        "clientAddress": row["client_address"],
+        "status": row["status"],
+        "outcome": row["outcome"],
+        "batchId": row["batch_id"],
+    }
+
