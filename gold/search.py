@@ -101,6 +101,8 @@ class SearchRequest:
         event_types, entity_types, aspect_types, actor_urns: filters (empty = no filter).
         signer: signs the next page's scroll id (and checked the given one).
         scope: the rows the caller may see at all (set from its principal, never from the request).
+        binding: what a scroll id of this request is bound to besides the window: filters, size and
+            includeRaw as the caller sent them (`query_binding`).
     """
 
     start_time: int = DEFAULT_TIME
@@ -115,6 +117,19 @@ class SearchRequest:
     actor_urns: tuple[str, ...] = ()
     signer: ScrollSigner | None = field(default=None, compare=False, repr=False)
     scope: Scope = UNSCOPED
+    binding: str = field(default="", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Fixed when the request is made: the caller's scope may later narrow what is read (raw events
+        # left out), but the next page's scroll id stays bound to the query the caller sent.
+        if not self.binding:
+            filters = {
+                "event_types": self.event_types,
+                "entity_types": self.entity_types,
+                "aspect_types": self.aspect_types,
+                "actor_urns": self.actor_urns,
+            }
+            object.__setattr__(self, "binding", query_binding(filters, self.size, self.include_raw))
 
     @classmethod
     def parse(
@@ -167,19 +182,9 @@ class SearchRequest:
             scroll=scroll,
             include_raw=include_raw,
             signer=signer,
+            binding=binding,
             **filters,
         )
-
-    @property
-    def binding(self) -> str:
-        """What a scroll id of this request is bound to besides the window: filters, size and includeRaw."""
-        filters = {
-            "event_types": self.event_types,
-            "entity_types": self.entity_types,
-            "aspect_types": self.aspect_types,
-            "actor_urns": self.actor_urns,
-        }
-        return query_binding(filters, self.size, self.include_raw)
 
     @property
     def filtered(self) -> bool:
