@@ -14,8 +14,10 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameWriter, Row, SparkSession
 
 from conf.errors import ConcurrencyError, InputError
+from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location, table_name, table_spec
+from pipelines.runtime.storage import Storage
 
 T = TypeVar("T")
 
@@ -42,7 +44,7 @@ def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataF
 SCRATCH_ROW_GROUP_ROWS = 65_536
 
 
-def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) -> DataFrame:
+def write_scratch(df: DataFrame, path: Location, storage: Storage, partition_by: str | None = None) -> DataFrame:
     """Write `df` to Parquet at `path` (replacing what is there) and return the files read back.
 
     Scratch files live for one batch or step: they are compressed for speed (snappy), not for size,
@@ -51,7 +53,9 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
 
     Args:
         df: the rows.
-        path: the folder to write (on the local file system).
+        path: the folder to write (a local path or an object-storage location the engine reaches).
+        storage: where the written files are looked for (the home's `Home.storage`): the engine may
+            run elsewhere, so what it wrote is asked of the storage, never of a local folder.
         partition_by: a column to partition the files by (one folder per value).
 
     Returns:
@@ -64,7 +68,7 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
     if partition_by:
         writer = writer.partitionBy(partition_by)
     writer.parquet(str(path))
-    if not any(path.rglob("*.parquet")):
+    if not storage.has_files(path, ".parquet"):
         return df.sparkSession.createDataFrame([], df.schema)
     # Not `.schema(df.schema)`: asking for df's schema plans df once more, a round trip to the engine
     # per staged part (about 60 ms each on a micro-batch), where the files' footers give it for free.
