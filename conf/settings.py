@@ -86,7 +86,7 @@ def load_settings(
         if isinstance(home_location, Path):
             home_location = home_location.resolve()
     except ConfigError as exc:
-        problems.append(f"home: {exc}")
+        problems.extend(f"home: {problem}" for problem in exc.problems)
         home_location = Path(".lakehouse").resolve()
 
     bad: set[str] = set()

@@ -53,7 +53,7 @@ def list_input_files(paths: Sequence[Location | str]) -> list[tuple[Location, bo
         try:
             path = parse_location(given)
         except ConfigError as exc:
-            raise InputError(f"paths: {exc}") from None
+            raise InputError(f"paths: {'; '.join(exc.problems)}") from None
         if isinstance(path, ObjectLocation):
             candidates = _object_candidates(path)
             if candidates is None:
