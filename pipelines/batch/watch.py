@@ -277,7 +277,9 @@ class Watcher:
             r.source_file
             for r in read_table(session.spark, self.settings, LEDGER_TABLE).select("source_file").distinct().collect()
         }
-        for path, _ in list_input_files(self.roots):
+        # A landing prefix on object storage holds no objects yet until the first arrives.
+        roots = [root for root in self.roots if isinstance(root, Path) or self.storage.exists(root)]
+        for path, _ in list_input_files(roots) if roots else []:
             if str(path) not in landed and is_complete_file(path, self.roots):
                 self.pending.setdefault(path, self._arrived_at(path))
 

@@ -7,9 +7,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from conf.locations import Location, ObjectLocation
+from conf.locations import Location
 from conf.settings import Settings
-from conf.tables import TABLES, table_location, table_name
+from conf.tables import TABLES, table_location, table_name, table_spec
 from pipelines.runtime.storage import Storage, StoredFile, register_storage, storage_options
 
 
@@ -46,14 +46,27 @@ class Home:
         )
 
     @property
-    def is_object_store(self) -> bool:
-        """Whether the home is on object storage (no local file system beneath it)."""
-        return isinstance(self.root, ObjectLocation)
-
-    @property
     def storage_options(self) -> dict[str, str]:
         """The object-storage options delta-rs and the engine are given."""
         return dict(self.storage.options)
+
+    def table_name(self, table_key: str) -> str:
+        """The fully qualified name of a declared table, `[catalog.]schema.name`.
+
+        Raises:
+            ConfigError: when the key names no declared table.
+        """
+        table_spec(table_key)
+        return self.table_names[table_key]
+
+    def table_location(self, table_key: str) -> Location:
+        """Where a declared table's files are.
+
+        Raises:
+            ConfigError: when the key names no declared table.
+        """
+        table_spec(table_key)
+        return self.table_locations[table_key]
 
     def join(self, *parts: str) -> Location:
         """A location under the home."""
@@ -89,10 +102,6 @@ class Home:
     def put_if_absent(self, location: Location, data: bytes) -> bool:
         """Create a file unless one is there (True when this call created it)."""
         return self.storage.put_if_absent(location, data)
-
-    def has_table(self, table_key: str) -> bool:
-        """Whether the table's Delta log exists at its location."""
-        return self.storage.has_files(self.table_locations[table_key] / "_delta_log", ".json")
 
 
 _HOMES: dict[tuple, Home] = {}

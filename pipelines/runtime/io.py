@@ -16,7 +16,8 @@ from pyspark.sql import DataFrame, DataFrameWriter, Row, SparkSession
 from conf.errors import ConcurrencyError, InputError
 from conf.locations import Location
 from conf.settings import Settings
-from conf.tables import table_location, table_name, table_spec
+from conf.tables import table_spec
+from pipelines.runtime.home import home_of
 from pipelines.runtime.storage import Storage
 
 T = TypeVar("T")
@@ -35,7 +36,7 @@ _COMMIT_RACE_MARKERS = (
 
 def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataFrame:
     """Return a declared table as a DataFrame (registered by name at session start)."""
-    return spark.table(table_name(settings, table_key))
+    return spark.table(home_of(settings).table_name(table_key))
 
 
 # Rows per row group of scratch Parquet files. A row group is the unit a reader hands to one core: the
@@ -115,10 +116,11 @@ def _save(
     try:
         # On the embedded engine `saveAsTable` with replaceWhere overwrites the whole table, so external
         # tables are always written by location; managed (catalog-owned) tables only by name.
+        home = home_of(settings)
         if settings.catalog.managed_tables:
-            writer.saveAsTable(table_name(settings, table_key))
+            writer.saveAsTable(home.table_name(table_key))
         else:
-            writer.save(str(table_location(settings, table_key)))
+            writer.save(str(home.table_location(table_key)))
     except AnalysisException as exc:
         # df's columns are looked at only when the write fails: asking first costs a round trip to the
         # engine on every write (tens of milliseconds each, about ten writes a micro-batch).
@@ -209,7 +211,7 @@ def insert_missing(
         # Two threads of one run may write a table at once (watch mode publishes OpenMetadata alongside).
         retry_commit(lambda: append(source_df, settings, table_key))
         return []
-    target = table_name(settings, table_key)
+    target = home_of(settings).table_name(table_key)
     return merge(
         spark,
         source_df.select(*table_spec(table_key).column_names),

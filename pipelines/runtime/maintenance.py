@@ -76,7 +76,7 @@ class DeltaRsMaintenance:
         from deltalake import DeltaTable
 
         home = home_of(self._settings)
-        return DeltaTable(str(home.table_locations[table_key]), storage_options=home.storage_options or None)
+        return DeltaTable(str(home.table_location(table_key)), storage_options=home.storage_options or None)
 
     def history(self, table_key: str, limit: int | None = None) -> list[Commit]:
         commits = self._table(table_key).history(limit)
@@ -94,7 +94,7 @@ class DeltaRsMaintenance:
         # The newest commit file's number is the version (Delta protocol). Loading the table would
         # read its whole log and file list: 10-30 ms a table, and a run asks for every table twice.
         home = home_of(self._settings)
-        log = home.table_locations[table_key] / "_delta_log"
+        log = home.table_location(table_key) / "_delta_log"
         with contextlib.suppress(FileNotFoundError):
             names = os.listdir(log) if isinstance(log, Path) else [f.location.name for f in home.list(log)]
             commits = [name[:-5] for name in names if name.endswith(".json")]

@@ -12,6 +12,7 @@ import contextlib
 import io
 import os
 import shutil
+import stat as stat_mode
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -88,7 +89,9 @@ class Storage:
                 st = location.stat()
             except (FileNotFoundError, NotADirectoryError):
                 return None
-            return None if location.is_dir() else StoredFile(location, st.st_size, st.st_mtime, f"{st.st_size}:{st.st_mtime_ns}")
+            if stat_mode.S_ISDIR(st.st_mode):
+                return None
+            return StoredFile(location, st.st_size, st.st_mtime, f"{st.st_size}:{st.st_mtime_ns}")
         import obstore
 
         try:
@@ -107,7 +110,8 @@ class Storage:
         """Whether any file (whose name ends with `suffix`) is below `folder`."""
         if isinstance(folder, Path):
             return folder.is_dir() and any(p.name.endswith(suffix) for p in folder.rglob("*") if p.is_file())
-        return any(f.location.name.endswith(suffix) for f in self.list_files(folder))
+        # Lazily: the first match ends the listing (a table's log may hold thousands of objects).
+        return any(f.location.name.endswith(suffix) for f in self._objects(folder))
 
     def list_files(self, folder: Location) -> list[StoredFile]:
         """Every file below `folder` (recursively), sorted by location; none when it does not exist."""
@@ -116,13 +120,14 @@ class Storage:
                 return []
             found = [self.stat(p) for p in folder.rglob("*") if p.is_file()]
             return sorted((f for f in found if f is not None), key=lambda f: str(f.location))
+        return sorted(self._objects(folder), key=lambda f: str(f.location))
+
+    def _objects(self, folder: ObjectLocation) -> Iterator[StoredFile]:
         import obstore
 
-        found = []
         for chunk in obstore.list(self._store(folder), folder.key + "/" if folder.key else None):
             for meta in chunk:
-                found.append(_stored(ObjectLocation(folder.scheme, folder.bucket, meta["path"]), meta))
-        return sorted(found, key=lambda f: str(f.location))
+                yield _stored(ObjectLocation(folder.scheme, folder.bucket, meta["path"]), meta)
 
     def read_bytes(self, location: Location) -> bytes:
         """The bytes of a file.

@@ -18,6 +18,7 @@ from conf.errors import ConcurrencyError
 from conf.locations import ObjectLocation, parse_location
 from conf.settings import load_settings
 from pipelines.bench.watch import mcl_lines, start_watch, stop, wait_for, watch_log_records
+from pipelines.runtime.engine import free_loopback_port
 from pipelines.runtime.lease import Lease
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.storage import Storage
@@ -51,9 +52,7 @@ def s3(tmp_path_factory) -> Iterator[S3Server]:
     """`moto_server` on a free loopback port with one bucket, for the whole module."""
     import boto3
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_loopback_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     server = subprocess.Popen(
         [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
@@ -211,11 +210,11 @@ def test_the_pipeline_on_an_s3_home_lands_refines_publishes_verifies_serves_and_
     home = f"s3://{BUCKET}/flow"
     settings = s3.settings(home, tmp_path)
     _put(s3, f"flow/landing/{INPUT}", (FIXTURES / INPUT).read_bytes())
-    # The watcher's first micro-batch runs land -> refine -> publish on what the landing prefix holds
-    # (`run_job`, as `lakehouse run`); then it polls the prefix for new objects.
+    # The watcher's first micro-batch runs land -> refine -> publish on what the landing prefixes hold
+    # (`run_job`, as `lakehouse run`); then it polls them for new objects. `incoming` holds none yet.
     log = tmp_path / "watch.log"
     watcher = start_watch(home, log, s3.env, f"storage.local_dir={tmp_path}", "watch.poll_interval_seconds=0.3",
-                          "watch.max_wait_seconds=0.3")  # fmt: skip
+                          "watch.max_wait_seconds=0.3", "ingest.landing_dirs=[landing, incoming]")  # fmt: skip
     try:
         wait_for(lambda: [b for b in watch_log_records(log, "micro_batch") if b["files"]], 180, "the first micro-batch")
 
@@ -240,7 +239,7 @@ def test_the_pipeline_on_an_s3_home_lands_refines_publishes_verifies_serves_and_
         assert remote_ids.num_rows == read_table(spark, local_run, "gold.audit_events").count()
 
         now_ms = int(time.time() * 1000)
-        _put(s3, "flow/landing/new/arrived.mcl.jsonl", "\n".join(mcl_lines("urn:li:corpuser:s3", 2, now_ms, "s3")).encode())
+        _put(s3, "flow/incoming/new/arrived.mcl.jsonl", "\n".join(mcl_lines("urn:li:corpuser:s3", 2, now_ms, "s3")).encode())
         batch = wait_for(
             lambda: [b for b in watch_log_records(log, "micro_batch") if b["file_names"] == ["arrived.mcl.jsonl"]],
             90,
@@ -251,9 +250,8 @@ def test_the_pipeline_on_an_s3_home_lands_refines_publishes_verifies_serves_and_
         assert status["running"] and status["batches"] >= 2, status
     finally:
         assert stop(watcher) == 0, log.read_text()[-3000:]
-        print(log.read_text())
     sources = {r["source_file"] for r in _s3_table(s3, home, "bronze.landed_files").to_pylist()}
-    assert sources == {f"{home}/landing/{INPUT}", f"{home}/landing/new/arrived.mcl.jsonl"}
+    assert sources == {f"{home}/landing/{INPUT}", f"{home}/incoming/new/arrived.mcl.jsonl"}
     assert not Storage(s3.options).exists(parse_location(f"{home}/_locks/watch.lock"))
 
     verified = _cli(s3, home, tmp_path, "verify")
