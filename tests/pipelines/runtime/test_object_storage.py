@@ -146,6 +146,7 @@ def test_objects_are_created_once_listed_read_and_replaced_only_if_unchanged(s3)
     assert storage.list_files(folder) == [] and not storage.exists(folder)
 
 
+@pytest.mark.slow
 def test_two_runs_against_one_s3_home_the_second_is_refused_by_the_lease(s3, tmp_path):
     settings = s3.settings(f"s3://{BUCKET}/leased", tmp_path)
     with run_lock(settings, owner="first run") as lease_file:
