@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from conf.errors import ConfigError
+from conf.locations import parse_location
 from conf.settings_checks import value_problems
 from conf.settings_sections import Settings
 
@@ -77,15 +78,23 @@ def load_settings(
     if not isinstance(home_value, (str, os.PathLike)):
         problems.append(f"home: expected a path, got {home_value!r}")
         home_value = ".lakehouse"
-    merged["home"] = str(home_value)
+    merged.pop("home", None)
     merged["profile"] = profile
+    try:
+        # A URL stays a URL (an object-storage home); a path is made absolute once, here.
+        home_location = parse_location(home_value)
+        if isinstance(home_location, Path):
+            home_location = home_location.resolve()
+    except ConfigError as exc:
+        problems.extend(f"home: {problem}" for problem in exc.problems)
+        home_location = Path(".lakehouse").resolve()
 
     bad: set[str] = set()
-    settings = Settings(**_build(Settings, merged, "", problems, bad))
+    settings = Settings(home=home_location, **_build(Settings, merged, "", problems, bad))
     problems.extend(value_problems(settings, bad))
     if problems:
         raise ConfigError(problems)
-    return dataclasses.replace(settings, home=Path(settings.home).expanduser().resolve())
+    return settings
 
 
 def _read_yaml(path: Path, problems: list[str]) -> dict[str, Any]:

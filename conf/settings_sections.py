@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conf.locations import Location, parse_location
+
 ENGINE_KINDS = ("local", "connect", "classic")
 OWNER_CATEGORIES = ("OWNER", "OWNERSHIP")
 LAYERS = ("bronze", "silver", "gold", "ops")
@@ -159,6 +161,14 @@ class MlflowSettings:
 
 
 @dataclass(frozen=True)
+class StorageSettings:
+    """How object-storage homes and tables are reached (docs/object-storage.md)."""
+
+    options: Mapping[str, str] = field(default_factory=dict)
+    local_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class LockSettings:
     """The run lock that keeps two pipeline runs apart."""
 
@@ -275,7 +285,8 @@ class Settings:
     """Every setting of one lakehouse, resolved for one profile."""
 
     profile: str
-    home: Path
+    home: Location
+    storage: StorageSettings = field(default_factory=StorageSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     catalog: CatalogSettings = field(default_factory=CatalogSettings)
     table_locations: Mapping[str, str] = field(default_factory=dict)
@@ -295,24 +306,41 @@ class Settings:
     identity: IdentitySettings = field(default_factory=IdentitySettings)
     access_log: AccessLogSettings = field(default_factory=AccessLogSettings)
 
-    def resolve_path(self, path: str) -> Path:
-        """Return `path` as an absolute path, taking a relative one as relative to home."""
-        candidate = Path(path).expanduser()
-        return candidate if candidate.is_absolute() else self.home / candidate
+    def resolve_path(self, path: str) -> Location:
+        """Return `path` as an absolute location, taking a relative one as relative to home."""
+        return parse_location(path, base=self.home)
 
     @property
-    def landing_paths(self) -> tuple[Path, ...]:
-        """The landing folders as absolute paths."""
+    def local_home(self) -> Path:
+        """The local folder of what never goes to object storage (key files, the default MLflow store).
+
+        The home itself when it is local; for an object-storage home, `storage.local_dir`, else
+        `~/.lakehouse/<scheme>/<bucket>/<prefix>`.
+        """
+        if isinstance(self.home, Path):
+            return self.home
+        if self.storage.local_dir:
+            return Path(self.storage.local_dir).expanduser().resolve()
+        return Path.home() / ".lakehouse" / self.home.scheme / self.home.bucket / self.home.key
+
+    def secret_path(self, path: str) -> Path:
+        """Return the local path of a secret file (tokens, keys): relative ones are under `local_home`."""
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else self.local_home / candidate
+
+    @property
+    def landing_paths(self) -> tuple[Location, ...]:
+        """The landing folders as absolute locations."""
         return tuple(self.resolve_path(p) for p in self.ingest.landing_dirs)
 
     @property
     def tokens_path(self) -> Path:
-        """The file holding the API's salted token hashes."""
-        return self.resolve_path(self.api.tokens_file)
+        """The file holding the API's salted token hashes (a local file)."""
+        return self.secret_path(self.api.tokens_file)
 
     @property
     def mlflow_tracking_uri(self) -> str:
         """The MLflow tracking URI: the configured one or a local store under home."""
         if self.mlflow.tracking_uri:
             return self.mlflow.tracking_uri
-        return f"sqlite:///{self.home / 'mlruns' / 'mlflow.db'}"
+        return f"sqlite:///{self.local_home / 'mlruns' / 'mlflow.db'}"

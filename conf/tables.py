@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from conf.errors import ConfigError
+from conf.locations import Location
 
 
 class TableSettings(Protocol):
     """What naming a table reads of the settings (conf.settings.Settings has it; this module does not import it)."""
 
     catalog: Any
-    home: Path
+    home: Location
     table_locations: Mapping[str, str]
 
-    def resolve_path(self, path: str) -> Path: ...
+    def resolve_path(self, path: str) -> Location: ...
 
 
 @dataclass(frozen=True)
@@ -341,8 +341,12 @@ def schema_name(settings: TableSettings, layer: str) -> str:
     return f"{settings.catalog.name}.{schema}" if settings.catalog.name else schema
 
 
-def table_location(settings: TableSettings, table_key: str) -> Path:
-    """Return the storage location of a table: the configured one, else `<home>/<layer>/<name>`."""
+def table_location(settings: TableSettings, table_key: str) -> Location:
+    """Return the storage location of a table: the configured one, else `<home>/<layer>/<name>`.
+
+    A local path, or an object-storage URL (`conf.locations.ObjectLocation`) for a home or a
+    configured location on object storage.
+    """
     spec = table_spec(table_key)
     configured = settings.table_locations.get(table_key)
     return settings.resolve_path(configured) if configured else settings.home / spec.layer / spec.name

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -12,7 +11,6 @@ from typing import Any
 
 import mlflow.pyfunc
 import pandas as pd
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -20,6 +18,7 @@ from conf.errors import ConfigError, InputError
 from conf.settings import Settings
 from gold.anomaly_features import FEATURES, bucket_width_ms, to_actor_features
 from gold.anomaly_model import ActivityModel, fit, score
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table, replace_where, write_scratch
 from pipelines.runtime.tracking import tracked_run
 
@@ -125,12 +124,13 @@ def features_for(events_df: DataFrame, settings: Settings, granularity: str, sin
     features_df = to_actor_features(events_df, granularity, baseline_buckets=baseline, business_hours=(hours[0], hours[1]))
     if since_ms is not None:
         features_df = features_df.where(F.col("bucket_start") >= since_ms)
+    storage = home_of(settings).storage
     folder = settings.home / "_scratch" / "anomalies" / f"{granularity}-{uuid.uuid4().hex}"
     try:
-        write_scratch(features_df, folder)
-        return pq.read_table(folder).to_pandas()
+        write_scratch(features_df, folder, storage)
+        return storage.read_parquet(folder).to_pandas()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        storage.remove_tree(folder)
 
 
 def train(spark: SparkSession, settings: Settings, now_ms: int | None = None) -> TrainResult:

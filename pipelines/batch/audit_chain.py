@@ -72,7 +72,7 @@ def chain_key(settings: Settings) -> ChainKey:
     kind = settings.audit_chain.signing
     if kind == "none":
         return ChainKey("none")
-    path = settings.resolve_path(settings.audit_chain.key_file)
+    path = settings.secret_path(settings.audit_chain.key_file)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -104,7 +104,7 @@ def create_key(settings: Settings, kind: str) -> str:
 
     if kind not in ("hmac", "ed25519"):
         raise InputError(f"--kind: {kind!r} is not one of hmac, ed25519")
-    path = settings.resolve_path(settings.audit_chain.key_file)
+    path = settings.secret_path(settings.audit_chain.key_file)
     if path.exists():
         raise InputError(f"audit_chain.key_file: {str(path)!r} exists; refusing to replace a signing key")
     if kind == "hmac":

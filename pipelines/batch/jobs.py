@@ -18,6 +18,7 @@ from conf.settings import Settings
 from conf.tables import TABLES
 from pipelines.runtime.engine import open_session
 from pipelines.runtime.faults import crash_point
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.maintenance import maintenance_for
@@ -189,10 +190,15 @@ def _run_stage(
         from pipelines.batch.landing.model import landing_stage_result
 
         if paths is None:
-            # The configured landing folders are where new files will arrive: an empty one is fine.
+            # The configured landing folders are where new files will arrive: an empty one is fine (on
+            # object storage, where folders do not exist, a prefix without objects is one).
+            home = home_of(settings)
             for folder in settings.landing_paths:
-                folder.mkdir(parents=True, exist_ok=True)
-        files = list(settings.landing_paths if paths is None else paths)
+                if isinstance(folder, Path):
+                    folder.mkdir(parents=True, exist_ok=True)
+        files = list(
+            [f for f in settings.landing_paths if isinstance(f, Path) or home.exists(f)] if paths is None else paths
+        )
         landings = [land_paths(spark, settings, files, progress=land_progress)] if files else []
         if settings.ingest.kafka.enabled:
             from pipelines.batch.kafka.source import land_kafka

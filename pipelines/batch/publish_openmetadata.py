@@ -11,17 +11,17 @@ numbers versions exactly as projecting them one by one would), against the Chang
 
 from __future__ import annotations
 
-import shutil
 from datetime import date
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from conf.locations import Location
 from conf.settings import Settings
 from gold.openmetadata import to_openmetadata_events
 from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.faults import crash_point
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import insert_missing, read_table, write_scratch
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
 
@@ -30,7 +30,7 @@ SOURCE_TABLE = "silver.entity_change_events"
 TARGET_TABLE = "gold.openmetadata_change_events"
 
 
-def scratch_folder(settings: Settings) -> Path:
+def scratch_folder(settings: Settings) -> Location:
     """The folder holding the staged ChangeEvents of the running publish (one run at a time holds the lock)."""
     return settings.home / "_scratch" / STAGE
 
@@ -55,7 +55,8 @@ def publish_openmetadata(spark: SparkSession, settings: Settings, run_id: str | 
         F.col("batch_id").isNull() | ~F.col("batch_id").isin(batch_ids)
     )
     folder = scratch_folder(settings)
-    staged_df = write_scratch(to_openmetadata_events(events_df, published_df, batch_ids), folder)
+    storage = home_of(settings).storage
+    staged_df = write_scratch(to_openmetadata_events(events_df, published_df, batch_ids), folder, storage)
 
     rows_in = {r.batch_id: int(r.n) for r in events_df.groupBy("batch_id").agg(F.count(F.lit(1)).alias("n")).collect()}
     derived = staged_df.groupBy("batch_id").agg(F.count(F.lit(1)).alias("n"), F.collect_set("event_date").alias("days"))
@@ -80,7 +81,7 @@ def publish_openmetadata(spark: SparkSession, settings: Settings, run_id: str | 
             run_id=run_id,
             pending=True,
         )
-    shutil.rmtree(folder, ignore_errors=True)
+    storage.remove_tree(folder)
     return StageResult(
         STAGE,
         tuple(batch_ids),

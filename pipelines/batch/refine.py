@@ -20,7 +20,6 @@ A run killed anywhere and started again recomputes the same staged data and ends
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,9 +30,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.errors import InputError
+from conf.locations import Location
 from conf.settings import Settings
 from pipelines.batch.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
 from pipelines.runtime.faults import crash_point
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import insert_missing, read_table, sql_string, write_scratch
 from pipelines.runtime.progress import (
     StageResult,
@@ -41,6 +42,7 @@ from pipelines.runtime.progress import (
     pending_batches,
     record_progress,
 )
+from pipelines.runtime.storage import Storage
 from silver.events import to_change_events
 from silver.events.common import with_schema_fields
 from silver.state import (
@@ -72,7 +74,7 @@ class StagedBatch:
     """
 
     batch_id: str
-    folder: Path
+    folder: Location
     rows_in: int
     events: int
     skipped: int
@@ -84,7 +86,7 @@ class StagedBatch:
     state_write: list[str] = field(default_factory=list, compare=False, repr=False)
 
 
-def scratch_folder(settings: Settings, batch_id: str) -> Path:
+def scratch_folder(settings: Settings, batch_id: str) -> Location:
     """The folder holding one batch's staged Parquet files."""
     return settings.home / "_scratch" / STAGE / batch_id
 
@@ -115,7 +117,8 @@ def _timed(name: str, seconds: dict[str, float], cpu_seconds: dict[str, float]) 
 
 def _stage(
     df: DataFrame,
-    path: Path,
+    path: Location,
+    storage: Storage,
     parts: dict[str, DataFrame],
     seconds: dict[str, float],
     cpu_seconds: dict[str, float],
@@ -127,7 +130,7 @@ def _stage(
     `cpu_seconds`, under the part's name.
     """
     with _timed(path.name, seconds, cpu_seconds):
-        parts[path.name] = write_scratch(df, path, partition_by)
+        parts[path.name] = write_scratch(df, path, storage, partition_by)
     return parts[path.name]
 
 
@@ -144,34 +147,34 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     parts: dict[str, DataFrame] = {}
     seconds: dict[str, float] = {}
     cpu_seconds: dict[str, float] = {}
-    timings = (seconds, cpu_seconds)
+    # What every _stage call takes after its DataFrame and folder.
+    staging = (home_of(settings).storage, parts, seconds, cpu_seconds)
     batch_df = read_batch(spark, settings, [batch_id])
     entities_df = batch_df.select("entity_urn")
     if has_logged_rows(spark, settings, entities_df):
         # Applying the log is joins and aggregations: done once, for the three steps that read the state.
-        state_df = _stage(read_state(spark, settings, entities_df), folder / "batch_state", parts, *timings)
+        state_df = _stage(read_state(spark, settings, entities_df), folder / "batch_state", *staging)
     else:
         # Those steps join the state with the batch's keys, and the engine reads only their rows.
         state_df = read_table(spark, settings, STATE_TABLE)
     pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
 
     sequenced_df = _stage(
-        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", parts, *timings, partition_by="aspect_name"
+        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", *staging, partition_by="aspect_name"
     )
     pairs_df = to_pairs(sequenced_df)
-    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", parts, *timings)
+    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", *staging)
     # Only the generators of the batch's aspects run: a micro-batch often holds a few kinds of aspect.
     aspect_names = [r.aspect_name for r in pairs_df.select("aspect_name").distinct().collect()]
     events_df = _stage(
         to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df, aspect_names),
         folder / "events",
-        parts,
-        *timings,
+        *staging,
     )
-    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", parts, *timings)
-    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", parts, *timings)
+    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", *staging)
+    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", *staging)
     state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
-    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", parts, *timings)
+    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", *staging)
 
     # One query for every count: a round trip to the engine each would cost more than the counting.
     summary = (
@@ -304,7 +307,7 @@ def _refine_pending_batch(spark: SparkSession, settings: Settings, batch_id: str
         run_id=run_id,
         pending=True,
     )
-    shutil.rmtree(staged.folder, ignore_errors=True)
+    home_of(settings).storage.remove_tree(staged.folder)
     return staged
 
 

@@ -19,7 +19,6 @@ The run lock keeps every other writer out meanwhile.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,6 +27,7 @@ from pyspark.sql import functions as F
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from pipelines.runtime.faults import crash_point
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, write_scratch
 from silver.state import to_current_state
 
@@ -155,7 +155,8 @@ def fold_state_log(spark: SparkSession, settings: Settings) -> int:
     keys_df = log_df.select(*STATE_KEYS).distinct()
     resolved_df = to_current_state(state_df.join(keys_df, on=STATE_KEYS, how="left_semi"), log_df)
     scratch = settings.home / "_scratch" / "fold"
-    resolved_source_df = write_scratch(resolved_df, scratch)
+    storage = home_of(settings).storage
+    resolved_source_df = write_scratch(resolved_df, scratch, storage)
     statement = (
         f"{_MERGE_ON_KEY} WHEN MATCHED THEN UPDATE SET {_SET_EVERY_COLUMN} "
         f"WHEN NOT MATCHED THEN {insert_row(STATE_TABLE)}"
@@ -169,7 +170,7 @@ def fold_state_log(spark: SparkSession, settings: Settings) -> int:
     )
     crash_point("state.folded")
     spark.sql(f"DELETE FROM {table_name(settings, LOG_TABLE)} WHERE log_seq <= {last_seq}").collect()
-    shutil.rmtree(scratch, ignore_errors=True)
+    storage.remove_tree(scratch)
     return logged_rows
 
 

@@ -9,7 +9,6 @@ T" is answered by the snapshots created at or before T, ordered by their orderin
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table, write_scratch
 from pipelines.runtime.progress import committed_batches, finished_batches
 from pipelines.batch.refine import STAGE as REFINE_STAGE
@@ -139,21 +139,22 @@ def replay_window(
     refined = finished_batches(spark, settings, REFINE_STAGE)
     snapshots_df = read_table(spark, settings, SNAPSHOTS_TABLE).filter(F.col("batch_id").isin(refined))
     sequenced_df = to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df))
+    storage = home_of(settings).storage
     folder = settings.home / "_scratch" / "replay" / uuid.uuid4().hex
     try:
         # Pairs and events are computed once each: every generator reads the pairs, the comparison
         # reads the events three times.
         pairs_df = to_pairs(sequenced_df)
-        pairs_df = write_scratch(pairs_df, folder / "pairs", partition_by="aspect_name")
+        pairs_df = write_scratch(pairs_df, folder / "pairs", storage, partition_by="aspect_name")
         events_df = to_change_events(pairs_df, settings.events.owner_category)
         window_df = _comparable(events_df, since_ms, until_ms)
-        recomputed_df = write_scratch(window_df, folder / "events")
+        recomputed_df = write_scratch(window_df, folder / "events", storage)
         stored_df = _comparable(read_table(spark, settings, EVENTS_TABLE), since_ms, until_ms)
         missing = _rows(recomputed_df.exceptAll(stored_df), limit)
         unexpected = _rows(stored_df.exceptAll(recomputed_df), limit)
         recomputed, stored = recomputed_df.count(), stored_df.count()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        storage.remove_tree(folder)
     return ReplayResult(
         since_ms=since_ms,
         until_ms=until_ms,

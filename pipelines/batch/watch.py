@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable, error_text
+from conf.locations import Location, ObjectLocation
 from conf.settings import Settings
 from pipelines.batch.jobs import (
     JOB_STAGES,
@@ -41,6 +42,8 @@ from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
 from pipelines.runtime.engine import open_session
 from pipelines.runtime.logs import structured_line
 from pipelines.runtime.metrics import WatcherMetrics
+from pipelines.runtime.home import home_of
+from pipelines.runtime.lease import Lease
 from pipelines.subscriptions.background import BackgroundDelivery
 
 log = logging.getLogger("lakehouse.watch")
@@ -57,18 +60,31 @@ _KAFKA_POLL_SECONDS = 0.2
 T = TypeVar("T")
 
 
-def is_complete_file(path: Path, roots: tuple[Path, ...]) -> bool:
+def is_complete_file(path: Location, roots: tuple[Location, ...]) -> bool:
     """Whether a landing path is a finished file: no `.tmp` suffix, no `.`/`_` name on the way from its root.
 
-    Producers write `name.tmp` or `.name` and rename it when done, so those are never read half-written.
+    Producers write `name.tmp` or `.name` and rename it when done, so those are never read half-written
+    (on object storage an object appears whole when its upload completes).
     """
     if path.name.endswith(".tmp"):
         return False
     for root in roots:
-        with contextlib.suppress(ValueError):
-            parts = path.relative_to(root).parts
+        parts = _relative_parts(path, root)
+        if parts is not None:
             return bool(parts) and not any(p.startswith((".", "_")) for p in parts)
     return False
+
+
+def _relative_parts(path: Location, root: Location) -> tuple[str, ...] | None:
+    """The parts of `path` below `root`; None when it is not below it."""
+    if isinstance(path, Path) and isinstance(root, Path):
+        with contextlib.suppress(ValueError):
+            return path.relative_to(root).parts
+        return None
+    prefix = str(root).rstrip("/") + "/"
+    if type(path) is not type(root) or not str(path).startswith(prefix):
+        return None
+    return tuple(p for p in str(path)[len(prefix) :].split("/") if p)
 
 
 def retry_transient(
@@ -137,10 +153,12 @@ class Watcher:
         self.settings = settings
         self.cfg = settings.watch
         self.stop = stop
-        self.roots = tuple(p.resolve() for p in settings.landing_paths)
-        self.pending: dict[Path, float] = {}
+        self.roots = tuple(p.resolve() if isinstance(p, Path) else p for p in settings.landing_paths)
+        self.storage = home_of(settings).storage
+        self.pending: dict[Location, float] = {}
         # (file, when it was seen): a file that arrives while a micro-batch runs keeps its own arrival time.
-        self.arrivals: queue.Queue[tuple[Path, float]] = queue.Queue()
+        self.arrivals: queue.Queue[tuple[Location, float]] = queue.Queue()
+        self.lease: Lease | None = None
         self.started_at = time.time()
         self.batches = 0
         self.last_batch: dict[str, Any] | None = None
@@ -162,8 +180,9 @@ class Watcher:
     def run(self) -> int:
         """Watch until stopped; return the exit code (0)."""
         for root in self.roots:
-            root.mkdir(parents=True, exist_ok=True)
-        with watcher_lock(self.settings):
+            if isinstance(root, Path):
+                root.mkdir(parents=True, exist_ok=True)
+        with watcher_lock(self.settings) as self.lease:
             self.metrics.start()
             notifier = threading.Thread(target=self._notify, name="watch-notify", daemon=True)
             notifier.start()
@@ -210,11 +229,14 @@ class Watcher:
                 self.compaction.compact_next(session.spark)
             if time.monotonic() - heartbeat >= self.cfg.heartbeat_seconds:
                 heartbeat = time.monotonic()
-                touch_lock(self.settings)
+                touch_lock(self.lease)
                 self._write_state()
             self._score_if_due(session)
 
     def _notify(self) -> None:
+        if any(isinstance(root, ObjectLocation) for root in self.roots):
+            self._poll_objects()
+            return
         import watchfiles
 
         for changes in watchfiles.watch(
@@ -231,6 +253,23 @@ class Watcher:
                 if change != watchfiles.Change.deleted and is_complete_file(path, self.roots):
                     self.arrivals.put((path, time.time()))
 
+    def _poll_objects(self) -> None:
+        """Queue the objects that appear (or change) under the landing prefixes: object storage sends
+        no file events, so its listings are compared every `watch.poll_interval_seconds`."""
+        seen: dict[Location, str] = {}
+        first = True
+        while True:
+            for root in self.roots:
+                for stored in self.storage.list_files(root):
+                    if seen.get(stored.location) != stored.version:
+                        seen[stored.location] = stored.version
+                        # What was there at start is the start scan's (`_scan`); later objects are new.
+                        if not first and is_complete_file(stored.location, self.roots):
+                            self.arrivals.put((stored.location, time.time()))
+            first = False
+            if self.stop.event.wait(self.cfg.poll_interval_seconds):
+                return
+
     def _scan(self, session: _Session) -> None:
         """Queue the complete files of the landing folders that the ledger does not hold yet."""
         from pipelines.batch.landing.discovery import list_input_files
@@ -241,9 +280,11 @@ class Watcher:
             r.source_file
             for r in read_table(session.spark, self.settings, LEDGER_TABLE).select("source_file").distinct().collect()
         }
-        for path, _ in list_input_files(self.roots):
+        # A landing prefix on object storage holds no objects yet until the first arrives.
+        roots = [root for root in self.roots if isinstance(root, Path) or self.storage.exists(root)]
+        for path, _ in list_input_files(roots) if roots else []:
             if str(path) not in landed and is_complete_file(path, self.roots):
-                self.pending.setdefault(path, _arrived_at(path))
+                self.pending.setdefault(path, self._arrived_at(path))
 
     def _drain(self, timeout: float) -> None:
         try:
@@ -251,12 +292,20 @@ class Watcher:
         except queue.Empty:
             return
         while True:
-            if path.is_file():
+            if self.storage.stat(path) is not None:
                 self.pending.setdefault(path, seen_at)
             try:
                 path, seen_at = self.arrivals.get_nowait()
             except queue.Empty:
                 return
+
+    def _arrived_at(self, path: Location) -> float:
+        stored = self.storage.stat(path)
+        return stored.modified if stored else time.time()
+
+    def _size(self, path: Location) -> int:
+        stored = self.storage.stat(path)
+        return stored.size if stored else 0
 
     def _openmetadata_due(self) -> bool:
         """Whether to publish the last micro-batch's ChangeEvents now: no file came for max_wait_seconds."""
@@ -292,18 +341,18 @@ class Watcher:
         return time.time() - min(self.pending.values()) >= self.cfg.max_wait_seconds
 
     def _pending_bytes(self) -> int:
-        return sum(_size(p) for p in self.pending)
+        return sum(self._size(p) for p in self.pending)
 
-    def _take_batch(self) -> list[Path]:
+    def _take_batch(self) -> list[Location]:
         taken, size = [], 0
         for path, _ in sorted(self.pending.items(), key=lambda item: item[1]):
-            if taken and (len(taken) >= self.cfg.max_files or size + _size(path) > self.cfg.max_bytes):
+            if taken and (len(taken) >= self.cfg.max_files or size + self._size(path) > self.cfg.max_bytes):
                 break
             taken.append(path)
-            size += _size(path)
+            size += self._size(path)
         return taken
 
-    def _micro_batch(self, session: _Session, files: list[Path], openmetadata_now: bool) -> None:
+    def _micro_batch(self, session: _Session, files: list[Location], openmetadata_now: bool) -> None:
         """Run one micro-batch of `files` (and the Kafka feed's messages).
 
         The ChangeEvents of the batches refined before it are published beside it when
@@ -315,7 +364,7 @@ class Watcher:
         publish_openmetadata = openmetadata_now or (
             self.openmetadata_behind and started - self.openmetadata_started >= self.cfg.openmetadata_every_seconds
         )
-        files = [p for p in files if p.exists()]
+        files = [p for p in files if self.storage.stat(p) is not None]
         messages, messages_at = self.kafka.take() if self.kafka else ([], None)
         quarantined: list[str] = []
 
@@ -375,11 +424,16 @@ class Watcher:
             self.compaction.batch_done()
         self._write_state()
 
-    def _quarantine(self, path: Path) -> Path:
+    def _quarantine(self, path: Location) -> Location:
         folder = self.settings.home / "quarantine" / "watch"
-        folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{time.strftime('%Y%m%dT%H%M%S')}-{path.name}"
-        shutil.move(str(path), target)
+        if isinstance(path, Path) and isinstance(target, Path):
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path), target)
+        else:
+            # Object storage has no move: a copy, then the original removed.
+            self.storage.write_bytes(target, self.storage.read_bytes(path))
+            self.storage.delete(path)
         emit({"event": "quarantined", "file": str(path), "moved_to": str(target),
               "reason": "its kind cannot be detected (no MCL, MCP or usage record, not a JSON array)"})
         return target
@@ -467,7 +521,7 @@ class _BackgroundTracking:
 
 
 def _batch_record(
-    summary: RunSummary, arrived: dict[Path, float], landed_files: int, quarantined: list[str]
+    summary: RunSummary, arrived: dict[Location, float], landed_files: int, quarantined: list[str]
 ) -> dict[str, Any]:
     stages = {r.stage: r for r in summary.stages}
     land = stages.get("land")
@@ -491,7 +545,7 @@ def _batch_record(
     }
 
 
-def _undetectable(files: list[Path]) -> list[Path]:
+def _undetectable(files: list[Location]) -> list[Location]:
     from pipelines.batch.landing.discovery import detect_file_kind
 
     bad = []
@@ -505,18 +559,6 @@ def _undetectable(files: list[Path]) -> list[Path]:
     return bad
 
 
-def _arrived_at(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return time.time()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def _plain(result: Any) -> dict[str, Any]:

@@ -4,81 +4,69 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from conf.errors import ConcurrencyError
+from conf.locations import Location
 from conf.settings import Settings
+from pipelines.runtime.home import home_of
+from pipelines.runtime.lease import Lease, holder_process_gone, read_token
+from pipelines.runtime.storage import StoredFile
 
 # A watcher whose heartbeat is older than this many heartbeat periods is taken as gone.
 _MISSED_HEARTBEATS = 3
 _MIN_STALE_SECONDS = 30.0
 
 
-def watch_lock_path(settings: Settings) -> Path:
-    """The watcher lock of a home (held for the watcher's whole lifetime)."""
-    return settings.home / "_locks" / "watch.lock"
+def watch_lock_path(settings: Settings) -> Location:
+    """The watcher lease of a home (held for the watcher's whole lifetime)."""
+    return home_of(settings).lock("watch.lock")
 
 
-def watch_state_path(settings: Settings) -> Path:
+def watch_state_path(settings: Settings) -> Location:
     """The watcher state file of a home: pid, start time, heartbeat, last micro-batch, pending files."""
-    return settings.home / "_watch" / "state.json"
+    return home_of(settings).join("_watch", "state.json")
 
 
 @contextlib.contextmanager
-def watcher_lock(settings: Settings) -> Iterator[Path]:
-    """Hold the home's watcher lock for the block: a second watcher on the same home is refused.
+def watcher_lock(settings: Settings) -> Iterator[Lease]:
+    """Hold the home's watcher lease for the block: a second watcher on the same home is refused.
 
-    The lock is a file created with O_EXCL holding pid, host and start time; the running watcher
-    refreshes its mtime with every heartbeat. A lock whose process is gone (same host) or whose
-    heartbeat stopped (any host) is taken over.
+    The lease is a file created by a conditional put (local disk or object storage) holding pid, host
+    and start time; the running watcher renews it with every heartbeat (`touch_lock`). A lease whose
+    process is gone (same host) or whose heartbeat stopped (any host) is taken over.
+
+    Yields:
+        The lease, for `touch_lock`.
 
     Raises:
-        ConcurrencyError: naming the running watcher when one holds the lock.
+        ConcurrencyError: naming the running watcher when one holds the lease.
     """
     path = watch_lock_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
-    while True:
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _read_json(path)
-            if not _holder_alive(path, holder, settings):
-                if _read_json(path) == holder:
-                    path.unlink(missing_ok=True)
-                continue
-            raise ConcurrencyError(
-                f"a watcher already runs on home {settings.home}: pid {holder.get('pid')} on {holder.get('host')}, "
-                f"started {time.ctime(holder.get('started_at', 0))} (lock {path}); stop it first (SIGTERM)"
-            ) from None
-        with os.fdopen(fd, "w") as handle:
-            json.dump(token, handle)
-        break
+    lease = Lease.for_this_process(home_of(settings).storage, path)
+    holder = lease.try_acquire(lambda token, stored: not _holder_alive(token, stored, settings))
+    if holder is not None:
+        raise ConcurrencyError(
+            f"a watcher already runs on home {settings.home}: pid {holder.get('pid')} on {holder.get('host')}, "
+            f"started {time.ctime(holder.get('started_at', 0))} (lock {path}); stop it first (SIGTERM)"
+        )
     try:
-        yield path
+        yield lease
     finally:
-        if _read_json(path) == token:
-            path.unlink(missing_ok=True)
+        lease.release()
 
 
-def touch_lock(settings: Settings) -> None:
-    """Refresh the watcher lock's heartbeat (its mtime)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.utime(watch_lock_path(settings))
+def touch_lock(lease: Lease) -> None:
+    """Renew the watcher's lease: its heartbeat."""
+    lease.token["heartbeat_at"] = time.time()
+    lease.renew()
 
 
 def write_state(settings: Settings, state: dict[str, Any]) -> None:
-    """Replace the watcher state file atomically (readers never see half a file)."""
-    path = watch_state_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    scratch.write_text(json.dumps(state, default=str, sort_keys=True))
-    os.replace(scratch, path)
+    """Replace the watcher state file at once (readers never see half a file)."""
+    home_of(settings).write(watch_state_path(settings), json.dumps(state, default=str, sort_keys=True).encode())
 
 
 def watch_status(settings: Settings, now: float | None = None) -> dict[str, Any]:
@@ -94,10 +82,12 @@ def watch_status(settings: Settings, now: float | None = None) -> dict[str, Any]
         unprocessed file has waited, 0 when the watcher has caught up, None when it is not running.
     """
     now = time.time() if now is None else now
+    storage = home_of(settings).storage
     lock = watch_lock_path(settings)
-    holder = _read_json(lock)
-    running = bool(holder) and _holder_alive(lock, holder, settings)
-    state = _read_json(watch_state_path(settings))
+    holder = read_token(storage, lock)
+    stored = storage.stat(lock)
+    running = bool(holder) and stored is not None and _holder_alive(holder, stored, settings)
+    state = read_token(storage, watch_state_path(settings))
     oldest = state.get("oldest_unprocessed") or None
     if running:
         lag = round(now - oldest["arrived_at"], 3) if oldest else 0.0
@@ -117,29 +107,15 @@ def watch_status(settings: Settings, now: float | None = None) -> dict[str, Any]
     }
 
 
-def _holder_alive(path: Path, holder: dict, settings: Settings) -> bool:
+def _holder_alive(holder: dict, stored: StoredFile, settings: Settings) -> bool:
     if not holder:
-        # Empty: being written now, or its writer died between create and write.
-        try:
-            return time.time() - path.stat().st_mtime <= _MIN_STALE_SECONDS
-        except FileNotFoundError:
-            return False
-    if holder.get("host") == socket.gethostname():
-        try:
-            os.kill(int(holder["pid"]), 0)
-        except ProcessLookupError:
-            return False
-        except (PermissionError, KeyError, ValueError):
-            pass
-    stale_after = max(_MISSED_HEARTBEATS * settings.watch.heartbeat_seconds, _MIN_STALE_SECONDS)
-    try:
-        return time.time() - path.stat().st_mtime <= stale_after
-    except FileNotFoundError:
+        # Not a lease: an empty file an earlier version left while creating it.
+        return time.time() - stored.modified <= _MIN_STALE_SECONDS
+    if holder_process_gone(holder):
         return False
-
-
-def _read_json(path: Path) -> dict:
+    stale_after = max(_MISSED_HEARTBEATS * settings.watch.heartbeat_seconds, _MIN_STALE_SECONDS)
+    heartbeat = holder.get("heartbeat_at", holder.get("started_at", 0))
     try:
-        return json.loads(path.read_text() or "{}")
-    except (FileNotFoundError, ValueError):
-        return {}
+        return time.time() - float(heartbeat) <= stale_after
+    except (TypeError, ValueError):
+        return False

@@ -60,7 +60,7 @@ class CliState:
     """The global options of one invocation; settings are loaded on first use."""
 
     profile: str | None = None
-    home: Path | None = None
+    home: str | None = None
     config: Path | None = None
     overrides: tuple[str, ...] = ()
     _settings: Settings | None = field(default=None, repr=False)
@@ -105,7 +105,9 @@ def main_options(
     profile: str | None = typer.Option(
         None, "--profile", "-p", help="Engine profile: local, connect, classic or databricks (default LAKEHOUSE_PROFILE or local)."
     ),
-    home: Path | None = typer.Option(None, "--home", help="Lakehouse home (default LAKEHOUSE_HOME or ./.lakehouse)."),
+    home: str | None = typer.Option(
+        None, "--home", help="Lakehouse home: a folder or an object-storage URL such as s3://bucket/prefix (default LAKEHOUSE_HOME or ./.lakehouse)."
+    ),
     config: Path | None = typer.Option(
         None, "--config", help="Extra YAML settings overlaid on the profile (default LAKEHOUSE_CONFIG)."
     ),

@@ -7,6 +7,7 @@ from pyspark.sql import SparkSession
 from conf.settings import Settings
 from conf.settings_sections import LAYERS
 from conf.tables import ADDED_COLUMNS, TABLES, TableSpec, schema_name, table_location, table_name
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import sql_string
 from pipelines.runtime.maintenance import maintenance_for
 
@@ -23,7 +24,7 @@ def create_table_sql(settings: Settings, spec: TableSpec) -> str:
         return f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}{_properties(spec)}"
     location = table_location(settings, spec.key)
     quoted = sql_string(str(location))
-    if (location / "_delta_log").is_dir():
+    if home_of(settings).storage.has_files(location / "_delta_log"):
         # An existing table keeps the schema in its log; the embedded engine mis-compares declared MAP
         # columns with the stored ones, so existing tables are registered by location alone.
         return f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {quoted}"

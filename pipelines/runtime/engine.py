@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from conf.errors import ConfigError
 from conf.settings import Settings
+from pipelines.runtime.storage import storage_options
 
 
 @contextlib.contextmanager
@@ -62,6 +63,8 @@ def _local_session(settings: Settings) -> Iterator[SparkSession]:
     # (arrow-rs #10733): refine hit it on a state written by 20 MERGEs. Without the cache, the filter
     # columns are decoded again for the output instead of kept from the filter.
     os.environ["SAIL_PARQUET__MAX_PREDICATE_CACHE_SIZE"] = "0"
+    # Object storage: the engine reads the same options (AWS_ENDPOINT_URL, ...) from its environment.
+    os.environ.update(storage_options(settings))
     from pysail.spark import SparkConnectServer
 
     server = SparkConnectServer(ip="127.0.0.1", port=0)

@@ -14,8 +14,11 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameWriter, Row, SparkSession
 
 from conf.errors import ConcurrencyError, InputError
+from conf.locations import Location
 from conf.settings import Settings
-from conf.tables import table_location, table_name, table_spec
+from conf.tables import table_spec
+from pipelines.runtime.home import home_of
+from pipelines.runtime.storage import Storage
 
 T = TypeVar("T")
 
@@ -33,7 +36,7 @@ _COMMIT_RACE_MARKERS = (
 
 def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataFrame:
     """Return a declared table as a DataFrame (registered by name at session start)."""
-    return spark.table(table_name(settings, table_key))
+    return spark.table(home_of(settings).table_name(table_key))
 
 
 # Rows per row group of scratch Parquet files. A row group is the unit a reader hands to one core: the
@@ -42,7 +45,7 @@ def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataF
 SCRATCH_ROW_GROUP_ROWS = 65_536
 
 
-def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) -> DataFrame:
+def write_scratch(df: DataFrame, path: Location, storage: Storage, partition_by: str | None = None) -> DataFrame:
     """Write `df` to Parquet at `path` (replacing what is there) and return the files read back.
 
     Scratch files live for one batch or step: they are compressed for speed (snappy), not for size,
@@ -51,7 +54,9 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
 
     Args:
         df: the rows.
-        path: the folder to write (on the local file system).
+        path: the folder to write (a local path or an object-storage location the engine reaches).
+        storage: where the written files are looked for (the home's `Home.storage`): the engine may
+            run elsewhere, so what it wrote is asked of the storage, never of a local folder.
         partition_by: a column to partition the files by (one folder per value).
 
     Returns:
@@ -64,7 +69,7 @@ def write_scratch(df: DataFrame, path: Path, partition_by: str | None = None) ->
     if partition_by:
         writer = writer.partitionBy(partition_by)
     writer.parquet(str(path))
-    if not any(path.rglob("*.parquet")):
+    if not storage.has_files(path, ".parquet"):
         return df.sparkSession.createDataFrame([], df.schema)
     # Not `.schema(df.schema)`: asking for df's schema plans df once more, a round trip to the engine
     # per staged part (about 60 ms each on a micro-batch), where the files' footers give it for free.
@@ -111,10 +116,11 @@ def _save(
     try:
         # On the embedded engine `saveAsTable` with replaceWhere overwrites the whole table, so external
         # tables are always written by location; managed (catalog-owned) tables only by name.
+        home = home_of(settings)
         if settings.catalog.managed_tables:
-            writer.saveAsTable(table_name(settings, table_key))
+            writer.saveAsTable(home.table_name(table_key))
         else:
-            writer.save(str(table_location(settings, table_key)))
+            writer.save(str(home.table_location(table_key)))
     except AnalysisException as exc:
         # df's columns are looked at only when the write fails: asking first costs a round trip to the
         # engine on every write (tens of milliseconds each, about ten writes a micro-batch).
@@ -205,7 +211,7 @@ def insert_missing(
         # Two threads of one run may write a table at once (watch mode publishes OpenMetadata alongside).
         retry_commit(lambda: append(source_df, settings, table_key))
         return []
-    target = table_name(settings, table_key)
+    target = home_of(settings).table_name(table_key)
     return merge(
         spark,
         source_df.select(*table_spec(table_key).column_names),

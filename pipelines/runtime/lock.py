@@ -1,33 +1,37 @@
-"""The run lock: one pipeline run at a time per lakehouse home, with a stale-lock timeout."""
+"""The run lock: one pipeline run at a time per lakehouse home, a lease renewed while the run lasts."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import socket
+import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from conf.errors import ConcurrencyError
+from conf.locations import Location
 from conf.settings import Settings
+from pipelines.runtime.home import home_of
+from pipelines.runtime.lease import Lease, holder_process_gone
+from pipelines.runtime.storage import StoredFile
 
 _UNWRITTEN_LOCK_GRACE_SECONDS = 10
+# The lease is renewed this many times per stale timeout: a few missed renewals do not lose it.
+_RENEWALS_PER_TIMEOUT = 4
 
 
-def lock_path(settings: Settings) -> Path:
-    """The lock file of a lakehouse home."""
-    return settings.home / "_locks" / "pipeline.lock"
+def lock_path(settings: Settings) -> Location:
+    """The lease file of a lakehouse home's run lock."""
+    return home_of(settings).lock("pipeline.lock")
 
 
 @contextlib.contextmanager
-def run_lock(settings: Settings, *, owner: str, wait_seconds: float = 0.0) -> Iterator[Path]:
+def run_lock(settings: Settings, *, owner: str, wait_seconds: float = 0.0) -> Iterator[Location]:
     """Hold the home's run lock for the block.
 
-    The lock is a file created with O_EXCL holding the holder's pid, host and start time. A lock older
-    than `locks.stale_after_seconds`, or held by a process on this host that no longer exists (a run
-    killed with SIGKILL), is taken over.
+    The lock is a lease file created by a conditional put (an O_EXCL-like create, on local disk and
+    on object storage alike) holding the holder's pid, host, owner and start time, and renewed by a
+    background thread. A lease not renewed for `locks.stale_after_seconds`, or held by a process on
+    this host that no longer exists (a run killed with SIGKILL), is taken over.
 
     Args:
         settings: the lakehouse settings (home and stale timeout).
@@ -37,62 +41,47 @@ def run_lock(settings: Settings, *, owner: str, wait_seconds: float = 0.0) -> It
     Raises:
         ConcurrencyError: when another live run holds the lock after `wait_seconds`.
     """
+    home = home_of(settings)
     path = lock_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    stale_after = settings.locks.stale_after_seconds
+    lease = Lease.for_this_process(home.storage, path, owner=owner)
     deadline = time.monotonic() + wait_seconds
-    token = {"pid": os.getpid(), "host": socket.gethostname(), "owner": owner, "started_at": time.time()}
-    while True:
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _read_holder(path)
-            if _is_stale(path, holder, settings.locks.stale_after_seconds):
-                _remove_if_unchanged(path, holder)
-                continue
-            if time.monotonic() >= deadline:
-                raise ConcurrencyError(
-                    f"another run holds the lock {path}: {holder.get('owner', '?')} (pid {holder.get('pid')} on "
-                    f"{holder.get('host')}, started {time.ctime(holder.get('started_at', 0))}); "
-                    "wait for it, or pass --wait SECONDS"
-                ) from None
-            time.sleep(0.5)
-            continue
-        with os.fdopen(fd, "w") as handle:
-            json.dump(token, handle)
-        break
+    while (holder := lease.try_acquire(lambda token, stored: _is_stale(token, stored, stale_after))) is not None:
+        if time.monotonic() >= deadline:
+            raise ConcurrencyError(
+                f"another run holds the lock {path}: {holder.get('owner', '?')} (pid {holder.get('pid')} on "
+                f"{holder.get('host')}, started {time.ctime(holder.get('started_at', 0))}); "
+                "wait for it, or pass --wait SECONDS"
+            ) from None
+        time.sleep(0.5)
+    stop = threading.Event()
+    renewer = threading.Thread(
+        target=_renew_until, args=(lease, stop, stale_after / _RENEWALS_PER_TIMEOUT), name="run-lock-lease", daemon=True
+    )
+    renewer.start()
     try:
         yield path
     finally:
-        if _read_holder(path) == token:
-            path.unlink(missing_ok=True)
+        stop.set()
+        renewer.join()
+        lease.release()
 
 
-def _read_holder(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text() or "{}")
-    except (FileNotFoundError, ValueError):
-        return {}
+def _renew_until(lease: Lease, stop: threading.Event, every_seconds: float) -> None:
+    while not stop.wait(every_seconds):
+        lease.token["renewed_at"] = time.time()
+        if not lease.renew():
+            return  # taken over: a later release leaves the new holder's lease alone
 
 
-def _is_stale(path: Path, holder: dict, stale_after_seconds: int) -> bool:
+def _is_stale(holder: dict, stored: StoredFile, stale_after_seconds: int) -> bool:
     if not holder:
-        # Empty: its holder is writing it now, or died between creating and writing it.
-        try:
-            return time.time() - path.stat().st_mtime > _UNWRITTEN_LOCK_GRACE_SECONDS
-        except FileNotFoundError:
-            return False
-    if time.time() - float(holder.get("started_at", 0)) > stale_after_seconds:
-        return True
-    if holder.get("host") == socket.gethostname():
-        try:
-            os.kill(int(holder["pid"]), 0)
-        except ProcessLookupError:
+        # Not a lease (an empty file an earlier version left while creating it): stale after a grace.
+        return time.time() - stored.modified > _UNWRITTEN_LOCK_GRACE_SECONDS
+    renewed = holder.get("renewed_at", holder.get("started_at", 0))
+    try:
+        if time.time() - float(renewed) > stale_after_seconds:
             return True
-        except (PermissionError, KeyError, ValueError):
-            return False
-    return False
-
-
-def _remove_if_unchanged(path: Path, holder: dict) -> None:
-    if _read_holder(path) == holder:
-        path.unlink(missing_ok=True)
+    except (TypeError, ValueError):
+        return True
+    return holder_process_gone(holder)

@@ -11,13 +11,15 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
 from conf.errors import ConfigError, InputError
 from conf.settings import Settings
-from conf.tables import table_location, table_name, table_spec
+from conf.tables import table_name, table_spec
+from pipelines.runtime.home import home_of
 
 # Delta primitive type names of the DDL types a column added to an existing table may have.
 _DELTA_PRIMITIVES = {"STRING": "string", "BIGINT": "long", "INT": "integer", "BOOLEAN": "boolean", "DATE": "date"}
@@ -78,7 +80,8 @@ class DeltaRsMaintenance:
     def _table(self, table_key: str):
         from deltalake import DeltaTable
 
-        return DeltaTable(str(table_location(self._settings, table_key)))
+        home = home_of(self._settings)
+        return DeltaTable(str(home.table_location(table_key)), storage_options=home.storage_options or None)
 
     def history(self, table_key: str, limit: int | None = None) -> list[Commit]:
         commits = self._table(table_key).history(limit)
@@ -95,9 +98,11 @@ class DeltaRsMaintenance:
     def version(self, table_key: str) -> int:
         # The newest commit file's number is the version (Delta protocol). Loading the table would
         # read its whole log and file list: 10-30 ms a table, and a run asks for every table twice.
-        log = table_location(self._settings, table_key) / "_delta_log"
+        home = home_of(self._settings)
+        log = home.table_location(table_key) / "_delta_log"
         with contextlib.suppress(FileNotFoundError):
-            commits = [name[:-5] for name in os.listdir(log) if name.endswith(".json")]
+            names = os.listdir(log) if isinstance(log, Path) else [f.location.name for f in home.list(log)]
+            commits = [name[:-5] for name in names if name.endswith(".json")]
             numbered = [int(stem) for stem in commits if stem.isdigit()]
             if numbered:
                 return max(numbered)

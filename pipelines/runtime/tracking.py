@@ -63,7 +63,7 @@ def tracked_run(settings: Settings, run_name: str, tags: Mapping[str, str] | Non
     mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
     if settings.mlflow.tracking_uri is None:
         # A local store keeps its artifacts beside it under home, not in the working directory.
-        store = settings.home / "mlruns"
+        store = settings.local_home / "mlruns"
         store.mkdir(parents=True, exist_ok=True)
         if mlflow.get_experiment_by_name(settings.mlflow.experiment) is None:
             mlflow.create_experiment(settings.mlflow.experiment, artifact_location=(store / "artifacts").as_uri())

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
+from pipelines.runtime.storage import delta_storage_options, storage_for
 from gold.anomaly_features import BUCKET_MS
 from gold.auth import AUDIT_READ
 from pipelines.cli.args import parse_time_ms
@@ -91,9 +92,9 @@ def read_anomalies(location: Path, query: AnomalyQuery) -> list[dict[str, Any]]:
 
     Ties are broken by actor and window start, so a page is stable. An absent table holds nothing yet.
     """
-    if not (location / "_delta_log").is_dir():
+    if not storage_for(location).has_files(location / "_delta_log"):
         return []
-    dataset = DeltaTable(str(location)).to_pyarrow_dataset()
+    dataset = DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
     conditions = [
         (ds.field("window_start") >= query.since_ms) if query.since_ms is not None else None,
         (ds.field("window_start") < query.until_ms) if query.until_ms is not None else None,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
 from conf.errors import ConfigError
 from conf.settings import Settings
-from conf.tables import table_location
 from gold.search import RESULT_COLUMNS, SearchRequest, page_upper_bound, to_match_condition, to_page, to_response
+from pipelines.runtime.home import home_of
+from pipelines.runtime.storage import file_exists
 from pipelines.serving.matches import Matches, find_matches
 from pipelines.serving.rows import RowGroupCache, read_rows
 from pipelines.serving.search import search
@@ -54,7 +54,8 @@ class InProcessEngine:
     name = "inprocess"
 
     def __init__(self, settings: Settings):
-        location = str(table_location(settings, "gold.audit_events"))
+        # Resolving the home registers its storage options for the files the engine reads.
+        location = str(home_of(settings).table_locations["gold.audit_events"])
         self.rows = RowGroupCache(settings.serve.row_cache_mb * 1024 * 1024, PAGE_COLUMNS)
         self.snapshots = TableSnapshots(location, settings.serve.version_check_seconds, retired=self.rows.forget)
 
@@ -94,7 +95,7 @@ class InProcessEngine:
             candidates = matches.newest(limit)
             if not candidates.positions:
                 return []
-            if request.scroll is not None and not all(Path(index.path).exists() for index, _ in candidates.positions):
+            if request.scroll is not None and not all(file_exists(index.path) for index, _ in candidates.positions):
                 raise gone(snapshot.version)
             rows = [row for index, positions in candidates.positions for row in read_rows(self.rows, index, positions, columns)]
             page = to_page(rows, request)

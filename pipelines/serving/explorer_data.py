@@ -14,8 +14,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
+from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location
+from pipelines.runtime.storage import delta_storage_options, storage_for
 from pipelines.serving.anomalies import TABLE as ANOMALIES_TABLE
 from pipelines.serving.anomalies import AnomalyQuery, read_anomalies
 
@@ -23,11 +25,11 @@ DAILY_TABLE = "gold.actor_activity_daily"
 AUDIT_TABLE = "gold.audit_events"
 
 
-def _dataset(location: Path) -> ds.Dataset | None:
+def _dataset(location: Location) -> ds.Dataset | None:
     """The latest version of the Delta table at `location`, or None while it does not exist."""
-    if not (location / "_delta_log").is_dir():
+    if not storage_for(location).has_files(location / "_delta_log"):
         return None
-    return DeltaTable(str(location)).to_pyarrow_dataset()
+    return DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
 
 
 def _and(*conditions: ds.Expression | None) -> ds.Expression | None:

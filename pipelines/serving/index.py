@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.runtime.storage import open_source
+
 TIME_COLUMN = "timestamp"
 # The string columns a search can filter on (gold.search BODY_FILTERS, and the scope rules of
 # gold.scopes: entity urn prefixes and platforms, domains), kept as codes.
@@ -127,10 +129,11 @@ def build_file_index(path: str, partition: Mapping[str, object] | None = None) -
         path: the data file's local path.
         partition: the file's partition values, typed as the table types them (delta-rs reads them so).
     """
-    metadata = pq.read_metadata(path)
-    present = set(metadata.schema.names)
-    coded = [c for c in CODED_COLUMNS if c in present]
-    table = pq.read_table(path, columns=[TIME_COLUMN, *coded], read_dictionary=coded, use_threads=False)
+    with open_source(path) as source:
+        metadata = pq.read_metadata(source)
+        present = set(metadata.schema.names)
+        coded = [c for c in CODED_COLUMNS if c in present]
+        table = pq.read_table(source, columns=[TIME_COLUMN, *coded], read_dictionary=coded, use_threads=False)
     times = table.column(TIME_COLUMN)
     known = np.asarray(pc.is_valid(times).to_numpy(zero_copy_only=False), dtype=bool)
     timestamps = np.asarray(pc.fill_null(times, 0).to_numpy(), dtype=np.int64)

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from conf.errors import ConfigError
+from pipelines.runtime.storage import open_source
 from pipelines.serving.index import FileIndex
 
 
@@ -54,9 +55,10 @@ class RowGroupCache:
                 self._groups.move_to_end(key)
                 return table
         names = index.metadata.schema.names
-        table = pq.ParquetFile(index.path, metadata=index.metadata).read_row_group(
-            group, columns=[c for c in self.columns if c in names], use_threads=False
-        )
+        with open_source(index.path) as source:
+            table = pq.ParquetFile(source, metadata=index.metadata).read_row_group(
+                group, columns=[c for c in self.columns if c in names], use_threads=False
+            )
         if table.nbytes <= self._max:
             with self._lock:
                 if key not in self._groups:

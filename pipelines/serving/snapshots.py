@@ -16,6 +16,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from conf.errors import ConfigError, RequestError
+from conf.locations import is_object_url
+from pipelines.runtime.storage import delta_storage_options, file_exists
 from pipelines.serving.index import FileIndex, build_file_index
 
 # Pinned versions kept open besides the latest: scrolls that started a few publishes ago.
@@ -74,7 +76,7 @@ class Snapshot:
 
     def files_exist(self) -> bool:
         """Return whether every data file of the version is still on disk (VACUUM removes them)."""
-        return all(Path(f.path).exists() for f in self.files)
+        return all(file_exists(f.path) for f in self.files)
 
 
 def open_snapshot(
@@ -99,9 +101,10 @@ def open_snapshot(
         ConfigError: when the table's files cannot be read as plain Parquet with the partition value in
             the path.
     """
-    if version is None and not DeltaTable.is_deltatable(location):
+    options = delta_storage_options(location)
+    if version is None and not DeltaTable.is_deltatable(location, storage_options=options):
         return Snapshot(version=NO_TABLE, files=())
-    table = DeltaTable(location) if version is None else DeltaTable(location, version=version)
+    table = DeltaTable(location, version=version, storage_options=options)
     features = [f for f in (table.protocol().reader_features or []) if f in UNSUPPORTED_READER_FEATURES]
     if features:
         raise ConfigError(f"serve.engine: inprocess cannot read {location} (reader features {features}); use spark")
@@ -114,7 +117,7 @@ def open_snapshot(
     minimum = actions.get("min.timestamp", [None] * len(paths))
     maximum = actions.get("max.timestamp", [None] * len(paths))
     indexes = {} if indexes is None else indexes
-    local_paths = [str(Path(location) / path) for path in paths]
+    local_paths = [f"{location.rstrip('/')}/{path}" if is_object_url(location) else str(Path(location) / path) for path in paths]
     missing = [(p, v) for p, v in zip(local_paths, partitions, strict=True) if p not in indexes]
     # Parquet decoding releases the GIL: the files of a new version are indexed side by side.
     with ThreadPoolExecutor(max_workers=min(INDEX_THREADS, max(1, len(missing)))) as pool:
@@ -163,7 +166,8 @@ class TableSnapshots:
         # Indexes by data file path, shared by every version opened (files are written once).
         self._indexes: dict[str, FileIndex] = {}
         self._latest = open_snapshot(location, indexes=self._indexes)
-        self._probe = DeltaTable(location) if self._latest.version != NO_TABLE else None
+        self._options = delta_storage_options(location)
+        self._probe = DeltaTable(location, storage_options=self._options) if self._latest.version != NO_TABLE else None
         self._checked = time.monotonic()
         self._check_lock = threading.Lock()
         self._pinned: OrderedDict[int, Snapshot] = OrderedDict()
@@ -186,9 +190,9 @@ class TableSnapshots:
 
     def _refresh(self) -> None:
         if self._probe is None:
-            if not DeltaTable.is_deltatable(self._location):
+            if not DeltaTable.is_deltatable(self._location, storage_options=self._options):
                 return
-            self._probe = DeltaTable(self._location)
+            self._probe = DeltaTable(self._location, storage_options=self._options)
         self._probe.update_incremental()
         version = self._probe.version()
         if version != self._latest.version:

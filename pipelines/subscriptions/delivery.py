@@ -158,7 +158,8 @@ def subscription_lock(settings: Settings, subscription: Subscription) -> Iterato
     An flock is released by the kernel when its holder dies, so a delivery killed with SIGKILL never
     leaves the subscription locked.
     """
-    folder = settings.home / "_locks" / "subscriptions"
+    # An flock is local to one host: beside an object-storage home it lives in the local folder.
+    folder = settings.local_home / "_locks" / "subscriptions"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{subscription.subscription_id}.lock", "a") as handle:
         try:

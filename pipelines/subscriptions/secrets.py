@@ -21,7 +21,7 @@ _MAX_SECRET_BYTES = 4096
 
 def key_path(settings: Settings) -> Path:
     """The key file that encrypts subscription secrets."""
-    return settings.resolve_path(settings.subscriptions.key_file)
+    return settings.secret_path(settings.subscriptions.key_file)
 
 
 def _load_key(settings: Settings, *, create: bool) -> bytes:

@@ -4,13 +4,11 @@ records it quarantined."""
 from __future__ import annotations
 
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -18,11 +16,13 @@ from pyspark.sql import functions as F
 
 from bronze.formats import check_kind
 from conf.errors import InputError
+from conf.locations import Location
 from conf.settings import Settings
 from pipelines.batch.landing.discovery import list_input_files, plan_files
 from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, FilePlan, LandingReport
 from pipelines.batch.landing.staging import stage_file, stage_small_files
 from pipelines.batch.landing.writes import discard_uncommitted_batches, mark_landing_begun, write_batch
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table
 from pipelines.runtime.progress import committed_batches
 
@@ -35,7 +35,7 @@ ProgressCallback = Callable[[str, int, int], None]
 def land_paths(
     spark: SparkSession,
     settings: Settings,
-    paths: Sequence[Path | str],
+    paths: Sequence[Location | str],
     kind: str | None = None,
     batch_id: str | None = None,
     progress: ProgressCallback | None = None,
@@ -61,14 +61,14 @@ def land_paths(
     check_kind(kind, "kind")
     files = list_input_files(paths)
 
-    def make_plans(_scratch: Path, hasher: ThreadPoolExecutor) -> list[FilePlan]:
+    def make_plans(_scratch: Location, hasher: ThreadPoolExecutor) -> list[FilePlan]:
         return plan_files(spark, settings, files, kind, hasher)
 
     return land_plans(spark, settings, make_plans, batch_id=batch_id, progress=progress)
 
 
 # make_plans(scratch, hasher): the batch's plans, given its (empty) scratch folder and the hashing thread.
-PlanMaker = Callable[[Path, ThreadPoolExecutor], list[FilePlan]]
+PlanMaker = Callable[[Location, ThreadPoolExecutor], list[FilePlan]]
 
 
 def land_plans(
@@ -104,9 +104,10 @@ def land_plans(
         batch_id = new_batch_id()  # time-ordered with a random suffix: no committed batch has it
     elif batch_id in set(committed_batches(spark, settings)):
         raise InputError(f"batch_id: {batch_id!r} is already committed; choose another or leave it out")
+    storage = home_of(settings).storage
     marker = mark_landing_begun(settings, batch_id)
     scratch = scratch_folder(settings, batch_id)
-    shutil.rmtree(scratch, ignore_errors=True)
+    storage.remove_tree(scratch)
     hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="land-hash")
     try:
         plans = make_plans(scratch, hasher)
@@ -121,11 +122,11 @@ def land_plans(
         commit_hook = (lambda: before_commit(batch_id, landed_at)) if before_commit is not None else None
         results = write_batch(spark, settings, plans, batch_id, landed_at, commit_hook)
         # Committed: the next landing has nothing of this one to discard. On any failure the marker stays.
-        marker.unlink()
+        storage.delete(marker)
         _report(progress, f"commit batch {batch_id}", total, total)
     finally:
         hasher.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(scratch, ignore_errors=True)
+        storage.remove_tree(scratch)
     return LandingReport(
         batch_id=batch_id,
         files=tuple(results),
@@ -153,7 +154,7 @@ def check_batch_id(batch_id: str) -> str:
     return batch_id
 
 
-def scratch_folder(settings: Settings, batch_id: str) -> Path:
+def scratch_folder(settings: Settings, batch_id: str) -> Location:
     """The folder holding one landing batch's staged files (removed when the landing ends)."""
     return settings.home / "_scratch" / STAGE / batch_id
 

@@ -12,7 +12,8 @@ from typing import TextIO
 from pyspark.sql import SparkSession
 
 from bronze.formats import DETECTION_LINES, EMPTY, FILE_SINK, detect_kind
-from conf.errors import InputError
+from conf.errors import ConfigError, InputError
+from conf.locations import Location, ObjectLocation, parse_location
 from conf.settings import Settings
 from pipelines.batch.landing.files import (
     READ_CHUNK,
@@ -25,19 +26,20 @@ from pipelines.batch.landing.files import (
 )
 from pipelines.batch.landing.model import ALREADY_LANDED, LANDED, LEDGER_TABLE, UNDETECTED, FilePlan
 from pipelines.runtime.io import read_table
+from pipelines.runtime.storage import storage_for
 
 # Detection looks at no more than this many characters of one line; the rest of a longer line is skipped.
 _HEAD_CHARS = 8 << 20
 
 
-def list_input_files(paths: Sequence[Path | str]) -> list[tuple[Path, bool]]:
+def list_input_files(paths: Sequence[Location | str]) -> list[tuple[Location, bool]]:
     """Expand files and folders into the files to land, in order, each once.
 
     Args:
-        paths: files or folders.
+        paths: files or folders: local paths, or object-storage locations (a prefix is a folder).
 
     Returns:
-        (absolute path, named explicitly) per file: a folder's files sorted by path, recursively,
+        (absolute location, named explicitly) per file: a folder's files sorted by path, recursively,
         leaving out names that start with `.` or `_`.
 
     Raises:
@@ -45,18 +47,26 @@ def list_input_files(paths: Sequence[Path | str]) -> list[tuple[Path, bool]]:
     """
     if not paths:
         raise InputError("paths: [] names no file or folder to land")
-    found: list[tuple[Path, bool]] = []
-    seen: set[Path] = set()
+    found: list[tuple[Location, bool]] = []
+    seen: set[Location] = set()
     for given in paths:
-        path = Path(given).expanduser().resolve()
-        if path.is_dir():
+        try:
+            path = parse_location(given)
+        except ConfigError as exc:
+            raise InputError(f"paths: {'; '.join(exc.problems)}") from None
+        if isinstance(path, ObjectLocation):
+            candidates = _object_candidates(path)
+            if candidates is None:
+                raise InputError(f"paths: {str(given)!r} does not exist")
+        elif path.resolve().is_dir():
+            path = path.resolve()
             inner = []
             for folder, dirs, names in os.walk(path):
                 dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
                 inner += [Path(folder) / n for n in names if not n.startswith((".", "_"))]
             candidates = [(p, False) for p in sorted(inner, key=str) if p.is_file()]
-        elif path.is_file():
-            candidates = [(path, True)]
+        elif path.resolve().is_file():
+            candidates = [(path.resolve(), True)]
         else:
             raise InputError(f"paths: {str(given)!r} does not exist")
         for candidate, explicit in candidates:
@@ -66,10 +76,26 @@ def list_input_files(paths: Sequence[Path | str]) -> list[tuple[Path, bool]]:
     return found
 
 
+def _object_candidates(location: ObjectLocation) -> list[tuple[Location, bool]] | None:
+    """The files of an object location: itself when it is an object, else those below its prefix
+    (none whose name on the way starts with `.` or `_`); None when neither exists."""
+    storage = storage_for(location)
+    if storage.stat(location) is not None:
+        return [(location, True)]
+    found = []
+    for stored in storage.list_files(location):
+        relative = stored.location.key[len(location.key) :].strip("/").split("/")
+        if not any(part.startswith((".", "_")) for part in relative):
+            found.append((stored.location, False))
+    if not found and not storage.has_files(location):
+        return None
+    return found
+
+
 def plan_files(
     spark: SparkSession,
     settings: Settings,
-    files: list[tuple[Path, bool]],
+    files: list[tuple[Location, bool]],
     kind: str | None,
     hasher: ThreadPoolExecutor,
 ) -> list[FilePlan]:
@@ -125,7 +151,7 @@ def plan_files(
     return plans
 
 
-def detect_file_kind(path: Path) -> str | None:
+def detect_file_kind(path: Location) -> str | None:
     """The kind of a file from its first lines (see `detect_kind`), or None when they do not tell it.
 
     Raises:

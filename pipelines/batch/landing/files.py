@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import contextlib
 import gzip
 import hashlib
+import io
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,27 +21,41 @@ from typing import BinaryIO, TextIO
 
 from bronze.formats import iter_json_array
 from conf.errors import InputError
+from conf.locations import Location
+from pipelines.runtime.storage import storage_for
 
 READ_CHUNK = 1 << 20
 # What reading a damaged file raises: truncated gzip (EOFError), bad header or CRC (OSError), bad deflate data.
 READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
-def is_gzip(path: Path) -> bool:
+def is_gzip(path: Location) -> bool:
     """Whether the file is read as gzip (by its name, as the engine decides)."""
     return path.name.endswith(".gz")
 
 
-def open_binary(path: Path) -> BinaryIO:
+def open_raw(path: Location) -> BinaryIO:
+    """Open a file's stored bytes: a local file, or an object read in ranges as they are asked for."""
+    return open(path, "rb") if isinstance(path, Path) else storage_for(path).open_read(path)
+
+
+def open_binary(path: Location) -> BinaryIO:
     """Open a file's bytes, decompressed when it is gzip."""
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+    if not is_gzip(path):
+        return open_raw(path)
+    return gzip.open(path, "rb") if isinstance(path, Path) else gzip.GzipFile(fileobj=open_raw(path), mode="rb")
 
 
-def open_text(path: Path) -> TextIO:
+def open_text(path: Location) -> TextIO:
     """Open a file's text (decompressed when gzip), bytes that are not UTF-8 read as U+FFFD."""
-    if is_gzip(path):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="replace")
+
+
+@contextlib.contextmanager
+def open_output_text(out: Location) -> Iterator[TextIO]:
+    """Write a text file (UTF-8) at `out`, a local path (its folder created) or an object."""
+    with storage_for(out).open_write(out) as raw, io.TextIOWrapper(raw, encoding="utf-8") as target:
+        yield target
 
 
 def error_text(exc: BaseException) -> str:
@@ -64,7 +80,7 @@ class FileDigest:
     lines: int | None = None
 
 
-def file_digest(path: Path, block_size: int = 16 << 20) -> FileDigest:
+def file_digest(path: Location, block_size: int = 16 << 20) -> FileDigest:
     """Hash a file's bytes and count its line breaks per block, in one read.
 
     Args:
@@ -75,7 +91,7 @@ def file_digest(path: Path, block_size: int = 16 << 20) -> FileDigest:
     counts = []
     plain = not is_gzip(path)
     last = b""
-    with open(path, "rb") as handle:
+    with open_raw(path) as handle:
         while chunk := handle.read(block_size):
             digest.update(chunk)
             if plain:
@@ -86,7 +102,7 @@ def file_digest(path: Path, block_size: int = 16 << 20) -> FileDigest:
     return FileDigest(digest.hexdigest(), block_size, tuple(counts), sum(counts) + (last not in (b"", b"\n")))
 
 
-def count_lines(path: Path) -> int | None:
+def count_lines(path: Location) -> int | None:
     """Count a file's lines (decompressed): its line breaks, plus a last line without one.
 
     Returns:
@@ -110,7 +126,7 @@ class LineScanner:
     With a FileDigest of a plain file it seeks to the block holding a far line instead of reading up to it.
     """
 
-    def __init__(self, path: Path, digest: FileDigest | None = None):
+    def __init__(self, path: Location, digest: FileDigest | None = None):
         self._handle = open_binary(path)
         self._buf = b""
         self._line = 1  # the line number of self._buf[0]
@@ -209,17 +225,16 @@ class NumberedCopy:
     cut_line: int | None = None
 
 
-def number_lines(path: Path, out: Path) -> NumberedCopy:
+def number_lines(path: Location, out: Location) -> NumberedCopy:
     """Write a JSON-lines file as `<line>\t<line text>` lines (the engine-independent way to number lines).
 
     A file that cannot be read to its end (a truncated or corrupt gzip) gives the lines before the damage.
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as target:
+    with open_output_text(out) as target:
         return write_numbered_lines(path, target)
 
 
-def write_numbered_lines(path: Path, target: TextIO, prefix: str = "") -> NumberedCopy:
+def write_numbered_lines(path: Location, target: TextIO, prefix: str = "") -> NumberedCopy:
     """Write a JSON-lines file's lines to `target` as `<prefix><line>\\t<line text>` lines.
 
     Args:
@@ -264,7 +279,7 @@ def write_numbered_lines(path: Path, target: TextIO, prefix: str = "") -> Number
     return NumberedCopy(lines=number, lines_read=number)
 
 
-def convert_file_sink(path: Path, out: Path, max_record_bytes: int) -> tuple[NumberedCopy, list[tuple[int, str, str]]]:
+def convert_file_sink(path: Location, out: Location, max_record_bytes: int) -> tuple[NumberedCopy, list[tuple[int, str, str]]]:
     """Stream a file-sink JSON array into `<line>\\t<record>` lines.
 
     Returns:
@@ -274,13 +289,12 @@ def convert_file_sink(path: Path, out: Path, max_record_bytes: int) -> tuple[Num
     Raises:
         InputError: naming the file, when its text is not a JSON array.
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
     rejected = []
     written = 0
     chunks = _CountedChunks(path)
     last_rejected = False
     try:
-        with open(out, "w", encoding="utf-8") as target:
+        with open_output_text(out) as target:
             for item in iter_json_array(chunks, max_element_chars=max_record_bytes):
                 last_rejected = item.reason is not None
                 if item.reason is None:
@@ -308,7 +322,7 @@ class _CountedChunks:
     why, and every chunk before was given.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Location):
         self._path = path
         self.lines = 0
         self.error: str | None = None

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.types import StructType
 
+from conf.locations import Location
 from pipelines.batch.landing.files import NumberedCopy
 from pipelines.runtime.progress import StageResult
 
@@ -137,7 +137,7 @@ class FilePlan:
     """One input file on its way through the batch."""
 
     index: int
-    path: Path
+    path: Location
     kind: str | None
     explicit: bool = False  # named on its own, not found in a folder
     status: str = LANDED
@@ -146,7 +146,7 @@ class FilePlan:
     lines_future: Future | None = None  # of the line count of a gzip file (plain files: in the digest)
     content_hash: str | None = None
     family: str | None = None  # the table the file's records land in
-    staged: Path | None = None
+    staged: Location | None = None
     schema: StructType | None = None  # of the staged Parquet (an empty part writes no file to read it from)
     records_read: int = 0
     records_quarantined: int = 0

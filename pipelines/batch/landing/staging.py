@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
@@ -26,6 +25,7 @@ from bronze.lines import (
 )
 from bronze.records import parse_snapshot_lines, parse_usage_lines
 from conf.errors import InputError, LakehouseError
+from conf.locations import Location
 from conf.settings import Settings
 from pipelines.batch.landing.files import (
     FileDigest,
@@ -34,9 +34,11 @@ from pipelines.batch.landing.files import (
     convert_file_sink,
     is_gzip,
     number_lines,
+    open_output_text,
     write_numbered_lines,
 )
 from pipelines.batch.landing.model import FAMILIES, LANDED, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
+from pipelines.runtime.storage import storage_for
 
 log = logging.getLogger("lakehouse.landing")
 # The engine reads a path as a glob pattern: with one of these in it, it may read another file, or none.
@@ -47,7 +49,7 @@ SMALL_FILE_BYTES = 4 << 20
 SMALL_FILES_BATCH_BYTES = 64 << 20
 
 
-def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path) -> None:
+def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Location) -> None:
     """Parse, validate and stage one file; fill in its counts and the file order of its read partitions.
 
     Raises:
@@ -77,7 +79,7 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
 
 
 def _stage_engine_read(
-    spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path
+    spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Location
 ) -> list[tuple[int, int]] | None:
     """Stage a JSON-lines file as the engine reads it; return its read partitions in file order.
 
@@ -104,7 +106,7 @@ def _stage_engine_read(
 
 
 def _stage_copy(
-    spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path, numbered: Path, copy: NumberedCopy
+    spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Location, numbered: Location, copy: NumberedCopy
 ) -> None:
     """Stage the numbered copy of a file, quarantining where reading the file stopped early.
 
@@ -141,7 +143,7 @@ def _file_lines(plan: FilePlan) -> int | None:
     return plan.digest_future.result().lines
 
 
-def check_line_count(path: Path, got: int, what: str, expected: int | None) -> None:
+def check_line_count(path: Location, got: int, what: str, expected: int | None) -> None:
     """Fail unless `got` lines of a file are `expected` (when known): no line may be lost or made up.
 
     Raises:
@@ -154,12 +156,12 @@ def check_line_count(path: Path, got: int, what: str, expected: int | None) -> N
         )
 
 
-def _stage_lines(settings: Settings, plan: FilePlan, scratch: Path, lines_df: DataFrame) -> list:
+def _stage_lines(settings: Settings, plan: FilePlan, scratch: Location, lines_df: DataFrame) -> list:
     """Validate `lines_df`, write it to the plan's staging folder, count it; return its partition summary."""
     return _stage_plans_lines(settings, [plan], scratch / dict(FAMILIES)[plan.family] / f"{plan.index:05d}", lines_df)
 
 
-def _stage_plans_lines(settings: Settings, plans: list[FilePlan], staged: Path, lines_df: DataFrame) -> list:
+def _stage_plans_lines(settings: Settings, plans: list[FilePlan], staged: Location, lines_df: DataFrame) -> list:
     """Validate the lines of `plans` (one family and kind), write them to `staged`, count them per plan.
 
     Returns:
@@ -188,7 +190,7 @@ def _stage_plans_lines(settings: Settings, plans: list[FilePlan], staged: Path, 
     return summary
 
 
-def stage_small_files(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Path) -> None:
+def stage_small_files(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Location) -> None:
     """Stage the batch's small JSON-lines files of each family and kind together, with one engine job.
 
     A micro-batch of watch mode holds a few small files; staging each on its own costs an engine job per
@@ -215,7 +217,7 @@ def _is_small_lines_file(plan: FilePlan) -> bool:
         and plan.kind in (MCL, MCP, USAGE)
         and plan.numbered is None
         and not is_gzip(plan.path)
-        and plan.path.stat().st_size <= SMALL_FILE_BYTES
+        and _size(plan) <= SMALL_FILE_BYTES
     )
 
 
@@ -223,7 +225,7 @@ def _chunks(plans: list[FilePlan], max_bytes: int) -> list[list[FilePlan]]:
     chunks: list[list[FilePlan]] = [[]]
     size = 0
     for plan in plans:
-        plan_size = plan.path.stat().st_size
+        plan_size = _size(plan)
         if chunks[-1] and size + plan_size > max_bytes:
             chunks.append([])
             size = 0
@@ -232,11 +234,10 @@ def _chunks(plans: list[FilePlan], max_bytes: int) -> list[list[FilePlan]]:
     return chunks
 
 
-def _stage_together(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Path, name: str) -> None:
+def _stage_together(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Location, name: str) -> None:
     copy_path = scratch / "input" / f"{name}.txt"
-    copy_path.parent.mkdir(parents=True, exist_ok=True)
     lines: dict[int, int] = {}
-    with open(copy_path, "w", encoding="utf-8") as target:
+    with open_output_text(copy_path) as target:
         for plan in plans:
             plan.family = _family_of(plan.kind)
             copy = write_numbered_lines(plan.path, target, prefix=f"{plan.index}\t")
@@ -253,7 +254,7 @@ def _stage_together(spark: SparkSession, settings: Settings, plans: list[FilePla
         check_line_count(plan.path, staged_lines, "lines staged", lines[plan.index])
 
 
-def _file_order(path: Path, summary: list, digest: FileDigest) -> list[tuple[int, int]] | None:
+def _file_order(path: Location, summary: list, digest: FileDigest) -> list[tuple[int, int]] | None:
     """The read partitions of a text-read file as (partition, rows) in file order; None if unverifiable."""
     parts = [(int(r.partition), int(r.rows), r.first_crc, r.last_crc) for r in summary if r.partition is not None]
     if len(parts) <= 1 and not digest.newlines:
@@ -267,6 +268,12 @@ def _file_order(path: Path, summary: list, digest: FileDigest) -> list[tuple[int
     return [(partition, rows[partition]) for partition in order]
 
 
-def has_staged_files(folder: Path) -> bool:
+def has_staged_files(folder: Location) -> bool:
     """Whether a staging folder holds any Parquet file (writing no rows may write no file)."""
-    return folder.is_dir() and any(p.suffix == ".parquet" for p in folder.iterdir())
+    return storage_for(folder).has_files(folder, ".parquet")
+
+
+def _size(plan: FilePlan) -> int:
+    """The size in bytes of a plan's file."""
+    stored = storage_for(plan.path).stat(plan.path)
+    return stored.size if stored else 0

@@ -4,10 +4,8 @@ committed."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,6 +23,7 @@ from bronze.batches import (
 )
 from bronze.lines import line_offsets, with_line_numbers
 from conf.errors import LakehouseError
+from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_name
 from pipelines.batch.landing.model import (
@@ -41,8 +40,10 @@ from pipelines.batch.landing.model import (
 )
 from pipelines.batch.landing.staging import has_staged_files
 from pipelines.runtime.faults import crash_point
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import append, read_table, retry_commit, sql_string
 from pipelines.runtime.progress import committed_batches
+from pipelines.runtime.storage import StoredFile
 
 # The time column the anti-join against landed rows is restricted by: a duplicate has the same time,
 # so only rows (and, with Delta file statistics, only files) in the batch's time range are read.
@@ -200,19 +201,18 @@ def _result(plan: FilePlan, landed: int) -> FileResult:
     )
 
 
-def _markers_folder(settings: Settings) -> Path:
+def _markers_folder(settings: Settings) -> Location:
     return settings.home / "_scratch" / "land_uncommitted"
 
 
-def mark_landing_begun(settings: Settings, batch_id: str) -> Path:
+def mark_landing_begun(settings: Settings, batch_id: str) -> Location:
     """Create the file that marks a landing of `batch_id` as begun and not yet committed; return its path.
 
     `land_plans` creates it before the batch writes anything and removes it once the ledger rows are
     written; one left behind means a landing stopped half-way.
     """
     marker = _markers_folder(settings) / batch_id
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
+    home_of(settings).write(marker, b"")
     return marker
 
 
@@ -227,7 +227,8 @@ def discard_uncommitted_batches(spark: SparkSession, settings: Settings) -> list
     Returns:
         The batch ids whose rows were deleted, sorted.
     """
-    markers = sorted(_markers_folder(settings).glob("*"))
+    storage = home_of(settings).storage
+    markers = [f.location for f in storage.list_files(_markers_folder(settings))]
     if not markers:
         return []
     committed = set(committed_batches(spark, settings))
@@ -241,10 +242,14 @@ def discard_uncommitted_batches(spark: SparkSession, settings: Settings) -> list
             retry_commit(lambda statement=statement: spark.sql(statement).collect())
             discarded.update(stale)
     leftovers = settings.home / "_scratch" / STAGE
-    if leftovers.is_dir():
-        for folder in leftovers.iterdir():
-            if folder.name not in committed:
-                shutil.rmtree(folder, ignore_errors=True)
+    for batch in _child_names(storage.list_files(leftovers), leftovers):
+        if batch not in committed:
+            storage.remove_tree(leftovers / batch)
     for marker in markers:
-        marker.unlink(missing_ok=True)
+        storage.delete(marker)
     return sorted(discarded)
+
+
+def _child_names(files: list[StoredFile], folder: Location) -> set[str]:
+    """The names of the folders (and files) directly in `folder` that hold `files`."""
+    return {str(f.location)[len(str(folder)) :].strip("/").split("/")[0] for f in files}

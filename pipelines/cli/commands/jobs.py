@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_command(
         ctx: typer.Context,
-        path: list[Path] = typer.Option(
+        path: list[str] = typer.Option(
             None, "--path", help="File or folder to land (repeatable); default the configured landing folders."
         ),
         wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),

@@ -23,7 +23,9 @@ def register(app: typer.Typer) -> None:
     @app.command("land")
     def land_command(
         ctx: typer.Context,
-        paths: list[Path] = typer.Argument(..., help="Files or folders to land (folders are walked recursively)."),
+        paths: list[str] = typer.Argument(
+            ..., help="Files or folders to land (folders are walked recursively), or object-storage URLs (s3://bucket/prefix)."
+        ),
         kind: str | None = typer.Option(
             None, "--kind", help=f"Force the kind of every file ({', '.join(KINDS)}); default: detect per file."
         ),

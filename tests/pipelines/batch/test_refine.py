@@ -23,6 +23,7 @@ from conf.tables import table_location, table_name
 from pipelines.batch.export_ece import write_ece_jsonl
 from pipelines.batch.state_store import APPENDED, FOLDED, LOGGED, MERGED, fold_state_log, read_state
 from pipelines.runtime.io import SCRATCH_ROW_GROUP_ROWS, read_table
+from pipelines.runtime.storage import storage_for
 from pipelines.batch.refine import (
     BATCH_STEPS,
     _stage,
@@ -532,7 +533,7 @@ def test_staged_files_are_cut_into_row_groups_that_cores_read_in_parallel(spark,
     rows = 2 * SCRATCH_ROW_GROUP_ROWS + 1000
     # Partitioned like the sequenced rows: each partition value is one file.
     one_value_df = spark.range(rows).selectExpr("id", "concat('row-', id) AS text", "'all' AS part")
-    read_back_df = _stage(one_value_df, tmp_path / "staged", {}, {}, {}, partition_by="part")
+    read_back_df = _stage(one_value_df, tmp_path / "staged", storage_for(tmp_path), {}, {}, {}, partition_by="part")
     metadata = [pq.ParquetFile(path).metadata for path in sorted((tmp_path / "staged").rglob("*.parquet"))]
     groups = [m.row_group(i).num_rows for m in metadata for i in range(m.num_row_groups)]
     assert len(metadata) == 1 and len(groups) == 3
