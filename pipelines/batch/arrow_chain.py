@@ -16,6 +16,7 @@ from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from gold.audit_chain import CHAINED_TABLES, GENESIS_DIGEST, BatchDigest, canonical_json_lines, new_link
 from pipelines.batch.audit_chain import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
+from pipelines.runtime.storage import delta_storage_options
 
 _LINK_COLUMN_TYPES = {"BIGINT": pa.int64(), "STRING": pa.string()}
 # Links appended one commit each by a long-running process: a checkpoint every so many keeps the log short.
@@ -45,6 +46,7 @@ class ArrowChainLinker:
     def __init__(self, settings: Settings):
         self._settings = settings
         self._location = str(table_location(settings, CHAIN_TABLE))
+        self._options = delta_storage_options(self._location)
         self._key = chain_key(settings)
         self._table: Any = None
         self._head: tuple[int, int, str] | None = None  # (chain version, next seq, head digest)
@@ -56,9 +58,9 @@ class ArrowChainLinker:
         from deltalake import DeltaTable
 
         if self._table is None:
-            if not DeltaTable.is_deltatable(self._location):
+            if not DeltaTable.is_deltatable(self._location, storage_options=self._options):
                 return 0, GENESIS_DIGEST
-            self._table = DeltaTable(self._location)
+            self._table = DeltaTable(self._location, storage_options=self._options)
         else:
             self._table.update_incremental()
         version = int(self._table.version())
@@ -95,7 +97,7 @@ class ArrowChainLinker:
             if self._table is None:
                 write_deltalake(self._location, rows, mode="append",
                                 configuration=dict(table_spec(CHAIN_TABLE).properties))  # fmt: skip
-                self._table = DeltaTable(self._location)
+                self._table = DeltaTable(self._location, storage_options=self._options)
             else:
                 write_deltalake(self._table, rows, mode="append")
             written = int(self._table.version())

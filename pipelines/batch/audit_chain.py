@@ -53,7 +53,8 @@ _LINKING = threading.Lock()
 @contextlib.contextmanager
 def chain_lock(settings: Settings) -> Iterator[None]:
     """Hold the chain for appending links: this process's lock and the home's file lock (other processes)."""
-    path = settings.home / "locks" / "audit-chain.lock"
+    # A local lock: the processes that append links (pipeline, server) share this machine.
+    path = settings.local_home / "locks" / "audit-chain.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with _LINKING, open(path, "a") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)

@@ -382,7 +382,7 @@ class HomeCollector(Collector):
 
 def verification_path(settings: Settings) -> Path:
     """Where the last `lakehouse verify` of a home records its outcome."""
-    return settings.home / "_status" / "verify.json"
+    return settings.local_home / "_status" / "verify.json"
 
 
 def record_verification(settings: Settings, ok: bool, links: int, last_batch_at_ms: int | None) -> None:

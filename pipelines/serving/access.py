@@ -23,6 +23,7 @@ from conf.settings import Settings
 from conf.tables import table_location
 from gold.scopes import ADMIN, Principal, visible_events
 from gold.search import SearchRequest
+from pipelines.runtime.storage import delta_storage_options
 from pipelines.serving.access_log import ACCESS_TABLE, AccessLogMiddleware, AccessLogWriter, note_result
 from pipelines.serving.identity import Authenticator
 
@@ -173,7 +174,7 @@ def read_access_log(location: Any, query: Mapping[str, Any]) -> list[dict[str, A
         condition = _and(condition, ds.field("accessed_at_ms") >= query["since"])
     if query.get("until") is not None:
         condition = _and(condition, ds.field("accessed_at_ms") < query["until"])
-    table = DeltaTable(str(location)).to_pyarrow_dataset().to_table(filter=condition)
+    table = DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset().to_table(filter=condition)
     if table.num_rows == 0:
         return []
     newest = table.take(pc.sort_indices(table, [("accessed_at_ms", "descending"), ("access_id", "ascending")]))

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from gold.scopes import Principal
+from pipelines.runtime.storage import delta_storage_options
 
 ACCESS_TABLE = "ops.access_log"
 log = logging.getLogger("lakehouse.access_log")
@@ -102,6 +103,7 @@ class AccessLogWriter:
         on_flush: Callable[[], None] | None = None,
     ):
         self._location = str(table_location(settings, ACCESS_TABLE))
+        self._options = delta_storage_options(self._location)
         self._interval = settings.access_log.flush_seconds
         self._max = settings.access_log.max_buffered
         self._link = link
@@ -166,11 +168,11 @@ class AccessLogWriter:
         batch_id = f"access-{int(time.time() * 1000)}-{secrets.token_hex(4)}"
         rows = [{**(r() if callable(r) else r), "batch_id": batch_id} for r in records]
         table = pa.Table.from_pylist(rows, schema=arrow_schema())
-        if self._table is None and DeltaTable.is_deltatable(self._location):
-            self._table = DeltaTable(self._location)
+        if self._table is None and DeltaTable.is_deltatable(self._location, storage_options=self._options):
+            self._table = DeltaTable(self._location, storage_options=self._options)
         if self._table is None:
-            write_deltalake(self._location, table, mode="append", partition_by=list(table_spec(ACCESS_TABLE).partitioned_by))
-            self._table = DeltaTable(self._location)
+            write_deltalake(self._location, table, mode="append", storage_options=self._options, partition_by=list(table_spec(ACCESS_TABLE).partitioned_by))
+            self._table = DeltaTable(self._location, storage_options=self._options)
         else:
             # The table object is kept and brought up to date by each write: no replay of its log per flush.
             write_deltalake(self._table, table, mode="append")

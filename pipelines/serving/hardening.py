@@ -190,7 +190,7 @@ def tls_options(settings: Settings, cert: str | Path | None = None, key: str | P
         return {}
     if cert is None or key is None:
         raise ConfigError(f"--tls-cert: {cert!r} and --tls-key: {key!r} must be given together")
-    paths = {"--tls-cert": settings.resolve_path(str(cert)), "--tls-key": settings.resolve_path(str(key))}
+    paths = {"--tls-cert": settings.secret_path(str(cert)), "--tls-key": settings.secret_path(str(key))}
     for option, path in paths.items():
         if not path.is_file():
             raise ConfigError(f"{option}: {str(path)!r} is not a readable file")

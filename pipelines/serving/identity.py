@@ -106,7 +106,7 @@ class JwtVerifier:
     def __init__(self, settings: Settings):
         identity = settings.identity
         self._identity = identity
-        path = settings.resolve_path(identity.jwks_file) if identity.jwks_file else None
+        path = settings.secret_path(identity.jwks_file) if identity.jwks_file else None
         self._keys = JwksKeys(identity.jwks_url, path, identity.jwks_refresh_seconds, identity.jwks_min_refresh_seconds)
 
     def principal(self, token: str) -> Principal:

@@ -20,7 +20,7 @@ LOCAL_PRINCIPAL = "local"
 
 def scroll_key_path(settings: Settings) -> Path:
     """The file holding the scroll id key (serve.scroll_key_file, relative to the home)."""
-    return settings.resolve_path(settings.serve.scroll_key_file)
+    return settings.secret_path(settings.serve.scroll_key_file)
 
 
 def load_scroll_key(settings: Settings) -> bytes:
