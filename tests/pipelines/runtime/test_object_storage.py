@@ -207,6 +207,7 @@ def test_the_pipeline_on_an_s3_home_lands_refines_publishes_verifies_serves_and_
     from pipelines.batch.watch_status import watch_status
     from pipelines.runtime.io import read_table
     from pipelines.serving.engine import open_engine
+    from pipelines.serving.scroll_key import local_signer
 
     home = f"s3://{BUCKET}/flow"
     settings = s3.settings(home, tmp_path)
@@ -235,7 +236,8 @@ def test_the_pipeline_on_an_s3_home_lands_refines_publishes_verifies_serves_and_
         assert not Storage(s3.options).has_files(parse_location(f"{home}/_scratch"), ".parquet")
 
         # The in-process serving engine reads the gold table's Delta log and files on the object store.
-        found = open_engine(settings).search(SearchRequest.parse({"startTime": 0, "size": 3}, None, max_size=100))
+        first_page = SearchRequest.parse({"startTime": 0, "size": 3}, None, max_size=100, signer=local_signer(settings))
+        found = open_engine(settings).search(first_page)
         assert found["total"] == len(remote_ids := _s3_table(s3, home, "gold.audit_events")) and found["count"] == 3
         assert remote_ids.num_rows == read_table(spark, local_run, "gold.audit_events").count()
 
