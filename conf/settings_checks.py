@@ -17,6 +17,7 @@ from conf.settings_sections import (
     SEARCH_MAX_SIZE,
     SERVE_ENGINES,
     AnomalySettings,
+    BiSettings,
     KafkaSettings,
     ServeSettings,
     Settings,
@@ -92,6 +93,7 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     if ok("refine.state_log_max_rows") and settings.refine.state_log_max_rows < 0:
         problems.append(f"refine.state_log_max_rows: {settings.refine.state_log_max_rows!r} must be 0 or more")
     problems.extend(_check_subscriptions(settings.subscriptions, ok))
+    problems.extend(_check_bi(settings.bi, ok))
     mlflow = settings.mlflow
     if ok("mlflow.experiment") and not mlflow.experiment.strip():
         problems.append(f"mlflow.experiment: {mlflow.experiment!r} must name an experiment")
@@ -240,4 +242,20 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
         problems.append(f"serve.queue_timeout_seconds: {serve.queue_timeout_seconds!r} must be above 0")
     if ok("serve.version_check_seconds") and serve.version_check_seconds < 0:
         problems.append(f"serve.version_check_seconds: {serve.version_check_seconds!r} must be at least 0")
+    return problems
+
+
+def _check_bi(bi: BiSettings, ok: Callable[..., bool]) -> list[str]:
+    """Return the problems with the bi section's values."""
+    problems = []
+    if ok("bi.port") and not 0 < bi.port < 65536:
+        problems.append(f"bi.port: {bi.port!r} is not a TCP port (1..65535)")
+    if ok("bi.sync_interval_seconds") and bi.sync_interval_seconds < 0:
+        problems.append(f"bi.sync_interval_seconds: {bi.sync_interval_seconds!r} must be 0 (no polling) or more")
+    if ok("bi.lock_timeout_ms") and bi.lock_timeout_ms < 1:
+        problems.append(f"bi.lock_timeout_ms: {bi.lock_timeout_ms!r} must be at least 1")
+    if ok("bi.run_as") and not bi.run_as.strip():
+        problems.append(f"bi.run_as: {bi.run_as!r} must name a system user")
+    if ok("bi.dsn") and bi.dsn is not None and not bi.dsn.strip():
+        problems.append(f"bi.dsn: {bi.dsn!r} must be a libpq connection string or URI (or null)")
     return problems

@@ -220,6 +220,20 @@ class WatchSettings:
 
 
 @dataclass(frozen=True)
+class BiSettings:
+    """The PostgreSQL replica of gold that BI tools connect to (docs/bi.md)."""
+
+    dsn: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 5433
+    data_dir: str = "bi/postgres"
+    run_as: str = "lakehouse-pg"
+    sync_on_publish: bool = False
+    sync_interval_seconds: float = 2.0
+    lock_timeout_ms: int = 5000
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of one lakehouse, resolved for one profile."""
 
@@ -240,6 +254,7 @@ class Settings:
     watch: WatchSettings = field(default_factory=WatchSettings)
     subscriptions: SubscriptionSettings = field(default_factory=SubscriptionSettings)
     audit_chain: AuditChainSettings = field(default_factory=AuditChainSettings)
+    bi: BiSettings = field(default_factory=BiSettings)
 
     def resolve_path(self, path: str) -> Path:
         """Return `path` as an absolute path, taking a relative one as relative to home."""

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.subscriptions",
     "pipelines.cli.commands.bench",
     "pipelines.cli.commands.status",
+    "pipelines.cli.commands.sql_server",
     "pipelines.bench.watch",
     "pipelines.bench.silver",
     "pipelines.bench.subscriptions",
@@ -40,6 +41,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.demo",
     "pipelines.cli.commands.anomalies",
     "pipelines.bench.anomalies",
+    "pipelines.bench.sql_server",
 )
 
 app = typer.Typer(
