@@ -262,3 +262,51 @@ def test_status_shows_the_replica_versions_and_lag(replica):
     audit = tables["gold.audit_events"]
     assert audit["replica_version"] == DeltaTable(str(table_location(settings, "gold.audit_events"))).version()
     assert audit["versions_behind"] == 0 and audit["lag_seconds"] == 0
+
+
+def test_a_rewritten_day_is_copied_again_and_a_compaction_copies_nothing(replica):
+    from deltalake import write_deltalake
+
+    from pipelines.bi.sync import sync_replica
+
+    settings, port, _ = replica
+    location = str(table_location(settings, "gold.actor_activity_daily"))
+    day = min(r["activity_date"] for r in DeltaTable(location).to_pyarrow_table(columns=["activity_date"]).to_pylist())
+    rows = DeltaTable(location).to_pyarrow_table(filters=[("activity_date", "=", day)])
+    rows = rows.set_column(rows.schema.get_field_index("events_total"), "events_total",
+                           pa.compute.add(rows.column("events_total"), 1000))  # fmt: skip
+    write_deltalake(location, rows, mode="overwrite", predicate=f"activity_date = '{day.isoformat()}'")
+    synced = {r.table_key: r for r in sync_replica(settings)}
+    assert synced["gold.actor_activity_daily"].mode == "partitions"
+    assert synced["gold.actor_activity_daily"].rows == rows.num_rows
+    assert synced["gold.audit_events"].mode == "none"
+    DeltaTable(location).optimize.compact()
+    assert {r.table_key: r.mode for r in sync_replica(settings)}["gold.actor_activity_daily"] == "none"
+    _assert_replica_equals_delta(settings, port)
+
+
+def test_the_anomalies_view_reads_timestamps_and_json_features_as_spark_does(spark, replica):
+    from datetime import datetime, timezone
+
+    from deltalake import write_deltalake
+
+    from pipelines.bi.sync import sync_replica
+
+    settings, port, _ = replica
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    start_ms = int(now.timestamp() * 1000) - 3_600_000
+    features = '[{"feature": "events", "value": 42.5, "baseline": 3.0, "deviation": 9.1}]'
+    row = {"actor": "urn:li:corpuser:odd", "granularity": "hour", "window_start": start_ms, "window_end": start_ms + 3_600_000,
+           "score": 2.5, "kind": "burst", "peer_scored": False, "top_features": features, "model_name": "m",
+           "model_version": "1", "scored_at": now, "window_date": now.date()}  # fmt: skip
+    location = table_location(settings, "gold.actor_anomalies")
+    write_deltalake(str(location), pa.Table.from_pylist([row], schema=pa.schema(DeltaTable(str(location)).schema().to_arrow())), mode="append")
+    sync_replica(settings)
+    register_fresh_tables(spark, settings)
+    expected = [tuple(r) for r in spark.sql("SELECT * FROM gold.actor_anomalies_recent").collect()]
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        got = conn.execute("SELECT * FROM gold.actor_anomalies_recent").fetchall()
+    assert len(got) == len(expected) == 1
+    assert got[0][1:3] == ("urn:li:corpuser:odd", "hour")
+    assert got[0][3] == datetime.fromtimestamp(start_ms / 1000, tz=timezone.utc)
+    assert got[0][8:11] == ("events", 42.5, 3.0) == tuple(expected[0][8:11])
