@@ -11,6 +11,7 @@ days) as bi_reader, `--queries` each, and its latency percentiles are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import shutil
@@ -25,7 +26,7 @@ from typing import Any
 import typer
 
 from conf.tables import table_location
-from pipelines.bench.harness import latency_summary, measure, write_result
+from pipelines.bench.harness import Measurement, latency_summary, measure, write_result
 from pipelines.cli.commands.bench import bench_app
 
 MICRO_BATCH_ROWS = 100
@@ -147,8 +148,9 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
     payload: dict[str, Any] = {"events": events, "days": days, "actors": actors}
     try:
         now_ms = int(time.time() * 1000)
-        payload["build"] = build_table(settings, events=events, days=days, seed=seed, now_ms=now_ms,
-                                       actor_urns=[f"urn:li:corpuser:user{i}" for i in range(actors)])  # fmt: skip
+        built = build_table(settings, events=events, days=days, seed=seed, now_ms=now_ms,
+                            actor_urns=[f"urn:li:corpuser:user{i}" for i in range(actors)])  # fmt: skip
+        payload["build"] = {k: dataclasses.asdict(v) if isinstance(v, Measurement) else v for k, v in built.items()}
         password = secrets.token_urlsafe(16)
         with measure() as started:
             server = start_server(settings, "127.0.0.1", port, None)
@@ -156,7 +158,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
         try:
             with measure() as copied:
                 results = prepare_replica(settings, password)
-            payload["initial_copy"] = {**copied.__dict__, "rows": sum(r.rows for r in results),
+            payload["initial_copy"] = {**dataclasses.asdict(copied), "rows": sum(r.rows for r in results),
                                        "tables": {r.table_key: {"mode": r.mode, "rows": r.rows, "seconds": r.seconds}
                                                   for r in results}}  # fmt: skip
             reader = psycopg.conninfo.make_conninfo(host="127.0.0.1", port=port, dbname=DATABASE, user=READER_ROLE,

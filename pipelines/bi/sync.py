@@ -16,10 +16,13 @@ COPY (CSV written by Arrow's C++ writer, streamed through psycopg 3), never by r
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import queue
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -53,6 +56,9 @@ SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
 SWAP_SUFFIX = "__sync"
 NO_VERSION = -1
 CSV_OPTIONS = pacsv.WriteOptions(include_header=False, batch_size=8192)
+CHUNK_ROWS = 65536
+# COPY streams of a full copy: PostgreSQL parses each in its own backend (one core each).
+COPY_STREAMS = 2
 
 
 @dataclass(frozen=True)
@@ -184,8 +190,59 @@ def scan_rows(table: DeltaTable, table_key: str, predicate: str | None = None) -
     """The table's rows as of its loaded version (deletion vectors applied), in COPY-ready chunks."""
     present = [f.name for f in table.schema().fields if f.name in table_spec(table_key).column_names]
     reader = pa.RecordBatchReader.from_stream(table.scan(columns=present, predicate=predicate))
+    pending: list[pa.RecordBatch] = []
     for batch in reader:
-        yield copy_ready(batch, table_key)
+        # The scan yields batches of about a thousand rows: COPY chunks of CHUNK_ROWS cost less per row.
+        pending.append(batch)
+        if sum(b.num_rows for b in pending) >= CHUNK_ROWS:
+            yield copy_ready(pa.Table.from_batches(pending), table_key)
+            pending = []
+    if pending:
+        yield copy_ready(pa.Table.from_batches(pending), table_key)
+
+
+def copy_parallel(conninfo: str, target: sql.Identifier, table_key: str, tables: Iterable[pa.Table], streams: int) -> int:
+    """COPY the chunks into `target` over `streams` connections at once, each committing its share.
+
+    For a table no reader sees yet (a swap's new table): PostgreSQL parses each COPY stream in its own
+    backend, so the copy uses more than one core.
+
+    Raises:
+        whatever a stream raised (the other streams are stopped first).
+    """
+    chunks: queue.Queue = queue.Queue(maxsize=streams * 2)
+
+    def stream() -> int:
+        with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():
+            return copy_rows(conn, target, table_key, iter(chunks.get, None))
+
+    with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bi-copy") as pool:
+        futures = [pool.submit(stream) for _ in range(streams)]
+        try:
+            for table in tables:
+                _put_while_streams_live(chunks, table, futures)
+            for _ in futures:
+                _put_while_streams_live(chunks, None, futures)
+        except BaseException:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    chunks.get_nowait()
+            for _ in futures:
+                chunks.put_nowait(None)
+            raise
+        return sum(future.result() for future in futures)
+
+
+def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures: list[Future]) -> None:
+    while True:
+        for future in futures:
+            if future.done() and future.exception() is not None:
+                raise future.exception()
+        try:
+            chunks.put(item, timeout=0.5)
+            return
+        except queue.Full:
+            continue
 
 
 def file_rows(files: Iterable[tuple[str, dict[str, str | None]]], table_key: str) -> Iterator[pa.Table]:
@@ -227,13 +284,12 @@ def replica_versions(conn: Connection) -> dict[str, int]:
     return dict(rows.fetchall())
 
 
-def swap_table(conn: Connection, settings: Settings, table_key: str, table: DeltaTable) -> int:
+def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable) -> int:
     """Copy the whole table into a new replica table, then swap it in (and recreate the views) in one transaction."""
     staged = replica_table(table_key, SWAP_SUFFIX)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staged))
     conn.execute(create_table_sql(table_key, SWAP_SUFFIX))
-    with conn.transaction():
-        rows = copy_rows(conn, staged, table_key, scan_rows(table, table_key))
+    rows = copy_parallel(conninfo, staged, table_key, scan_rows(table, table_key), COPY_STREAMS)
     for statement in create_indexes_sql(table_key, SWAP_SUFFIX):
         conn.execute(statement)
     conn.execute(sql.SQL("ANALYZE {}").format(staged))
@@ -253,7 +309,7 @@ def swap_table(conn: Connection, settings: Settings, table_key: str, table: Delt
     return rows
 
 
-def sync_table(conn: Connection, settings: Settings, table_key: str, from_version: int | None) -> TableSync:
+def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, from_version: int | None) -> TableSync:
     """Bring one replica table to its Delta table's current version (see the module docstring)."""
     started = time.monotonic()
     location = table_location(settings, table_key)
@@ -270,7 +326,7 @@ def sync_table(conn: Connection, settings: Settings, table_key: str, from_versio
                 _record_version(conn, table_key, version, "none")
         return TableSync(table_key, from_version, version, "none", seconds=round(time.monotonic() - started, 3))
     if plan.mode == "swap":
-        rows = swap_table(conn, settings, table_key, table)
+        rows = swap_table(conn, conninfo, settings, table_key, table)
     else:
         with conn.transaction():
             rows = 0
@@ -293,11 +349,12 @@ def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableS
     Raises:
         SourceUnavailable: when no replica is configured or running.
     """
-    with psycopg.connect(conninfo or writer_conninfo(settings), autocommit=True) as conn:
+    conninfo = conninfo or writer_conninfo(settings)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (SYNC_LOCK_KEY,))
         try:
             prepare_schemas(conn, settings)
             versions = replica_versions(conn)
-            return [sync_table(conn, settings, key, versions.get(key)) for key in replicated_tables()]
+            return [sync_table(conn, conninfo, settings, key, versions.get(key)) for key in replicated_tables()]
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SYNC_LOCK_KEY,))
