@@ -59,6 +59,33 @@ def reader_conninfo(port: int, password: str = PASSWORD) -> str:
                                           password=password, connect_timeout=5)  # fmt: skip
 
 
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM files)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = folder / "server.crt", folder / "server.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_path, key_path
+
+
 def _wait_for_replica(port: int, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -77,7 +104,7 @@ def _wait_for_replica(port: int, process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def replica(spark, tmp_path_factory) -> Iterator[tuple[Settings, int, Path]]:
-    """A published home, `lakehouse sql-server` serving it on a free loopback port; yields (settings, port, batch 2)."""
+    """A published home, `lakehouse sql-server` serving it over TLS on a free loopback port; yields (settings, port, batch 2)."""
     if not JDBC_JAR.exists() or not shutil.which("javac"):
         pytest.skip("Debian's libpostgresql-jdbc-java and a JDK are needed (`make postgres` installs them)")
     postgres_bindir()
@@ -92,7 +119,9 @@ def replica(spark, tmp_path_factory) -> Iterator[tuple[Settings, int, Path]]:
     run_job(settings, paths=[inputs / "first.jsonl"], spark=spark)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE"))}
     env["LAKEHOUSE_BI_PASSWORD"] = PASSWORD
-    command = [LAKEHOUSE, "--home", str(settings.home), *[a for o in _overrides(port) for a in ("--set", o)], "sql-server"]
+    cert, key = _self_signed(inputs)
+    command = [LAKEHOUSE, "--home", str(settings.home), *[a for o in _overrides(port) for a in ("--set", o)], "sql-server",
+               "--tls-cert", str(cert), "--tls-key", str(key)]  # fmt: skip
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_replica(port, process)
@@ -221,6 +250,14 @@ def test_a_wrong_password_is_refused(replica):
     _, port, _ = replica
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(reader_conninfo(port, password="not-the-password")).close()
+
+
+def test_with_a_certificate_logins_use_tls_and_plain_ones_are_refused(replica):
+    _, port, _ = replica
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        assert conn.pgconn.ssl_in_use
+    with pytest.raises(psycopg.OperationalError, match="no pg_hba.conf entry|no encryption"):
+        psycopg.connect(reader_conninfo(port) + " sslmode=disable").close()
 
 
 def test_bi_reader_cannot_write(replica):
