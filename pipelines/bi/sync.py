@@ -266,16 +266,23 @@ def _partition_predicate(column: str, values: frozenset[str | None]) -> tuple[st
     return " OR ".join(delta_parts), sql.SQL(" OR ").join(pg_parts)
 
 
-def _record_version(conn: Connection, table_key: str, version: int, mode: str) -> None:
-    count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(replica_table(table_key))).fetchone()[0]
+def _record_version(conn: Connection, table_key: str, version: int, mode: str, rows_added: int, rows_removed: int = 0,
+                    rows_total: int | None = None) -> None:  # fmt: skip
+    """Record the Delta version the replica table now holds and its row count (counted as it changes, not scanned).
+
+    Args:
+        rows_total: the row count after a full copy; else the recorded count changes by added - removed.
+    """
+    state = sql.Identifier(SYNC_SCHEMA, STATE_TABLE)
     conn.execute(
         sql.SQL(
-            "INSERT INTO {} (table_key, delta_version, rows, mode, synced_at) VALUES (%s, %s, %s, %s, now()) "
-            "ON CONFLICT (table_key) DO UPDATE SET delta_version = EXCLUDED.delta_version, rows = EXCLUDED.rows, "
-            "mode = EXCLUDED.mode, synced_at = EXCLUDED.synced_at"
-        ).format(sql.Identifier(SYNC_SCHEMA, STATE_TABLE)),
-        (table_key, version, count, mode),
-    )
+            "INSERT INTO {} AS s (table_key, delta_version, rows, mode, synced_at) VALUES (%s, %s, %s, %s, now()) "
+            "ON CONFLICT (table_key) DO UPDATE SET delta_version = EXCLUDED.delta_version, "
+            "rows = COALESCE(%s, s.rows + %s), mode = EXCLUDED.mode, synced_at = EXCLUDED.synced_at"
+        ).format(state),
+        (table_key, version, rows_added - rows_removed if rows_total is None else rows_total, mode, rows_total,
+         rows_added - rows_removed),
+    )  # fmt: skip
 
 
 def replica_versions(conn: Connection) -> dict[str, int]:
@@ -305,7 +312,7 @@ def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
                     sql.Identifier(index_name(table_key, column)),
                 ))  # fmt: skip
         create_views(conn, settings)
-        _record_version(conn, table_key, table.version(), "swap")
+        _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
     return rows
 
 
@@ -323,19 +330,19 @@ def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
     if plan.mode == "none":
         if from_version != version:
             with conn.transaction():
-                _record_version(conn, table_key, version, "none")
+                _record_version(conn, table_key, version, "none", 0)
         return TableSync(table_key, from_version, version, "none", seconds=round(time.monotonic() - started, 3))
     if plan.mode == "swap":
         rows = swap_table(conn, conninfo, settings, table_key, table)
     else:
         with conn.transaction():
-            rows = 0
+            rows = removed = 0
             if plan.mode == "partitions":
                 scan_filter, condition = _partition_predicate(spec.partitioned_by[0], plan.partitions)
-                conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(replica_table(table_key), condition))
+                removed = conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(replica_table(table_key), condition)).rowcount
                 rows += copy_rows(conn, replica_table(table_key), table_key, scan_rows(table, table_key, scan_filter))
             rows += copy_rows(conn, replica_table(table_key), table_key, file_rows(plan.added_files, table_key))
-            _record_version(conn, table_key, version, plan.mode)
+            _record_version(conn, table_key, version, plan.mode, rows, removed)
     return TableSync(table_key, from_version, version, plan.mode, rows, round(time.monotonic() - started, 3))
 
 

@@ -156,9 +156,12 @@ def _replica_rows(port: int, table_key: str) -> list[tuple]:
 
 
 def _assert_replica_equals_delta(settings: Settings, port: int) -> None:
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        recorded = dict(conn.execute("SELECT table_key, rows FROM lakehouse_sync.table_versions").fetchall())
     for key in replicated_tables():
         delta, replica_rows = _delta_rows(settings, key), _replica_rows(port, key)
         assert replica_rows == delta, f"{key}: replica {len(replica_rows)} rows, Delta {len(delta)}"
+        assert recorded[key] == len(delta), f"{key}: the sync state counts {recorded[key]} rows"
 
 
 def test_psycopg_reads_equal_delta_rs_reads_of_every_replicated_table(replica):
