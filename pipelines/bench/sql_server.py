@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import secrets
 import shutil
 import statistics
@@ -152,6 +153,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
                             actor_urns=[f"urn:li:corpuser:user{i}" for i in range(actors)])  # fmt: skip
         payload["build"] = {k: dataclasses.asdict(v) if isinstance(v, Measurement) else v for k, v in built.items()}
         password = secrets.token_urlsafe(16)
+        load_before = os.getloadavg()[0]
         with measure() as started:
             server = start_server(settings, "127.0.0.1", port, None)
         payload["server_start"] = started
@@ -165,6 +167,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
                                                     password=password)  # fmt: skip
             payload["micro_batch"] = measure_micro_batches(settings, reader, micro_batches)
             payload["bi_query"] = {"sql": BI_QUERY, **measure_bi_query(reader, clients, queries)}
+            payload["load_average_1m"] = {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}
         finally:
             stop_server(settings, server)
     finally:

@@ -178,12 +178,19 @@ def prepare_schemas(conn: Connection, settings: Settings) -> None:
         )
         created = False
         for key in replicated_tables():
-            exists = conn.execute("SELECT to_regclass(%s)", (f"{table_spec(key).layer}.{table_spec(key).name}",)).fetchone()[0]
-            if exists is None:
+            spec = table_spec(key)
+            columns = [row[0] for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "ORDER BY ordinal_position", (spec.layer, spec.name),
+            ).fetchall()]  # fmt: skip
+            if not columns:
                 conn.execute(create_table_sql(key))
                 for statement in create_indexes_sql(key):
                     conn.execute(statement)
                 created = True
+            if columns != list(spec.column_names):
+                # New, or declared with other columns since it was copied (a lakehouse upgrade): copy it whole.
+                conn.execute(sql.SQL("DELETE FROM {} WHERE table_key = %s").format(sql.Identifier(SYNC_SCHEMA, STATE_TABLE)), (key,))
         missing_views = [
             v.name for v in load_views()
             if conn.execute("SELECT to_regclass(%s)", (f"{VIEW_LAYER}.{v.name}",)).fetchone()[0] is None

@@ -350,3 +350,40 @@ def test_the_anomalies_view_reads_timestamps_and_json_features_as_spark_does(spa
     assert got[0][1:3] == ("urn:li:corpuser:odd", "hour")
     assert got[0][3] == datetime.fromtimestamp(start_ms / 1000, tz=timezone.utc)
     assert got[0][8:11] == ("events", 42.5, 3.0) == tuple(expected[0][8:11])
+
+
+def test_a_replica_table_with_other_columns_than_declared_is_copied_again(replica):
+    from pipelines.bi.cluster import writer_conninfo
+    from pipelines.bi.sync import sync_replica
+
+    settings, port, _ = replica
+    with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+        # As a replica made before the column was declared would be.
+        conn.execute("ALTER TABLE gold.openmetadata_change_events DROP COLUMN entity")
+    synced = {r.table_key: r for r in sync_replica(settings)}
+    assert synced["gold.openmetadata_change_events"].mode == "swap"
+    assert synced["gold.audit_events"].mode == "none"
+    _assert_replica_equals_delta(settings, port)
+
+
+def test_an_existing_postgresql_given_by_dsn_is_prepared_and_synced(replica):
+    import dataclasses
+
+    from pipelines.bi.cluster import writer_conninfo
+    from pipelines.bi.server import prepare_replica
+
+    settings, port, _ = replica
+    admin = writer_conninfo(settings)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS managed_elsewhere")
+        conn.execute("CREATE DATABASE managed_elsewhere")
+    dsn = psycopg.conninfo.make_conninfo(admin, dbname="managed_elsewhere")
+    elsewhere = dataclasses.replace(settings, bi=dataclasses.replace(settings.bi, dsn=dsn))
+    synced = prepare_replica(elsewhere, password=None)  # bi_reader exists on that server: its password stays
+    assert {r.mode for r in synced} == {"swap"}
+    reader = psycopg.conninfo.make_conninfo(reader_conninfo(port), dbname="managed_elsewhere")
+    with psycopg.connect(reader) as conn:
+        count = conn.execute("SELECT count(*) FROM gold.audit_events").fetchone()[0]
+        views = {r[0] for r in conn.execute("SELECT table_name FROM information_schema.views WHERE table_schema = 'gold'")}
+    assert count == len(_delta_rows(settings, "gold.audit_events"))
+    assert views == {v.name for v in load_views()}
