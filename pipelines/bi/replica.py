@@ -9,6 +9,7 @@ the sync state (also unlogged), so the next sync copies everything again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import sqlglot
@@ -52,8 +53,12 @@ _SCALAR_TYPES = {
 JSON_TYPE_PREFIXES = ("MAP<", "STRUCT<", "ARRAY<")
 
 
+@functools.cache
 def replicated_tables() -> tuple[str, ...]:
-    """Every gold table, then the silver tables the gold views read (registry keys, in that order)."""
+    """Every gold table, then the silver tables the gold views read (registry keys, in that order).
+
+    Parsed once per process: the views are files shipped with the code, and a sync runs every few seconds.
+    """
     gold = [key for key, spec in TABLES.items() if spec.layer == "gold"]
     silver = {
         f"{table.db}.{table.name}"
@@ -176,25 +181,24 @@ def prepare_schemas(conn: Connection, settings: Settings) -> None:
                 "rows bigint NOT NULL, mode text NOT NULL, synced_at timestamptz NOT NULL)"
             ).format(sql.Identifier(SYNC_SCHEMA, STATE_TABLE))
         )
+        existing = dict(conn.execute(
+            "SELECT n.nspname || '.' || c.relname, array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'v') AND a.attnum > 0 AND NOT a.attisdropped GROUP BY 1",
+            (list(REPLICA_SCHEMAS),),
+        ).fetchall())  # fmt: skip
         created = False
         for key in replicated_tables():
-            spec = table_spec(key)
-            columns = [row[0] for row in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                "ORDER BY ordinal_position", (spec.layer, spec.name),
-            ).fetchall()]  # fmt: skip
-            if not columns:
+            columns = existing.get(key)
+            if columns is None:
                 conn.execute(create_table_sql(key))
                 for statement in create_indexes_sql(key):
                     conn.execute(statement)
                 created = True
-            if columns != list(spec.column_names):
+            if columns != list(table_spec(key).column_names):
                 # New, or declared with other columns since it was copied (a lakehouse upgrade): copy it whole.
                 conn.execute(sql.SQL("DELETE FROM {} WHERE table_key = %s").format(sql.Identifier(SYNC_SCHEMA, STATE_TABLE)), (key,))
-        missing_views = [
-            v.name for v in load_views()
-            if conn.execute("SELECT to_regclass(%s)", (f"{VIEW_LAYER}.{v.name}",)).fetchone()[0] is None
-        ]  # fmt: skip
+        missing_views = [v.name for v in load_views() if f"{VIEW_LAYER}.{v.name}" not in existing]
         if created or missing_views:
             create_views(conn, settings)
 
