@@ -26,9 +26,11 @@ READER_ROLE = "bi_reader"
 SYNC_SCHEMA = "lakehouse_sync"
 STATE_TABLE = "table_versions"
 REPLICA_SCHEMAS = ("gold", "silver")
-# The columns BI tools filter on (time, actor, entity, type) and the partition column deletes use.
+# The columns BI tools filter on (time, actor, entity, type) and the partition column deletes use; "a, b"
+# is one index on both. Audit events per actor and day (the first chart of a dashboard) are counted from
+# the (event_date, actor_urn) index alone once the table's pages are all-visible.
 SEARCH_INDEXES = {
-    "gold.audit_events": ("timestamp", "actor_urn", "entity_urn", "event_type", "event_date"),
+    "gold.audit_events": ("timestamp", "actor_urn", "entity_urn", "event_type", "event_date, actor_urn"),
     "gold.actor_activity_daily": ("activity_date", "actor_urn"),
     "gold.openmetadata_change_events": ("timestamp", "user_name", "entity_urn", "event_type", "event_date"),
     "gold.actor_anomalies": ("window_start", "actor", "kind", "window_date"),
@@ -106,20 +108,26 @@ def create_table_sql(table_key: str, suffix: str = "") -> sql.Composed:
     return sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(replica_table(table_key, suffix), columns)
 
 
-def index_name(table_key: str, column: str, suffix: str = "") -> str:
-    """The name of a search index: `<table>_<column>_idx<suffix>` (PostgreSQL keeps 63 bytes of it)."""
-    return f"{table_spec(table_key).name}_{column}_idx{suffix}"[:63]
+def search_indexes(table_key: str) -> list[tuple[str, ...]]:
+    """The columns of each search index of the table (those whose columns it has)."""
+    names = set(table_spec(table_key).column_names)
+    indexes = [tuple(c.strip() for c in entry.split(",")) for entry in SEARCH_INDEXES.get(table_key, ())]
+    return [columns for columns in indexes if set(columns) <= names]
+
+
+def index_name(table_key: str, columns: tuple[str, ...], suffix: str = "") -> str:
+    """The name of a search index: `<table>_<columns>_idx<suffix>` (PostgreSQL keeps 63 bytes of it)."""
+    return f"{table_spec(table_key).name}_{'_'.join(columns)}_idx{suffix}"[:63]
 
 
 def create_indexes_sql(table_key: str, suffix: str = "") -> list[sql.Composed]:
-    """One b-tree index per search column of the table."""
-    spec = table_spec(table_key)
+    """One b-tree index per search index of the table."""
     return [
         sql.SQL("CREATE INDEX {} ON {} ({})").format(
-            sql.Identifier(index_name(table_key, column, suffix)), replica_table(table_key, suffix), sql.Identifier(column)
-        )
-        for column in SEARCH_INDEXES.get(table_key, ())
-        if column in spec.column_names
+            sql.Identifier(index_name(table_key, columns, suffix)), replica_table(table_key, suffix),
+            sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        )  # fmt: skip
+        for columns in search_indexes(table_key)
     ]
 
 

@@ -48,7 +48,7 @@ from pipelines.bi.replica import (
     prepare_schemas,
     replica_table,
     replicated_tables,
-    SEARCH_INDEXES,
+    search_indexes,
 )
 
 # One sync at a time per replica database (the server's own loop and a publish may both start one).
@@ -299,18 +299,19 @@ def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
     rows = copy_parallel(conninfo, staged, table_key, scan_rows(table, table_key), COPY_STREAMS)
     for statement in create_indexes_sql(table_key, SWAP_SUFFIX):
         conn.execute(statement)
-    conn.execute(sql.SQL("ANALYZE {}").format(staged))
+    # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint bits
+    # now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
     spec = table_spec(table_key)
     with conn.transaction():
         conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(replica_table(table_key)))
         conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(spec.name)))
-        for column in SEARCH_INDEXES.get(table_key, ()):
-            if column in spec.column_names:
-                conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-                    sql.Identifier(spec.layer, index_name(table_key, column, SWAP_SUFFIX)),
-                    sql.Identifier(index_name(table_key, column)),
-                ))  # fmt: skip
+        for columns in search_indexes(table_key):
+            conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+                sql.Identifier(spec.layer, index_name(table_key, columns, SWAP_SUFFIX)),
+                sql.Identifier(index_name(table_key, columns)),
+            ))  # fmt: skip
         create_views(conn, settings)
         _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
     return rows
