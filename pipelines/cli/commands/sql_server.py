@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve gold to BI tools over the PostgreSQL protocol: start PostgreSQL (or use bi.dsn), copy gold
         and the silver tables its views read, create the views, then keep it in sync by Delta version."""
-        from pipelines.bi.cluster import Tls, start_server, stop_server
+        from pipelines.bi.cluster import Tls, data_dir, start_server, stop_server
         from pipelines.bi.server import prepare_replica, serve_forever
 
         settings = state_of(ctx).settings
@@ -61,6 +61,9 @@ def register(app: typer.Typer) -> None:
         if settings.bi.dsn and (host or port or tls):
             raise ConfigError("--host / --port / --tls-*: bi.dsn is set, so the replica is that server and none is started")
         password = reader_password(password_file)
+        if not password and not settings.bi.dsn and not (data_dir(settings) / "PG_VERSION").exists():
+            raise ConfigError(f"bi_reader password: not given; pass --password-file FILE or set {PASSWORD_ENV} "
+                              "(never on the command line)")  # fmt: skip
         listen_host, listen_port = host or settings.bi.host, port or settings.bi.port
         process = None if settings.bi.dsn else start_server(settings, listen_host, listen_port, tls)
         stop = threading.Event()
