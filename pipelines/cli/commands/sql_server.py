@@ -65,9 +65,9 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"bi_reader password: not given; pass --password-file FILE or set {PASSWORD_ENV} "
                               "(never on the command line)")  # fmt: skip
         listen_host, listen_port = host or settings.bi.host, port or settings.bi.port
+        # SIGTERM ends the command as Ctrl-C does, at any point, so PostgreSQL is always stopped with it.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         process = None if settings.bi.dsn else start_server(settings, listen_host, listen_port, tls)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
             results = prepare_replica(settings, password)
             print_table([r.__dict__ for r in results], ["table_key", "from_version", "to_version", "mode", "rows", "seconds"],
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
                     f"{', TLS required' if tls else ''} (docs/bi.md)\n"
                 )
             if not once:
-                serve_forever(settings, stop, process, on_error=print_error)
+                serve_forever(settings, threading.Event(), process, on_error=print_error)
         except KeyboardInterrupt:
             pass
         finally:
