@@ -105,9 +105,8 @@ def _wait_for_replica(port: int, process: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def replica(spark, tmp_path_factory) -> Iterator[tuple[Settings, int, Path]]:
     """A published home, `lakehouse sql-server` serving it over TLS on a free loopback port; yields (settings, port, batch 2)."""
-    if not JDBC_JAR.exists() or not shutil.which("javac"):
-        pytest.skip("Debian's libpostgresql-jdbc-java and a JDK are needed (`make postgres` installs them)")
-    postgres_bindir()
+    assert JDBC_JAR.exists() and shutil.which("javac"), "Debian's libpostgresql-jdbc-java and javac: `make postgres`"
+    postgres_bindir()  # raises when Debian's postgresql is missing
     # The server runs as an unprivileged user when the tests run as root: its home must be reachable.
     root = Path(tempfile.mkdtemp(prefix="lakehouse-bi-"))
     root.chmod(0o711)
