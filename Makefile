@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean browser
+.PHONY: demo test install clean browser postgres
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,12 @@ browser:
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update && apt-get install -y chromium chromium-driver)
 
-test: $(STAMP) browser
+# The BI replica tests run Debian's PostgreSQL server, its JDBC driver and javac; installed once, when missing.
+postgres:
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && test -f /usr/share/java/postgresql.jar && command -v javac >/dev/null || \
+		(apt-get update && apt-get install -y postgresql libpostgresql-jdbc-java openjdk-17-jdk-headless)
+
+test: $(STAMP) browser postgres
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -20,6 +20,7 @@ from conf.settings_sections import (
     SEARCH_MAX_SIZE,
     SERVE_ENGINES,
     AnomalySettings,
+    BiSettings,
     KafkaSettings,
     ServeSettings,
     Settings,
@@ -101,6 +102,7 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     problems.extend(_check_subscriptions(settings.subscriptions, ok))
     problems.extend(check_identity(settings.identity, ok))
     problems.extend(check_access_log(settings.access_log, ok))
+    problems.extend(_check_bi(settings.bi, ok))
     mlflow = settings.mlflow
     if ok("mlflow.experiment") and not mlflow.experiment.strip():
         problems.append(f"mlflow.experiment: {mlflow.experiment!r} must name an experiment")
@@ -265,4 +267,20 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
             f"serve.tls_cert_file: {serve.tls_cert_file!r} and serve.tls_key_file: {serve.tls_key_file!r} "
             "must be set together (or both left null)"
         )
+    return problems
+
+
+def _check_bi(bi: BiSettings, ok: Callable[..., bool]) -> list[str]:
+    """Return the problems with the bi section's values."""
+    problems = []
+    if ok("bi.port") and not 0 < bi.port < 65536:
+        problems.append(f"bi.port: {bi.port!r} is not a TCP port (1..65535)")
+    if ok("bi.sync_interval_seconds") and bi.sync_interval_seconds < 0:
+        problems.append(f"bi.sync_interval_seconds: {bi.sync_interval_seconds!r} must be 0 (no polling) or more")
+    if ok("bi.lock_timeout_ms") and bi.lock_timeout_ms < 1:
+        problems.append(f"bi.lock_timeout_ms: {bi.lock_timeout_ms!r} must be at least 1")
+    if ok("bi.run_as") and not bi.run_as.strip():
+        problems.append(f"bi.run_as: {bi.run_as!r} must name a system user")
+    if ok("bi.dsn") and bi.dsn is not None and not bi.dsn.strip():
+        problems.append(f"bi.dsn: {bi.dsn!r} must be a libpq connection string or URI (or null)")
     return problems

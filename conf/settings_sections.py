@@ -281,6 +281,20 @@ class AccessLogSettings:
 
 
 @dataclass(frozen=True)
+class BiSettings:
+    """The PostgreSQL replica of gold that BI tools connect to (docs/bi.md)."""
+
+    dsn: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 5433
+    data_dir: str = "bi/postgres"
+    run_as: str = "lakehouse-pg"
+    sync_on_publish: bool = False
+    sync_interval_seconds: float = 2.0
+    lock_timeout_ms: int = 5000
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of one lakehouse, resolved for one profile."""
 
@@ -305,6 +319,7 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     identity: IdentitySettings = field(default_factory=IdentitySettings)
     access_log: AccessLogSettings = field(default_factory=AccessLogSettings)
+    bi: BiSettings = field(default_factory=BiSettings)
 
     def resolve_path(self, path: str) -> Location:
         """Return `path` as an absolute location, taking a relative one as relative to home."""

@@ -240,6 +240,10 @@ def _publish(
     if openmetadata:
         crash_point("between_publish_audit_and_openmetadata")
         results.append(publish_openmetadata(spark, settings, run_id=run_id))
+    if settings.bi.sync_on_publish:
+        from pipelines.bi.server import sync_after_publish
+
+        results.append(sync_after_publish(settings))
     # Receiver failures never raise: they are retried, recorded on the subscription or dead-lettered.
     return [*results, deliver_pending(spark, settings)] if deliver else results
 

@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.subscriptions",
     "pipelines.cli.commands.bench",
     "pipelines.cli.commands.status",
+    "pipelines.cli.commands.sql_server",
     "pipelines.bench.watch",
     "pipelines.bench.silver",
     "pipelines.bench.subscriptions",
@@ -44,6 +45,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.anomalies",
     "pipelines.bench.anomalies",
     "pipelines.bench.metrics",
+    "pipelines.bench.sql_server",
 )
 
 app = typer.Typer(

@@ -30,6 +30,10 @@ def register(app: typer.Typer) -> None:
             from pipelines.batch.kafka.status import kafka_status
 
             status["kafka"] = kafka_status(settings)
+        from pipelines.bi.server import replica_configured, replica_status
+
+        if replica_configured(settings):
+            status["sql_server"] = replica_status(settings)
         if as_json:
             print_text(json.dumps(status, default=str, sort_keys=True) + "\n")
             return
@@ -64,6 +68,12 @@ def register(app: typer.Typer) -> None:
             if kafka["missing_topics"]:
                 print_text(f"Kafka topics not on the broker: {', '.join(kafka['missing_topics'])}\n")
             print_table(kafka["partitions"], ["topic", "partition", "committed", "end", "lag"], title="Kafka partitions")
+        replica = status.get("sql_server")
+        if replica:
+            if replica["error"]:
+                print_text(f"SQL server replica: {replica['error']}\n")
+            print_table(replica["tables"], ["table", "delta_version", "replica_version", "versions_behind", "lag_seconds"],
+                        title="SQL server replica")  # fmt: skip
 
 
 def _when(epoch: float | None) -> str:

@@ -1,0 +1,124 @@
+"""The replica's life: prepare the database and the reader role, sync it, keep syncing, and report its lag."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+from deltalake import DeltaTable
+from psycopg import sql
+
+from conf.errors import ConfigError, LakehouseError, SourceUnavailable
+from conf.settings import Settings
+from conf.tables import table_location
+from pipelines.bi.cluster import DATABASE, STATE_FILE, writer_conninfo
+from pipelines.bi.replica import prepare_reader, prepare_schemas, replicated_tables
+from pipelines.bi.sync import TableSync, replica_versions, sync_replica
+from pipelines.runtime.progress import StageResult
+
+SYNC_STAGE = "sync_bi_replica"
+
+
+def ensure_database(settings: Settings) -> None:
+    """Create the database `lakehouse` on the managed server when it does not exist (bi.dsn: its own database)."""
+    if settings.bi.dsn:
+        return
+    with psycopg.connect(psycopg.conninfo.make_conninfo(writer_conninfo(settings), dbname="postgres"), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+
+
+def prepare_replica(settings: Settings, password: str | None) -> list[TableSync]:
+    """Create the database, schemas, tables, views and bi_reader (its password set when given), then sync.
+
+    Raises:
+        ConfigError: when bi_reader does not exist yet and no password is given.
+    """
+    ensure_database(settings)
+    with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+        prepare_schemas(conn, settings)
+        prepare_reader(conn, password)
+    return sync_replica(settings)
+
+
+def serve_forever(
+    settings: Settings,
+    stop: threading.Event,
+    process: subprocess.Popen | None,
+    on_error: Callable[[BaseException], None],
+) -> None:
+    """Sync every `bi.sync_interval_seconds` until `stop` is set or the managed server exits.
+
+    A failed sync (a swap that met a BI query's lock past the timeout, say) is reported and tried again
+    at the next interval: nothing is lost, the replica is only behind.
+
+    Raises:
+        ConfigError: when the managed PostgreSQL server exits on its own.
+    """
+    interval = settings.bi.sync_interval_seconds
+    while not stop.wait(interval if interval > 0 else 3600):
+        if process is not None and process.poll() is not None:
+            raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode} (see {settings.resolve_path('bi/postgres.log')})")
+        if interval <= 0:
+            continue
+        try:
+            sync_replica(settings)
+        except (LakehouseError, psycopg.Error) as exc:
+            on_error(exc)
+
+
+def replica_configured(settings: Settings) -> bool:
+    """Whether this home has a replica to sync: bi.dsn, or a running `lakehouse sql-server`."""
+    return bool(settings.bi.dsn) or settings.resolve_path(STATE_FILE).exists()
+
+
+def sync_after_publish(settings: Settings) -> StageResult:
+    """Sync the replica after a publish (bi.sync_on_publish): the publish's new versions become visible to BI.
+
+    A replica that is not running or fails is reported on stderr and left behind, never failing the
+    publish: gold is written, and the next sync (the server's own loop, the next publish) catches up.
+    """
+    if not replica_configured(settings):
+        return StageResult(SYNC_STAGE, metrics={"skipped": 1.0})
+    started = time.monotonic()
+    try:
+        results = sync_replica(settings)
+    except (LakehouseError, psycopg.Error) as exc:
+        print(f"sql-server replica not synced: {exc}", file=sys.stderr)
+        return StageResult(SYNC_STAGE, metrics={"failed": 1.0})
+    rows = sum(r.rows for r in results)
+    return StageResult(SYNC_STAGE, rows_out=rows, metrics={"seconds": round(time.monotonic() - started, 3)})
+
+
+def replica_status(settings: Settings) -> dict[str, Any]:
+    """Each replicated table's Delta version, the replica's version and the lag, for `lakehouse status`.
+
+    lag_seconds: how long ago the oldest Delta commit the replica lacks was made (0 when in sync).
+    """
+    try:
+        with psycopg.connect(writer_conninfo(settings)) as conn:
+            versions = replica_versions(conn)
+    except (SourceUnavailable, psycopg.Error) as exc:
+        return {"available": False, "error": str(exc).strip(), "tables": []}
+    now = time.time()
+    tables = []
+    for key in replicated_tables():
+        location = table_location(settings, key)
+        delta = DeltaTable(str(location)) if DeltaTable.is_deltatable(str(location)) else None
+        delta_version = delta.version() if delta else None
+        replica_version = versions.get(key)
+        behind = 0 if delta_version is None else delta_version - (replica_version if replica_version is not None else -1)
+        lag = 0.0
+        if delta is not None and behind > 0:
+            commits = {c["version"]: c["timestamp"] for c in delta.history(limit=behind) if "timestamp" in c}
+            oldest = min(commits) if commits else None
+            lag = round(now - commits[oldest] / 1000, 1) if oldest is not None else None
+        tables.append({"table": key, "delta_version": delta_version, "replica_version": replica_version,
+                       "versions_behind": max(behind, 0), "lag_seconds": lag})  # fmt: skip
+    return {"available": True, "error": None, "tables": tables}

@@ -1,0 +1,368 @@
+"""Keep the PostgreSQL replica in sync with gold, by Delta version.
+
+For each replicated table the replica records the Delta version it holds. A sync reads the table's
+commits since then from its Delta log and copies as little as the commits allow:
+
+- commits that only added data files (appends, insert-only MERGEs): the rows of those files, appended;
+- commits that also removed files of a partitioned table (MERGE updates, replaceWhere): the partitions
+  they touched are deleted and copied again from the table as of the new version;
+- anything else (the first copy, a schema change, a removed file of an unpartitioned table, a log that
+  was cleaned up, a table on object storage): a full copy into a new table, swapped in for the old one
+  in one transaction that waits at most `bi.lock_timeout_ms` for BI queries' locks.
+
+File rewrites that change no data (OPTIMIZE, compaction: dataChange false) copy nothing. Rows go in by
+COPY (CSV written by Arrow's C++ writer, streamed through psycopg 3), never by row-by-row INSERTs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import queue
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import psycopg
+from deltalake import DeltaTable
+from psycopg import Connection, sql
+
+from conf.settings import Settings
+from conf.tables import table_location, table_spec
+from pipelines.bi.cluster import writer_conninfo
+from pipelines.bi.replica import (
+    STATE_TABLE,
+    SYNC_SCHEMA,
+    create_indexes_sql,
+    create_table_sql,
+    create_views,
+    index_name,
+    is_json_column,
+    prepare_schemas,
+    replica_table,
+    replicated_tables,
+    search_indexes,
+)
+
+# One sync at a time per replica database (the server's own loop and a publish may both start one).
+SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
+SWAP_SUFFIX = "__sync"
+NO_VERSION = -1
+CSV_OPTIONS = pacsv.WriteOptions(include_header=False, batch_size=8192)
+CHUNK_ROWS = 65536
+# COPY streams of a full copy: PostgreSQL parses each in its own backend (one core each).
+COPY_STREAMS = 2
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """How one table is brought from the replica's version to the Delta table's.
+
+    Attributes:
+        mode: none, append, partitions or swap.
+        added_files: (absolute path, partition values) of the data files to append.
+        partitions: partition values (of the table's one partition column) to copy again.
+    """
+
+    mode: str
+    added_files: tuple[tuple[str, dict[str, str | None]], ...] = ()
+    partitions: frozenset[str | None] = field(default_factory=frozenset)
+
+
+@dataclass
+class TableSync:
+    """What a sync did to one table."""
+
+    table_key: str
+    from_version: int | None
+    to_version: int | None
+    mode: str
+    rows: int = 0
+    seconds: float = 0.0
+
+
+def plan_changes(location: Path, spec_partitions: tuple[str, ...], from_version: int, to_version: int) -> TablePlan:
+    """Read the Delta commits (from_version, to_version] and decide how to apply them.
+
+    Args:
+        location: the table's local folder.
+        spec_partitions: the table's partition columns.
+        from_version: the version the replica holds (NO_VERSION: none).
+        to_version: the table's current version.
+    """
+    if from_version == to_version:
+        return TablePlan("none")
+    if from_version == NO_VERSION or from_version > to_version or len(spec_partitions) > 1:
+        return TablePlan("swap")
+    added: dict[str, dict[str, str | None]] = {}
+    partitions: set[str | None] = set()
+    for version in range(from_version + 1, to_version + 1):
+        commit = location / "_delta_log" / f"{version:020d}.json"
+        if not commit.exists():
+            return TablePlan("swap")
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "metaData" in action or "protocol" in action:
+                return TablePlan("swap")
+            if "add" in action and action["add"].get("dataChange", True):
+                add = action["add"]
+                if add.get("deletionVector"):
+                    partitions.add(_partition_value(add, spec_partitions))
+                added[add["path"]] = add.get("partitionValues") or {}
+            elif "remove" in action and action["remove"].get("dataChange", True):
+                remove = action["remove"]
+                added.pop(remove["path"], None)
+                partitions.add(_partition_value(remove, spec_partitions))
+    if partitions and not spec_partitions:
+        return TablePlan("swap")
+    files = tuple(
+        (str(location / unquote(path)), values)
+        for path, values in added.items()
+        if not spec_partitions or values.get(spec_partitions[0]) not in partitions
+    )
+    if partitions:
+        return TablePlan("partitions", files, frozenset(partitions))
+    return TablePlan("append", files) if files else TablePlan("none")
+
+
+def _partition_value(action: dict, spec_partitions: tuple[str, ...]) -> str | None:
+    values = action.get("partitionValues") or {}
+    return values.get(spec_partitions[0]) if spec_partitions else None
+
+
+def copy_ready(table: pa.Table | pa.RecordBatch, table_key: str, constants: dict[str, str | None] | None = None) -> pa.Table:
+    """Arrange Arrow rows as the replica table's columns for COPY: maps, structs and arrays as JSON text.
+
+    Args:
+        table: rows with (some of) the table's columns.
+        table_key: the registry key.
+        constants: values of columns the rows do not carry (a data file's partition values).
+    """
+    constants = constants or {}
+    present = set(table.schema.names)
+    arrays, names = [], []
+    for name, kind in table_spec(table_key).column_types:
+        if name in present:
+            column = table.column(name)
+            if is_json_column(kind):
+                column = pa.array([_json_text(v) for v in column.to_pylist()], pa.string())
+            elif pa.types.is_string_view(column.type):  # the Delta scan's strings; Arrow's CSV writer wants plain ones
+                column = column.cast(pa.large_string())
+        else:
+            column = pa.array([constants.get(name)] * table.num_rows, pa.string())
+        arrays.append(column)
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _json_text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, list) and value and isinstance(value[0], tuple):  # a map: Arrow gives (key, value) pairs
+        value = dict(value)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def copy_rows(conn: Connection, target: sql.Identifier, table_key: str, tables: Iterable[pa.Table]) -> int:
+    """COPY the rows into `target` (CSV through psycopg 3's COPY FROM STDIN); return how many went in."""
+    columns = sql.SQL(", ").join(sql.Identifier(n) for n in table_spec(table_key).column_names)
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, columns)
+    rows = 0
+    with conn.cursor().copy(statement) as copy:
+        for table in tables:
+            if table.num_rows == 0:
+                continue
+            buffer = io.BytesIO()
+            pacsv.write_csv(table, buffer, CSV_OPTIONS)
+            copy.write(buffer.getbuffer())
+            rows += table.num_rows
+    return rows
+
+
+def scan_rows(table: DeltaTable, table_key: str, predicate: str | None = None) -> Iterator[pa.Table]:
+    """The table's rows as of its loaded version (deletion vectors applied), in COPY-ready chunks."""
+    present = [f.name for f in table.schema().fields if f.name in table_spec(table_key).column_names]
+    reader = pa.RecordBatchReader.from_stream(table.scan(columns=present, predicate=predicate))
+    pending: list[pa.RecordBatch] = []
+    for batch in reader:
+        # The scan yields batches of about a thousand rows: COPY chunks of CHUNK_ROWS cost less per row.
+        pending.append(batch)
+        if sum(b.num_rows for b in pending) >= CHUNK_ROWS:
+            yield copy_ready(pa.Table.from_batches(pending), table_key)
+            pending = []
+    if pending:
+        yield copy_ready(pa.Table.from_batches(pending), table_key)
+
+
+def copy_parallel(conninfo: str, target: sql.Identifier, table_key: str, tables: Iterable[pa.Table], streams: int) -> int:
+    """COPY the chunks into `target` over `streams` connections at once, each committing its share.
+
+    For a table no reader sees yet (a swap's new table): PostgreSQL parses each COPY stream in its own
+    backend, so the copy uses more than one core.
+
+    Raises:
+        whatever a stream raised (the other streams are stopped first).
+    """
+    chunks: queue.Queue = queue.Queue(maxsize=streams * 2)
+
+    def stream() -> int:
+        with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():
+            return copy_rows(conn, target, table_key, iter(chunks.get, None))
+
+    with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bi-copy") as pool:
+        futures = [pool.submit(stream) for _ in range(streams)]
+        try:
+            for table in tables:
+                _put_while_streams_live(chunks, table, futures)
+            for _ in futures:
+                _put_while_streams_live(chunks, None, futures)
+        except BaseException:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    chunks.get_nowait()
+            for _ in futures:
+                chunks.put_nowait(None)
+            raise
+        return sum(future.result() for future in futures)
+
+
+def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures: list[Future]) -> None:
+    while True:
+        for future in futures:
+            if future.done() and future.exception() is not None:
+                raise future.exception()
+        try:
+            chunks.put(item, timeout=0.5)
+            return
+        except queue.Full:
+            continue
+
+
+def file_rows(files: Iterable[tuple[str, dict[str, str | None]]], table_key: str) -> Iterator[pa.Table]:
+    """The rows of added data files, their partition values filled in, in COPY-ready chunks."""
+    names = set(table_spec(table_key).column_names)
+    for path, partition_values in files:
+        parquet = pq.ParquetFile(path)
+        columns = [n for n in parquet.schema_arrow.names if n in names]
+        for batch in parquet.iter_batches(batch_size=65536, columns=columns):
+            yield copy_ready(batch, table_key, partition_values)
+
+
+def _partition_predicate(column: str, values: frozenset[str | None]) -> tuple[str, sql.Composed]:
+    """The Delta scan predicate and the PostgreSQL condition selecting these partitions."""
+    concrete = sorted(v for v in values if v is not None)
+    delta_parts = [f"{column} IN ({', '.join(repr(v) for v in concrete)})"] if concrete else []
+    pg_parts = [sql.SQL("{} = ANY({})").format(sql.Identifier(column), sql.Literal(concrete))] if concrete else []
+    if None in values:
+        delta_parts.append(f"{column} IS NULL")
+        pg_parts.append(sql.SQL("{} IS NULL").format(sql.Identifier(column)))
+    return " OR ".join(delta_parts), sql.SQL(" OR ").join(pg_parts)
+
+
+def _record_version(conn: Connection, table_key: str, version: int, mode: str, rows_added: int, rows_removed: int = 0,
+                    rows_total: int | None = None) -> None:  # fmt: skip
+    """Record the Delta version the replica table now holds and its row count (counted as it changes, not scanned).
+
+    Args:
+        rows_total: the row count after a full copy; else the recorded count changes by added - removed.
+    """
+    state = sql.Identifier(SYNC_SCHEMA, STATE_TABLE)
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} AS s (table_key, delta_version, rows, mode, synced_at) VALUES (%s, %s, %s, %s, now()) "
+            "ON CONFLICT (table_key) DO UPDATE SET delta_version = EXCLUDED.delta_version, "
+            "rows = COALESCE(%s, s.rows + %s), mode = EXCLUDED.mode, synced_at = EXCLUDED.synced_at"
+        ).format(state),
+        (table_key, version, rows_added - rows_removed if rows_total is None else rows_total, mode, rows_total,
+         rows_added - rows_removed),
+    )  # fmt: skip
+
+
+def replica_versions(conn: Connection) -> dict[str, int]:
+    """The Delta version each replicated table holds (tables never synced are absent)."""
+    rows = conn.execute(sql.SQL("SELECT table_key, delta_version FROM {}").format(sql.Identifier(SYNC_SCHEMA, STATE_TABLE)))
+    return dict(rows.fetchall())
+
+
+def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable) -> int:
+    """Copy the whole table into a new replica table, then swap it in (and recreate the views) in one transaction."""
+    staged = replica_table(table_key, SWAP_SUFFIX)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staged))
+    conn.execute(create_table_sql(table_key, SWAP_SUFFIX))
+    rows = copy_parallel(conninfo, staged, table_key, scan_rows(table, table_key), COPY_STREAMS)
+    for statement in create_indexes_sql(table_key, SWAP_SUFFIX):
+        conn.execute(statement)
+    # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint bits
+    # now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
+    spec = table_spec(table_key)
+    with conn.transaction():
+        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(replica_table(table_key)))
+        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(spec.name)))
+        for columns in search_indexes(table_key):
+            conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+                sql.Identifier(spec.layer, index_name(table_key, columns, SWAP_SUFFIX)),
+                sql.Identifier(index_name(table_key, columns)),
+            ))  # fmt: skip
+        create_views(conn, settings)
+        _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
+    return rows
+
+
+def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, from_version: int | None) -> TableSync:
+    """Bring one replica table to its Delta table's current version (see the module docstring)."""
+    started = time.monotonic()
+    location = table_location(settings, table_key)
+    if not DeltaTable.is_deltatable(str(location)):
+        return TableSync(table_key, from_version, None, "missing")
+    table = DeltaTable(str(location))
+    version = table.version()
+    local = location.exists()
+    spec = table_spec(table_key)
+    plan = plan_changes(location, spec.partitioned_by, NO_VERSION if from_version is None else from_version, version) if local else TablePlan("swap")
+    if plan.mode == "none":
+        if from_version != version:
+            with conn.transaction():
+                _record_version(conn, table_key, version, "none", 0)
+        return TableSync(table_key, from_version, version, "none", seconds=round(time.monotonic() - started, 3))
+    if plan.mode == "swap":
+        rows = swap_table(conn, conninfo, settings, table_key, table)
+    else:
+        with conn.transaction():
+            rows = removed = 0
+            if plan.mode == "partitions":
+                scan_filter, condition = _partition_predicate(spec.partitioned_by[0], plan.partitions)
+                removed = conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(replica_table(table_key), condition)).rowcount
+                rows += copy_rows(conn, replica_table(table_key), table_key, scan_rows(table, table_key, scan_filter))
+            rows += copy_rows(conn, replica_table(table_key), table_key, file_rows(plan.added_files, table_key))
+            _record_version(conn, table_key, version, plan.mode, rows, removed)
+    return TableSync(table_key, from_version, version, plan.mode, rows, round(time.monotonic() - started, 3))
+
+
+def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableSync]:
+    """Bring every replicated table up to its Delta version, one sync at a time per replica.
+
+    Args:
+        settings: the lakehouse settings (table locations, bi section).
+        conninfo: the writer's connection; default `bi.dsn` or the running sql-server of the home.
+
+    Raises:
+        SourceUnavailable: when no replica is configured or running.
+    """
+    conninfo = conninfo or writer_conninfo(settings)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (SYNC_LOCK_KEY,))
+        try:
+            prepare_schemas(conn, settings)
+            versions = replica_versions(conn)
+            return [sync_table(conn, conninfo, settings, key, versions.get(key)) for key in replicated_tables()]
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (SYNC_LOCK_KEY,))

@@ -1,0 +1,86 @@
+"""`lakehouse sql-server`: the PostgreSQL endpoint BI tools connect to, a read-only replica of gold."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import typer
+
+from conf.errors import ConfigError
+from pipelines.cli.console import print_error, print_table, print_text
+
+PASSWORD_ENV = "LAKEHOUSE_BI_PASSWORD"
+
+
+def reader_password(password_file: Path | None) -> str | None:
+    """The bi_reader password: the file's first line, else LAKEHOUSE_BI_PASSWORD, else None.
+
+    Raises:
+        ConfigError: when the file cannot be read or is empty.
+    """
+    if password_file is not None:
+        try:
+            lines = password_file.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"--password-file: cannot read {password_file}: {exc.strerror}") from None
+        password = lines[0].strip() if lines else ""
+        if not password:
+            raise ConfigError(f"--password-file: {password_file} is empty")
+        return password
+    return os.environ.get(PASSWORD_ENV) or None
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sql-server`."""
+    from pipelines.cli.app import state_of
+
+    @app.command("sql-server")
+    def sql_server_command(
+        ctx: typer.Context,
+        host: str | None = typer.Option(None, "--host", help="Address to listen on (default bi.host; 0.0.0.0: every interface)."),
+        port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Port to listen on (default bi.port)."),
+        tls_cert: Path | None = typer.Option(None, "--tls-cert", exists=True, dir_okay=False, help="PEM certificate: logins then need TLS."),
+        tls_key: Path | None = typer.Option(None, "--tls-key", exists=True, dir_okay=False, help="PEM private key of --tls-cert."),
+        password_file: Path | None = typer.Option(
+            None, "--password-file", dir_okay=False, help=f"File holding bi_reader's password (else {PASSWORD_ENV})."
+        ),
+        once: bool = typer.Option(False, "--once", help="Prepare the replica, sync it once and exit (stopping the server)."),
+    ) -> None:
+        """Serve gold to BI tools over the PostgreSQL protocol: start PostgreSQL (or use bi.dsn), copy gold
+        and the silver tables its views read, create the views, then keep it in sync by Delta version."""
+        from pipelines.bi.cluster import Tls, data_dir, start_server, stop_server
+        from pipelines.bi.server import prepare_replica, serve_forever
+
+        settings = state_of(ctx).settings
+        if (tls_cert is None) != (tls_key is None):
+            raise ConfigError("--tls-cert / --tls-key: give both or neither")
+        tls = Tls(tls_cert.resolve(), tls_key.resolve()) if tls_cert and tls_key else None
+        if settings.bi.dsn and (host or port or tls):
+            raise ConfigError("--host / --port / --tls-*: bi.dsn is set, so the replica is that server and none is started")
+        password = reader_password(password_file)
+        if not password and not settings.bi.dsn and not (data_dir(settings) / "PG_VERSION").exists():
+            raise ConfigError(f"bi_reader password: not given; pass --password-file FILE or set {PASSWORD_ENV} "
+                              "(never on the command line)")  # fmt: skip
+        listen_host, listen_port = host or settings.bi.host, port or settings.bi.port
+        # SIGTERM ends the command as Ctrl-C does, at any point, so PostgreSQL is always stopped with it.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        process = None if settings.bi.dsn else start_server(settings, listen_host, listen_port, tls)
+        try:
+            results = prepare_replica(settings, password)
+            print_table([r.__dict__ for r in results], ["table_key", "from_version", "to_version", "mode", "rows", "seconds"],
+                        title="Replica synced")  # fmt: skip
+            if process is not None:
+                print_text(
+                    f"PostgreSQL on {listen_host}:{listen_port}, database lakehouse, user bi_reader"
+                    f"{', TLS required' if tls else ''} (docs/bi.md)\n"
+                )
+            if not once:
+                serve_forever(settings, threading.Event(), process, on_error=print_error)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if process is not None:
+                stop_server(settings, process)

@@ -1,0 +1,388 @@
+"""`lakehouse sql-server` with real clients: psycopg, SQLAlchemy's inspector, psql, the PostgreSQL JDBC driver.
+
+One server per module: the pipeline publishes half of the shared DataHub fixture's entities into a home,
+`lakehouse sql-server` (Debian's PostgreSQL, initdb'd under the home) copies it, then the other half is
+published as a new batch with bi.sync_on_publish set, and the replica must show it at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import psycopg.conninfo
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from conf.settings import Settings, load_settings
+from conf.tables import table_location, table_spec
+from pipelines.batch.jobs import run_job
+from pipelines.bi.cluster import postgres_bindir
+from pipelines.bi.replica import replicated_tables
+from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.views import load_views
+from tests.conftest import FIXTURES, register_fresh_tables
+from tests.pipelines.cli.test_cli import LAKEHOUSE, run_cli
+
+pytestmark = pytest.mark.slow
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+PASSWORD = "reader-secret-1"
+START_TIMEOUT = 90.0
+
+
+def _split_by_entity(source: Path, first: Path, second: Path) -> None:
+    """Write the source's lines of half of its entities to `first`, the rest to `second` (same days in both)."""
+    with first.open("w") as one, second.open("w") as two:
+        for line in source.read_text().splitlines():
+            urn = json.loads(line)["entityUrn"]
+            (one if hashlib.sha256(urn.encode()).digest()[0] % 2 == 0 else two).write(line + "\n")
+
+
+def _overrides(port: int) -> list[str]:
+    return ["mlflow.enabled=false", f"bi.port={port}", "bi.sync_on_publish=true", "bi.sync_interval_seconds=0"]
+
+
+def reader_conninfo(port: int, password: str = PASSWORD) -> str:
+    return psycopg.conninfo.make_conninfo(host="127.0.0.1", port=port, dbname="lakehouse", user="bi_reader",
+                                          password=password, connect_timeout=5)  # fmt: skip
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM files)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = folder / "server.crt", folder / "server.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_path, key_path
+
+
+def _wait_for_replica(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"sql-server exited {process.returncode}: {process.stdout.read()}")
+        try:
+            with psycopg.connect(reader_conninfo(port)) as conn:
+                synced = conn.execute("SELECT count(*) FROM lakehouse_sync.table_versions").fetchone()[0]
+            if synced == len(replicated_tables()):
+                return
+        except psycopg.Error:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("sql-server did not serve the replica in time")
+
+
+@pytest.fixture(scope="module")
+def replica(spark, tmp_path_factory) -> Iterator[tuple[Settings, int, Path]]:
+    """A published home, `lakehouse sql-server` serving it over TLS on a free loopback port; yields (settings, port, batch 2)."""
+    assert JDBC_JAR.exists() and shutil.which("javac"), "Debian's libpostgresql-jdbc-java and javac: `make postgres`"
+    postgres_bindir()  # raises when Debian's postgresql is missing
+    # The server runs as an unprivileged user when the tests run as root: its home must be reachable.
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-bi-"))
+    root.chmod(0o711)
+    port = free_loopback_port()
+    settings = load_settings("local", home=root / "home", env={}, overrides=_overrides(port))
+    inputs = tmp_path_factory.mktemp("bi-inputs")
+    _split_by_entity(FIXTURES / "history-small.mcl.jsonl", inputs / "first.jsonl", inputs / "second.jsonl")
+    register_fresh_tables(spark, settings)
+    run_job(settings, paths=[inputs / "first.jsonl"], spark=spark)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE"))}
+    env["LAKEHOUSE_BI_PASSWORD"] = PASSWORD
+    cert, key = _self_signed(inputs)
+    command = [LAKEHOUSE, "--home", str(settings.home), *[a for o in _overrides(port) for a in ("--set", o)], "sql-server",
+               "--tls-cert", str(cert), "--tls-key", str(key)]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_replica(port, process)
+        yield settings, port, inputs / "second.jsonl"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _normalized(value):
+    if isinstance(value, list) and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        return {k: v for k, v in value}  # an Arrow map
+    if isinstance(value, float | Decimal):
+        return float(value)
+    return value
+
+
+def _delta_rows(settings: Settings, table_key: str) -> list[tuple]:
+    table = DeltaTable(str(table_location(settings, table_key)))
+    columns = list(table_spec(table_key).column_names)
+    rows = pa.RecordBatchReader.from_stream(table.scan(columns=columns)).read_all().to_pylist()
+    return sorted((tuple(_normalized(r[c]) for c in columns) for r in rows), key=repr)
+
+
+def _replica_rows(port: int, table_key: str) -> list[tuple]:
+    spec = table_spec(table_key)
+    names = ", ".join(f'"{c}"' for c in spec.column_names)
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        rows = conn.execute(f"SELECT {names} FROM {spec.layer}.{spec.name}").fetchall()
+    return sorted((tuple(_normalized(v) for v in row) for row in rows), key=repr)
+
+
+def _assert_replica_equals_delta(settings: Settings, port: int) -> None:
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        recorded = dict(conn.execute("SELECT table_key, rows FROM lakehouse_sync.table_versions").fetchall())
+    for key in replicated_tables():
+        delta, replica_rows = _delta_rows(settings, key), _replica_rows(port, key)
+        assert replica_rows == delta, f"{key}: replica {len(replica_rows)} rows, Delta {len(delta)}"
+        assert recorded[key] == len(delta), f"{key}: the sync state counts {recorded[key]} rows"
+
+
+def test_psycopg_reads_equal_delta_rs_reads_of_every_replicated_table(replica):
+    settings, port, _ = replica
+    assert _delta_rows(settings, "gold.audit_events"), "the fixture published audit events"
+    _assert_replica_equals_delta(settings, port)
+
+
+def test_maps_are_jsonb_and_timestamps_timestamptz(replica):
+    _, port, _ = replica
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        types = dict(conn.execute(
+            "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema IN ('gold', 'silver')"
+        ).fetchall())  # fmt: skip
+        parameters = conn.execute(
+            "SELECT parameters FROM silver.entity_change_events WHERE parameters IS NOT NULL LIMIT 1"
+        ).fetchone()[0]
+    assert types["entity_change_events.parameters"] == "jsonb"
+    assert isinstance(parameters, dict) and parameters
+    assert types["aspect_state.updated_at"] == "timestamp with time zone"
+    assert types["audit_events.event_date"] == "date"
+    assert types["openmetadata_change_events.current_version"] == "numeric"
+
+
+def test_every_gold_view_runs_and_counts_what_the_spark_view_counts(spark, replica):
+    settings, port, _ = replica
+    register_fresh_tables(spark, settings)
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        for view in load_views():
+            replica_count = conn.execute(f"SELECT count(*) FROM gold.{view.name}").fetchone()[0]
+            assert replica_count == spark.sql(f"SELECT * FROM gold.{view.name}").count(), view.name
+
+
+def test_sqlalchemy_inspector_lists_schemas_tables_views_and_columns(replica):
+    import sqlalchemy
+
+    _, port, _ = replica
+    engine = sqlalchemy.create_engine(f"postgresql+psycopg://bi_reader:{PASSWORD}@127.0.0.1:{port}/lakehouse")
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        assert {"gold", "silver"} <= set(inspector.get_schema_names())
+        assert set(inspector.get_table_names(schema="gold")) == {
+            "audit_events", "actor_activity_daily", "openmetadata_change_events", "actor_anomalies"
+        }  # fmt: skip
+        assert set(inspector.get_view_names(schema="gold")) == {v.name for v in load_views()}
+        columns = [c["name"] for c in inspector.get_columns("audit_events", schema="gold")]
+        assert columns == list(table_spec("gold.audit_events").column_names)
+        view_columns = {c["name"] for c in inspector.get_columns("actor_summary", schema="gold")}
+        assert {"actor_urn", "events_total", "active_days"} <= view_columns
+    finally:
+        engine.dispose()
+
+
+def test_psql_lists_the_gold_views(replica):
+    _, port, _ = replica
+    result = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "bi_reader", "-d", "lakehouse", "-c", r"\dv gold.*"],
+        env={**os.environ, "PGPASSWORD": PASSWORD}, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for view in load_views():
+        assert f" gold   | {view.name} " in result.stdout
+
+
+def test_the_jdbc_driver_lists_tables_and_columns_and_runs_a_prepared_statement(replica, tmp_path):
+    _, port, _ = replica
+    shutil.copy(Path(__file__).with_name("JdbcProbe.java"), tmp_path / "JdbcProbe.java")
+    subprocess.run(["javac", "-d", str(tmp_path), str(tmp_path / "JdbcProbe.java")], check=True, timeout=120)
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        actor, expected = conn.execute(
+            "SELECT actor_urn, count(*) FROM gold.audit_events GROUP BY actor_urn ORDER BY count(*) DESC LIMIT 1"
+        ).fetchone()  # fmt: skip
+    probe = subprocess.run(
+        ["java", "-cp", f"{JDBC_JAR}:{tmp_path}", "JdbcProbe", f"jdbc:postgresql://127.0.0.1:{port}/lakehouse",
+         "bi_reader", PASSWORD, "gold", "audit_events", actor],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    lines = probe.stdout.splitlines()
+    assert "table audit_events TABLE" in lines
+    assert {f"table {v.name} VIEW" for v in load_views()} <= set(lines)
+    assert [line.split()[1] for line in lines if line.startswith("column ")] == list(table_spec("gold.audit_events").column_names)
+    assert "column timestamp int8" in lines and "column event_date date" in lines
+    assert lines[-1] == f"count {expected}" and expected > 0
+
+
+def test_a_wrong_password_is_refused(replica):
+    _, port, _ = replica
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(reader_conninfo(port, password="not-the-password")).close()
+
+
+def test_with_a_certificate_logins_use_tls_and_plain_ones_are_refused(replica):
+    _, port, _ = replica
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        assert conn.pgconn.ssl_in_use
+    with pytest.raises(psycopg.OperationalError, match="no pg_hba.conf entry|no encryption"):
+        psycopg.connect(reader_conninfo(port) + " sslmode=disable").close()
+
+
+def test_bi_reader_cannot_write(replica):
+    _, port, _ = replica
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            conn.execute("INSERT INTO gold.audit_events (event_id) VALUES ('forged')")
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        # Even a transaction it sets to read-write may not touch the tables: SELECT is all it was granted.
+        conn.execute("SET TRANSACTION READ WRITE")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM gold.audit_events")
+
+
+def test_a_new_batch_is_in_the_replica_when_publish_returns(spark, replica):
+    settings, port, second = replica
+    before = len(_replica_rows(port, "gold.audit_events"))
+    register_fresh_tables(spark, settings)
+    summary = run_job(settings, paths=[second], spark=spark)
+    publish = next(s for s in summary.stages if s.stage == "publish")
+    assert publish.metrics.get("sync_bi_replica.rows_out", 0) > 0
+    after = _replica_rows(port, "gold.audit_events")
+    assert len(after) > before
+    _assert_replica_equals_delta(settings, port)
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        modes = dict(conn.execute("SELECT table_key, mode FROM lakehouse_sync.table_versions").fetchall())
+    # Copied incrementally: appended rows, or the days publish recomputed; never the whole table again.
+    assert modes["gold.audit_events"] == "append"
+    assert modes["gold.actor_activity_daily"] in ("partitions", "append")
+
+
+def test_status_shows_the_replica_versions_and_lag(replica):
+    settings, port, _ = replica
+    overrides = [a for o in _overrides(port) for a in ("--set", o)]
+    status = json.loads(run_cli(*overrides, "status", "--json", home=settings.home).stdout)["sql_server"]
+    assert status["available"] is True
+    tables = {t["table"]: t for t in status["tables"]}
+    assert set(tables) == set(replicated_tables())
+    audit = tables["gold.audit_events"]
+    assert audit["replica_version"] == DeltaTable(str(table_location(settings, "gold.audit_events"))).version()
+    assert audit["versions_behind"] == 0 and audit["lag_seconds"] == 0
+
+
+def test_a_rewritten_day_is_copied_again_and_a_compaction_copies_nothing(replica):
+    from deltalake import write_deltalake
+
+    from pipelines.bi.sync import sync_replica
+
+    settings, port, _ = replica
+    location = str(table_location(settings, "gold.actor_activity_daily"))
+    day = min(r["activity_date"] for r in DeltaTable(location).to_pyarrow_table(columns=["activity_date"]).to_pylist())
+    rows = DeltaTable(location).to_pyarrow_table(filters=[("activity_date", "=", day)])
+    rows = rows.set_column(rows.schema.get_field_index("events_total"), "events_total",
+                           pa.compute.add(rows.column("events_total"), 1000))  # fmt: skip
+    write_deltalake(location, rows, mode="overwrite", predicate=f"activity_date = '{day.isoformat()}'")
+    synced = {r.table_key: r for r in sync_replica(settings)}
+    assert synced["gold.actor_activity_daily"].mode == "partitions"
+    assert synced["gold.actor_activity_daily"].rows == rows.num_rows
+    assert synced["gold.audit_events"].mode == "none"
+    DeltaTable(location).optimize.compact()
+    assert {r.table_key: r.mode for r in sync_replica(settings)}["gold.actor_activity_daily"] == "none"
+    _assert_replica_equals_delta(settings, port)
+
+
+def test_the_anomalies_view_reads_timestamps_and_json_features_as_spark_does(spark, replica):
+    from datetime import datetime, timezone
+
+    from deltalake import write_deltalake
+
+    from pipelines.bi.sync import sync_replica
+
+    settings, port, _ = replica
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    start_ms = int(now.timestamp() * 1000) - 3_600_000
+    features = '[{"feature": "events", "value": 42.5, "baseline": 3.0, "deviation": 9.1}]'
+    row = {"actor": "urn:li:corpuser:odd", "granularity": "hour", "window_start": start_ms, "window_end": start_ms + 3_600_000,
+           "score": 2.5, "kind": "burst", "peer_scored": False, "top_features": features, "model_name": "m",
+           "model_version": "1", "scored_at": now, "window_date": now.date()}  # fmt: skip
+    location = table_location(settings, "gold.actor_anomalies")
+    write_deltalake(str(location), pa.Table.from_pylist([row], schema=pa.schema(DeltaTable(str(location)).schema().to_arrow())), mode="append")
+    sync_replica(settings)
+    register_fresh_tables(spark, settings)
+    expected = [tuple(r) for r in spark.sql("SELECT * FROM gold.actor_anomalies_recent").collect()]
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        got = conn.execute("SELECT * FROM gold.actor_anomalies_recent").fetchall()
+    assert len(got) == len(expected) == 1
+    assert got[0][1:3] == ("urn:li:corpuser:odd", "hour")
+    assert got[0][3] == datetime.fromtimestamp(start_ms / 1000, tz=timezone.utc)
+    assert got[0][8:11] == ("events", 42.5, 3.0) == tuple(expected[0][8:11])
+
+
+def test_a_replica_table_with_other_columns_than_declared_is_copied_again(replica):
+    from pipelines.bi.cluster import writer_conninfo
+    from pipelines.bi.sync import sync_replica
+
+    settings, port, _ = replica
+    with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+        # As a replica made before the column was declared would be.
+        conn.execute("ALTER TABLE gold.openmetadata_change_events DROP COLUMN entity")
+    synced = {r.table_key: r for r in sync_replica(settings)}
+    assert synced["gold.openmetadata_change_events"].mode == "swap"
+    assert synced["gold.audit_events"].mode == "none"
+    _assert_replica_equals_delta(settings, port)
+
+
+def test_an_existing_postgresql_given_by_dsn_is_prepared_and_synced(replica):
+    import dataclasses
+
+    from pipelines.bi.cluster import writer_conninfo
+    from pipelines.bi.server import prepare_replica
+
+    settings, port, _ = replica
+    admin = writer_conninfo(settings)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS managed_elsewhere")
+        conn.execute("CREATE DATABASE managed_elsewhere")
+    dsn = psycopg.conninfo.make_conninfo(admin, dbname="managed_elsewhere")
+    elsewhere = dataclasses.replace(settings, bi=dataclasses.replace(settings.bi, dsn=dsn))
+    synced = prepare_replica(elsewhere, password=None)  # bi_reader exists on that server: its password stays
+    assert {r.mode for r in synced} == {"swap"}
+    reader = psycopg.conninfo.make_conninfo(reader_conninfo(port), dbname="managed_elsewhere")
+    with psycopg.connect(reader) as conn:
+        count = conn.execute("SELECT count(*) FROM gold.audit_events").fetchone()[0]
+        views = {r[0] for r in conn.execute("SELECT table_name FROM information_schema.views WHERE table_schema = 'gold'")}
+    assert count == len(_delta_rows(settings, "gold.audit_events"))
+    assert views == {v.name for v in load_views()}
