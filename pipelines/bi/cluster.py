@@ -120,7 +120,7 @@ def check_searchable(folder: Path, user: ServiceUser) -> None:
 
 def data_dir(settings: Settings) -> Path:
     """The cluster's folder."""
-    return settings.resolve_path(settings.bi.data_dir)
+    return settings.secret_path(settings.bi.data_dir)
 
 
 def ensure_cluster(settings: Settings, user: ServiceUser | None) -> Path:
@@ -143,7 +143,7 @@ def ensure_cluster(settings: Settings, user: ServiceUser | None) -> Path:
         check_searchable(folder, user)
         os.chown(folder, user.uid, user.gid)
     password = secrets.token_urlsafe(32)
-    _write_private(settings.resolve_path(ADMIN_PASSWORD_FILE), password)
+    _write_private(settings.secret_path(ADMIN_PASSWORD_FILE), password)
     # initdb reads the password from a file its (unprivileged) user can open; removed right after.
     password_file = folder.parent / f".initdb-{secrets.token_hex(8)}"
     _write_owned(password_file, password + "\n", user)
@@ -192,10 +192,10 @@ def start_server(settings: Settings, host: str, port: int, tls: Tls | None) -> s
     command = [str(postgres_bindir() / "postgres"), "-D", str(folder)]
     for name, value in options.items():
         command += ["-c", f"{name}={value}"]
-    log_path = settings.resolve_path(LOG_FILE)
+    log_path = settings.secret_path(LOG_FILE)
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder, **_as_user(user))
-    _write_private(settings.resolve_path(STATE_FILE), json.dumps(
+    _write_private(settings.secret_path(STATE_FILE), json.dumps(
         {"pid": process.pid, "host": host, "port": port, "tls": tls is not None, "started_at": time.time()}
     ))  # fmt: skip
     try:
@@ -208,7 +208,7 @@ def start_server(settings: Settings, host: str, port: int, tls: Tls | None) -> s
 
 def stop_server(settings: Settings, process: subprocess.Popen) -> None:
     """Stop the server (fast shutdown: open sessions are ended) and forget its address."""
-    settings.resolve_path(STATE_FILE).unlink(missing_ok=True)
+    settings.secret_path(STATE_FILE).unlink(missing_ok=True)
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
@@ -230,13 +230,13 @@ def writer_conninfo(settings: Settings) -> str:
 
     if settings.bi.dsn:
         return settings.bi.dsn
-    state_path = settings.resolve_path(STATE_FILE)
+    state_path = settings.secret_path(STATE_FILE)
     if not state_path.exists():
         raise SourceUnavailable(f"sql-server: not running on {settings.home} (no {state_path}); start `lakehouse sql-server`")
     state = json.loads(state_path.read_text())
     return psycopg.conninfo.make_conninfo(
         host=connect_host(state["host"]), port=state["port"], dbname=DATABASE, user=ADMIN_ROLE,
-        password=settings.resolve_path(ADMIN_PASSWORD_FILE).read_text().strip(), connect_timeout=5,
+        password=settings.secret_path(ADMIN_PASSWORD_FILE).read_text().strip(), connect_timeout=5,
     )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from pipelines.bi.cluster import DATABASE, STATE_FILE, writer_conninfo
 from pipelines.bi.replica import prepare_reader, prepare_schemas, replicated_tables
 from pipelines.bi.sync import TableSync, replica_versions, sync_replica
 from pipelines.runtime.progress import StageResult
+from pipelines.runtime.storage import delta_storage_options
 
 SYNC_STAGE = "sync_bi_replica"
 
@@ -64,7 +65,7 @@ def serve_forever(
     interval = settings.bi.sync_interval_seconds
     while not stop.wait(interval if interval > 0 else 3600):
         if process is not None and process.poll() is not None:
-            raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode} (see {settings.resolve_path('bi/postgres.log')})")
+            raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode} (see {settings.secret_path('bi/postgres.log')})")
         if interval <= 0:
             continue
         try:
@@ -75,7 +76,7 @@ def serve_forever(
 
 def replica_configured(settings: Settings) -> bool:
     """Whether this home has a replica to sync: bi.dsn, or a running `lakehouse sql-server`."""
-    return bool(settings.bi.dsn) or settings.resolve_path(STATE_FILE).exists()
+    return bool(settings.bi.dsn) or settings.secret_path(STATE_FILE).exists()
 
 
 def sync_after_publish(settings: Settings) -> StageResult:
@@ -110,7 +111,8 @@ def replica_status(settings: Settings) -> dict[str, Any]:
     tables = []
     for key in replicated_tables():
         location = table_location(settings, key)
-        delta = DeltaTable(str(location)) if DeltaTable.is_deltatable(str(location)) else None
+        options = delta_storage_options(location)
+        delta = DeltaTable(str(location), storage_options=options) if DeltaTable.is_deltatable(str(location), storage_options=options) else None
         delta_version = delta.version() if delta else None
         replica_version = versions.get(key)
         behind = 0 if delta_version is None else delta_version - (replica_version if replica_version is not None else -1)

@@ -50,6 +50,7 @@ from pipelines.bi.replica import (
     replicated_tables,
     search_indexes,
 )
+from pipelines.runtime.storage import delta_storage_options
 
 # One sync at a time per replica database (the server's own loop and a publish may both start one).
 SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
@@ -321,11 +322,13 @@ def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
     """Bring one replica table to its Delta table's current version (see the module docstring)."""
     started = time.monotonic()
     location = table_location(settings, table_key)
-    if not DeltaTable.is_deltatable(str(location)):
+    options = delta_storage_options(location)
+    if not DeltaTable.is_deltatable(str(location), storage_options=options):
         return TableSync(table_key, from_version, None, "missing")
-    table = DeltaTable(str(location))
+    table = DeltaTable(str(location), storage_options=options)
     version = table.version()
-    local = location.exists()
+    # The commit plans read the Delta log as local files; a table on object storage is swapped whole.
+    local = options is None and location.exists()
     spec = table_spec(table_key)
     plan = plan_changes(location, spec.partitioned_by, NO_VERSION if from_version is None else from_version, version) if local else TablePlan("swap")
     if plan.mode == "none":
