@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.parser
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -88,9 +89,12 @@ ENGINE_PACKAGES = {"pyspark", "pysail", "delta-spark"}
 def wheel_metadata(tmp_path_factory) -> tuple[email.message.Message, str]:
     """Build the project wheel the way the bundle does (offline) and return its METADATA and entry points."""
     out = tmp_path_factory.mktemp("wheel")
+    # From a copy: setuptools leaves build/ and *.egg-info beside the sources it builds.
+    source = out / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "tests", "docs"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
-         "--wheel-dir", str(out), str(REPO)],
+         "--wheel-dir", str(out), str(source)],
         check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     (wheel,) = out.glob("metadata_audit_lakehouse-*.whl")
