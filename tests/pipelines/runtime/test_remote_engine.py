@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from pyspark.sql import SparkSession
+
 from conf.tables import TABLES
 from pipelines.runtime.engine import sail_connect_server
 from tests.conftest import FIXTURES, make_settings
 from tests.pipelines.batch.test_crash_resume import chain_shape, table_contents
 from tests.pipelines.cli.test_cli import run_cli
+from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +113,31 @@ def test_a_refine_killed_against_the_remote_engine_resumes_to_the_same_tables(
     for key in TABLES:
         if key.startswith(("bronze.", "silver.")):
             assert actual[key] == expected[key], f"{key} differs after a kill mid-refine"
+
+
+def test_the_connect_profile_pairs_versions_on_the_cluster_runner_as_the_embedded_engine_does(spark, remote_url):
+    # Sail's cluster runner computes lag(...) IGNORE NULLS as a plain lag once a window spans its workers
+    # (the native formulation leaves every predecessor of this batch out there). Later copies of a
+    # version, sorted just before its first landed copy, are the nulls the lag must skip.
+    from silver.state import to_empty_state, to_sequenced_batch
+
+    records = [
+        mcl(f"urn:li:dataset:(urn:li:dataPlatform:hive,db.t{key},PROD)", "globalTags",
+            {"tags": [{"tag": f"urn:li:tag:{name}"}]}, version=version)
+        for key in range(1500)
+        for name, version in (("a", 1), ("b", 2), ("c", 2), ("d", 2))
+    ]  # fmt: skip
+
+    def pairs(session: SparkSession, native_lag: bool) -> list:
+        batch_df = bronze_df(session, to_bronze_rows(records, "b1"))
+        sequenced_df = to_sequenced_batch(batch_df, to_empty_state(batch_df), native_lag)
+        return sorted((r.line_number, r.disposition, r.prev_json) for r in sequenced_df.collect())
+
+    expected = pairs(spark, native_lag=True)
+    # Each key's version 2 (first landed as "b", then twice again) has version 1 before it.
+    assert sum(1 for _, _, prev in expected if prev is not None) == 1500
+    cluster = SparkSession.builder.remote(remote_url).create()
+    try:
+        assert pairs(cluster, native_lag=False) == expected
+    finally:
+        cluster.stop()
