@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[local,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -27,6 +27,7 @@ class EngineSettings:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     memory_limit_mb: int | None = None
     parquet_filter_pushdown: bool = True
+    native_lag_ignore_nulls: bool = True
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +17,7 @@ from conf.errors import ConfigError, InputError
 from conf.settings import Settings
 from gold.anomaly_features import FEATURES, bucket_width_ms, to_actor_features
 from gold.anomaly_model import ActivityModel, fit, score
-from pipelines.runtime.home import home_of
-from pipelines.runtime.io import read_table, replace_where, write_scratch
+from pipelines.runtime.io import read_table, replace_where
 from pipelines.runtime.tracking import tracked_run
 
 DAY_MS = 86_400_000
@@ -108,9 +106,10 @@ def read_events(spark: SparkSession, settings: Settings, since_ms: int, until_ms
 def features_for(events_df: DataFrame, settings: Settings, granularity: str, since_ms: int | None = None) -> pd.DataFrame:
     """Compute one granularity's feature rows with the settings' baseline and business hours.
 
-    The rows are written once as Parquet under `<home>/_scratch/anomalies` and read back with pyarrow:
-    a million feature rows exceed what one Spark Connect response may carry (128 MiB), and collecting
-    them in slices recomputed the whole feature query once per slice.
+    The engine computes the features (one row per actor and bucket, however many events) and streams
+    them as Arrow batches, so the query runs once and nothing is read from a path of this machine: the
+    engine may run elsewhere. (3M rows, 186 MB of Arrow, came through in one `toArrow`; collecting them in
+    slices recomputed the whole feature query once per slice.)
 
     Args:
         events_df: the change events, the history before `since_ms` included (baselines read it).
@@ -124,13 +123,7 @@ def features_for(events_df: DataFrame, settings: Settings, granularity: str, sin
     features_df = to_actor_features(events_df, granularity, baseline_buckets=baseline, business_hours=(hours[0], hours[1]))
     if since_ms is not None:
         features_df = features_df.where(F.col("bucket_start") >= since_ms)
-    storage = home_of(settings).storage
-    folder = settings.home / "_scratch" / "anomalies" / f"{granularity}-{uuid.uuid4().hex}"
-    try:
-        write_scratch(features_df, folder, storage)
-        return storage.read_parquet(folder).to_pandas()
-    finally:
-        storage.remove_tree(folder)
+    return features_df.toArrow().to_pandas()
 
 
 def train(spark: SparkSession, settings: Settings, now_ms: int | None = None) -> TrainResult:

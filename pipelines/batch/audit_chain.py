@@ -4,6 +4,11 @@ Linking runs inside the publish stages after their MERGE and before progress is 
 only for a (table, batch) whose latest link has another digest, so a re-run after a crash adds nothing
 twice. Verification recomputes every linked batch's digest from the table as it is now and, for a batch
 that differs, compares its rows with the table at the version the link names.
+
+Digests are computed by the engine (`gold.audit_chain_columns`: row hashes, then one aggregate per batch);
+the driver receives one row per batch. Links recorded before that hold byte-stream digests
+(`gold.audit_chain.BatchDigest`, computed here from each batch's rows pulled as Arrow): verify still
+recomputes those batches that way, so an older home's chain keeps verifying.
 """
 
 from __future__ import annotations
@@ -30,19 +35,18 @@ from gold.audit_chain import (
     GENESIS_DIGEST,
     BatchDigest,
     ChainKey,
-    canonical_column_values,
     canonical_json_lines,
     diff_rows,
     first_broken_link,
     new_link,
-    row_hash,
 )
+from gold.audit_chain_columns import EMPTY_ROW_HASHES_DIGEST, is_row_hashes_digest, to_batch_digests, with_row_hash
 from pipelines.batch.access_retention import pruned_by_retention
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for
 
 CHAIN_TABLE = "ops.audit_chain"
-# Rows turned into canonical text at a time (bounds the Python objects alive at once).
+# Rows of a byte-stream (older) digest turned into canonical text at a time (bounds the Python objects alive).
 DIGEST_CHUNK_ROWS = 50_000
 # Each link names the one before it, so links are appended one at a time: within a process by this lock
 # (watch mode publishes the audit and OpenMetadata tables from two threads), across processes (the
@@ -146,14 +150,6 @@ def table_at(spark: SparkSession, settings: Settings, table_key: str, version: i
     return reader.load(str(table_location(settings, table_key)))
 
 
-def canonical_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
-    """Yield an Arrow table's rows as dicts of canonical values."""
-    columns = {name: canonical_column_values(table.column(name)) for name in table.column_names}
-    names = list(columns)
-    for values in zip(*columns.values()):
-        yield dict(zip(names, values))
-
-
 def _batch_tables(
     spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str] | None, version: int | None
 ) -> Iterator[tuple[str | None, pa.Table]]:
@@ -187,7 +183,24 @@ def _batch_tables(
 def digest_batches(
     spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str] | None = None, version: int | None = None
 ) -> dict[str | None, tuple[int, str]]:
-    """Return batch_id -> (row count, digest) for a chained table's batches (all batches when None)."""
+    """Return batch_id -> (row count, `rows-sha256` digest) for a chained table's batches (all when None).
+
+    The engine hashes the rows and aggregates each batch; rows without a batch id come as batch None.
+    """
+    df = table_at(spark, settings, table_key, version).select(*table_spec(table_key).column_names)
+    if batch_ids is not None:
+        df = df.filter(F.col("batch_id").isin(sorted(batch_ids)))
+    digests_df = to_batch_digests(df, CHAINED_TABLES[table_key])
+    return {r.batch_id: (int(r.row_count), r.batch_digest) for r in digests_df.collect()}
+
+
+def byte_stream_digests(
+    spark: SparkSession, settings: Settings, table_key: str, batch_ids: list[str] | None = None, version: int | None = None
+) -> dict[str | None, tuple[int, str]]:
+    """Return batch_id -> (row count, byte-stream digest): the digest links recorded before row hashes hold.
+
+    Each batch's rows come to this process (one batch at a time) and are hashed here in key order.
+    """
     digests: dict[str, tuple[int, str]] = {}
     for batch_id, table in _batch_tables(spark, settings, table_key, batch_ids, version):
         hasher = BatchDigest()
@@ -200,15 +213,20 @@ def digest_batches(
 def _row_hashes(
     spark: SparkSession, settings: Settings, table_key: str, batch_id: str, version: int | None
 ) -> dict[str, str]:
-    """key -> row hash of one batch (a key seen twice is kept as `<key>#2`, so a duplicate counts as added)."""
+    """key -> row hash of one batch (a key seen twice is kept as `<key>#2`, so a duplicate counts as added).
+
+    The engine hashes the rows; this process gets one key and hash per row of the batch (only to explain
+    a digest that differs, or a takeover).
+    """
     key_column = CHAINED_TABLES[table_key]
+    df = table_at(spark, settings, table_key, version).select(*table_spec(table_key).column_names)
+    hashed_df = with_row_hash(df.filter(F.col("batch_id") == F.lit(batch_id))).select(key_column, "row_hash")
     hashes: dict[str, str] = {}
-    for _, table in _batch_tables(spark, settings, table_key, [batch_id], version):
-        for row in canonical_rows(table):
-            key = str(row[key_column])
-            while key in hashes:
-                key += "#2"
-            hashes[key] = row_hash(row)
+    for row in hashed_df.orderBy(key_column, "row_hash").collect():
+        key = str(row[key_column])
+        while key in hashes:
+            key += "#2"
+        hashes[key] = row.row_hash
     return hashes
 
 
@@ -314,7 +332,7 @@ def _taken_over(
             .count()
         )
         if moved == len(diff.missing):
-            taken.update(digest_batches(spark, settings, table_key, [batch_id]) or {batch_id: (0, BatchDigest().hexdigest())})
+            taken.update(digest_batches(spark, settings, table_key, [batch_id]) or {batch_id: (0, EMPTY_ROW_HASHES_DIGEST)})
     return taken
 
 
@@ -398,6 +416,9 @@ def verify_chain(
         chained = frozenset(int(link["delta_version"]) for link in chain if link["table_key"] == table_key)
         try:
             current = digest_batches(spark, settings, table_key)
+            # Batches whose newest link predates row hashes are recomputed as they were digested then.
+            older = sorted(b for b, link in windowed.items() if not is_row_hashes_digest(link["batch_digest"]))
+            current_older = byte_stream_digests(spark, settings, table_key, older) if older else {}
         except Exception as exc:  # noqa: BLE001 - a data file replaced on disk no longer matches the Delta log
             first = min(windowed.values(), key=lambda link: link["seq"])
             failures.append(BrokenLink(
@@ -407,9 +428,12 @@ def verify_chain(
             ))  # fmt: skip
             continue
         for batch_id, link in windowed.items():
-            if batch_id not in current and pruned_by_retention(settings, link, now_ms):
+            if is_row_hashes_digest(link["batch_digest"]):
+                count, digest = current.get(batch_id, (0, EMPTY_ROW_HASHES_DIGEST))
+            else:
+                count, digest = current_older.get(batch_id, (0, BatchDigest().hexdigest()))
+            if count == 0 and pruned_by_retention(settings, link, now_ms):
                 continue  # an access log batch deleted by its retention
-            count, digest = current.get(batch_id, (0, BatchDigest().hexdigest()))
             batches += 1
             rows += count
             if digest != link["batch_digest"]:

@@ -160,8 +160,9 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
 
     sequenced_df = _stage(
-        to_sequenced_batch(batch_df, pre_state_df), folder / "sequenced", *staging, partition_by="aspect_name"
-    )
+        to_sequenced_batch(batch_df, pre_state_df, settings.engine.native_lag_ignore_nulls),
+        folder / "sequenced", *staging, partition_by="aspect_name",
+    )  # fmt: skip
     pairs_df = to_pairs(sequenced_df)
     schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", *staging)
     # Only the generators of the batch's aspects run: a micro-batch often holds a few kinds of aspect.

@@ -138,7 +138,7 @@ def replay_window(
     # The batches refine has finished: silver holds nothing yet of a batch landed and not refined.
     refined = finished_batches(spark, settings, REFINE_STAGE)
     snapshots_df = read_table(spark, settings, SNAPSHOTS_TABLE).filter(F.col("batch_id").isin(refined))
-    sequenced_df = to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df))
+    sequenced_df = to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df), settings.engine.native_lag_ignore_nulls)
     storage = home_of(settings).storage
     folder = settings.home / "_scratch" / "replay" / uuid.uuid4().hex
     try:

@@ -17,6 +17,7 @@ generated input, so a repeated run measures the same files.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -41,7 +42,9 @@ from pipelines.bench.micro_batches import run_micro_batches
 from pipelines.runtime.io import read_table
 from pipelines.cli.console import console
 
-ENGINES = ("sail", "classic")
+# sail-cluster: Sail as its own process in local-cluster mode (a driver and workers over the network),
+# reached through Spark Connect with the `connect` profile: the remote engine on the same cores.
+ENGINES = ("sail", "sail-cluster", "classic")
 TARGETS = {
     "versions": 2_000_000,
     "wall_s": 60.0,
@@ -67,7 +70,11 @@ def register(app: typer.Typer) -> None:
     def bench_silver_command(
         versions: int = typer.Option(..., "--versions", min=100, help="Aspect versions to generate (about)."),
         batches: int = typer.Option(1, "--batches", min=1, help="Land them as this many equal batches."),
-        engine: str = typer.Option("sail", "--engine", help="sail (embedded, Delta + MERGE) or classic (JVM local[2], Parquet)."),
+        engine: str = typer.Option(
+            "sail", "--engine",
+            help="sail (embedded, Delta + MERGE), sail-cluster (sail spark server in local-cluster mode, its own "
+            "process, through Spark Connect) or classic (JVM local[2], Parquet).",
+        ),  # fmt: skip
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
         seed: int = typer.Option(7, "--seed", help="Generator seed."),
         work: Path | None = typer.Option(None, "--work", help="Scratch folder (default: a temporary one, removed after)."),
@@ -154,14 +161,15 @@ def run_silver_bench(
         shutil.rmtree(folder / "classic", ignore_errors=True)
         shutil.rmtree(folder / "micro", ignore_errors=True)
         batch_dirs = _batch_dirs(input_dir, batches)
-        if floors and engine != "sail":
+        if floors and engine not in ("sail", "sail-cluster"):
             raise InputError(f"--floors: measured on the sail engine only, not on {engine!r}")
-        if micro_batches and engine != "sail":
+        if micro_batches and engine not in ("sail", "sail-cluster"):
             raise InputError(f"--micro-batches: measured on the sail engine only, not on {engine!r}")
         load_before = os.getloadavg()
-        if engine == "sail":
+        if engine in ("sail", "sail-cluster"):
             figures = _run_sail(
-                folder, batch_dirs, collect_ids=baseline, floors=floors, micro=(micro_batches, micro_records, seed)
+                folder, batch_dirs, collect_ids=baseline, floors=floors, micro=(micro_batches, micro_records, seed),
+                cluster=engine == "sail-cluster",
             )
         else:
             figures = _run_classic(folder, batch_dirs, collect_ids=baseline)
@@ -340,12 +348,17 @@ def _run_sail(
     collect_ids: bool = False,
     floors: bool = False,
     micro: tuple[int, int, int] = (0, 0, 0),
+    cluster: bool = False,
 ) -> dict[str, Any]:
-    from pipelines.runtime.engine import open_session
+    from pipelines.runtime.engine import open_session, sail_connect_server
     from pipelines.batch.refine import refine
 
     settings = load_settings("local", home=folder / "home", env={})
-    with open_session(settings) as spark:
+    with contextlib.ExitStack() as stack:
+        if cluster:
+            url = stack.enter_context(sail_connect_server(settings, mode="local-cluster", workdir=str(folder)))
+            settings = load_settings("connect", home=folder / "home", env={}, overrides=[f"engine.connect_url={url}"])
+        spark = stack.enter_context(open_session(settings))
         with measure() as landing:
             mode = _land(spark, settings, batch_dirs)
         per_batch = []

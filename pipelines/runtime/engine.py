@@ -51,18 +51,7 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
 def _local_session(settings: Settings) -> Iterator[SparkSession]:
     # The embedded engine logs sessions and shutdown to stderr; keep CLI output readable unless asked.
     os.environ.setdefault("RUST_LOG", "error")
-    # The embedded engine reads its configuration from the environment when the server starts.
-    if settings.engine.memory_limit_mb is not None:
-        os.environ["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "fair"
-        os.environ["SAIL_RUNTIME__MEMORY_POOL__FAIR__MAX_SIZE"] = str(settings.engine.memory_limit_mb * 2**20)
-    # A micro-batch joins its few keys with the whole state: with pushdown, the scan decodes the key
-    # columns, keeps the rows the join's filter lets through, and decodes the JSON of those alone.
-    os.environ["SAIL_PARQUET__PUSHDOWN_FILTERS"] = "true" if settings.engine.parquet_filter_pushdown else "false"
-    # The engine's Parquet reader (parquet-rs 59.2) can fail a pushed-down scan with "Invalid offset in
-    # sparse column chunk data" when its predicate cache reads a page that page pruning left unloaded
-    # (arrow-rs #10733): refine hit it on a state written by 20 MERGEs. Without the cache, the filter
-    # columns are decoded again for the output instead of kept from the filter.
-    os.environ["SAIL_PARQUET__MAX_PREDICATE_CACHE_SIZE"] = "0"
+    os.environ.update(sail_environment(settings))
     # Object storage: the engine reads the same options (AWS_ENDPOINT_URL, ...) from its environment.
     os.environ.update(storage_options(settings))
     from pysail.spark import SparkConnectServer
@@ -78,6 +67,34 @@ def _local_session(settings: Settings) -> Iterator[SparkSession]:
             spark.stop()
     finally:
         server.stop()
+
+
+def sail_environment(settings: Settings) -> dict[str, str]:
+    """The environment a Sail server needs for these settings (it reads its configuration there at start).
+
+    The embedded engine gets it in this process; a remote Sail server (`sail spark server`, Sail on
+    Kubernetes) must be started with it, since nothing a client sends changes it (docs/scaling.md).
+
+    Args:
+        settings: the lakehouse settings (`engine.memory_limit_mb`, `engine.parquet_filter_pushdown`).
+
+    Returns:
+        SAIL_* variable names and values.
+    """
+    environment = {
+        # A micro-batch joins its few keys with the whole state: with pushdown, the scan decodes the key
+        # columns, keeps the rows the join's filter lets through, and decodes the JSON of those alone.
+        "SAIL_PARQUET__PUSHDOWN_FILTERS": "true" if settings.engine.parquet_filter_pushdown else "false",
+        # The engine's Parquet reader (parquet-rs 59.2) can fail a pushed-down scan with "Invalid offset in
+        # sparse column chunk data" when its predicate cache reads a page that page pruning left unloaded
+        # (arrow-rs #10733): refine hit it on a state written by 20 MERGEs. Without the cache, the filter
+        # columns are decoded again for the output instead of kept from the filter.
+        "SAIL_PARQUET__MAX_PREDICATE_CACHE_SIZE": "0",
+    }
+    if settings.engine.memory_limit_mb is not None:
+        environment["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "fair"
+        environment["SAIL_RUNTIME__MEMORY_POOL__FAIR__MAX_SIZE"] = str(settings.engine.memory_limit_mb * 2**20)
+    return environment
 
 
 # Seconds to wait for a Spark Connect endpoint to accept a connection before reporting it unreachable.
@@ -228,17 +245,7 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_HOME": spark_home}
         )
         try:
-            deadline = time.monotonic() + startup_timeout
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        log.seek(0)
-                        tail = log.read()[-2000:]
-                        raise ConfigError(f"engine: JVM Spark Connect server on port {port} did not start:\n{tail}")
-                    time.sleep(0.2)
+            _wait_for_port(process, port, log, time.monotonic() + startup_timeout, "JVM Spark Connect server")
             yield f"sc://127.0.0.1:{port}"
         finally:
             process.terminate()
@@ -247,3 +254,64 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _wait_for_port(process, port: int, log, deadline: float, what: str) -> None:
+    """Return once something listens on the loopback port, or raise with the process's log tail."""
+    import time
+
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                tail = log.read()[-2000:]
+                raise ConfigError(f"engine: {what} on port {port} did not start:\n{tail}") from None
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def sail_connect_server(
+    settings: Settings, mode: str = "local-cluster", workdir: str | None = None, startup_timeout: float = 60.0
+) -> Iterator[str]:
+    """Run Sail as a Spark Connect server in its own process on loopback (`sail spark server`).
+
+    The server gets `sail_environment(settings)` and `SAIL_MODE` in its environment, as a remote Sail
+    deployment must; in `local-cluster` mode it starts a driver and workers that exchange data over
+    the network (the runner Sail uses on Kubernetes).
+
+    Args:
+        settings: the settings whose Sail environment the server starts with.
+        mode: `SAIL_MODE`: `local` (one process, threads) or `local-cluster`.
+        workdir: the server's working directory (default: a new temporary one).
+        startup_timeout: seconds to wait for the server's port.
+
+    Yields:
+        The `sc://` URL of the server; it is killed when the block ends.
+
+    Raises:
+        ConfigError: when the server does not come up in time (its log tail is in the message).
+    """
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    sail = shutil.which("sail") or os.path.join(os.path.dirname(sys.executable), "sail")
+    port = free_loopback_port()
+    environment = {**os.environ, "RUST_LOG": "error", **sail_environment(settings), "SAIL_MODE": mode}
+    with tempfile.TemporaryDirectory(prefix="sail-server-") as scratch, tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            [sail, "spark", "server", "--ip", "127.0.0.1", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=workdir or scratch,
+        )  # fmt: skip
+        try:
+            _wait_for_port(process, port, log, time.monotonic() + startup_timeout, "Sail Spark Connect server")
+            yield f"sc://127.0.0.1:{port}"
+        finally:
+            process.kill()
+            process.wait()
+

@@ -1,7 +1,7 @@
 """Table maintenance behind one interface: history, vacuum and optimize.
 
-The embedded engine's SQL has no DESCRIBE HISTORY, VACUUM or OPTIMIZE, so the local profile uses
-delta-rs on the table's files; Spark Connect and classic Spark (Databricks, delta-spark) use SQL.
+Sail's SQL (embedded, or a remote Sail server) has no DESCRIBE HISTORY, VACUUM or OPTIMIZE, so tables at
+paths are maintained by delta-rs on their files; catalog-managed tables (Databricks) through Delta SQL.
 """
 
 from __future__ import annotations
@@ -235,19 +235,23 @@ class SqlMaintenance:
 
 
 def maintenance_for(settings: Settings, spark: SparkSession | None = None) -> TableMaintenance:
-    """Pick the maintenance backend for the settings' engine.
+    """Pick the maintenance backend for where the tables live.
+
+    Tables at paths (every profile but catalog-managed tables) are maintained by delta-rs on their
+    location, whatever engine writes them: a remote Spark Connect server need not know Delta's
+    maintenance SQL (Sail has none). Catalog-managed tables are reached through the catalog's SQL.
 
     Args:
         settings: the lakehouse settings.
-        spark: a session; needed by every engine but the embedded one.
+        spark: a session; needed for catalog-managed tables.
 
     Raises:
-        ConfigError: when a Spark engine is configured and no session is given.
+        ConfigError: when the tables are catalog-managed and no session is given.
     """
-    if settings.engine.kind == "local":
+    if not settings.catalog.managed_tables:
         return DeltaRsMaintenance(settings)
     if spark is None:
-        raise ConfigError(f"engine.kind: {settings.engine.kind!r} maintenance runs through SQL and needs a session")
+        raise ConfigError("catalog.managed_tables: maintenance of catalog-managed tables runs through SQL and needs a session")
     return SqlMaintenance(spark, settings)
 
 

@@ -284,3 +284,38 @@ def test_signing_settings_name_the_key_and_value(tmp_path):
     assert chain_key(settings).kind == "hmac"
     with pytest.raises(InputError, match="refusing to replace"):
         create_key(settings, "hmac")
+
+
+def _rechain_with_byte_stream_digests(spark, settings) -> None:
+    """Rewrite the chain as a home built before row hashes holds it: byte-stream batch digests."""
+    from gold.audit_chain import GENESIS_DIGEST, new_link
+    from pipelines.batch.audit_chain import CHAIN_TABLE, byte_stream_digests
+
+    links = read_chain(spark, settings)
+    shutil.rmtree(table_location(settings, CHAIN_TABLE))
+    register_fresh_tables(spark, settings)
+    head, rewritten = GENESIS_DIGEST, []
+    for link in links:
+        count, digest = byte_stream_digests(spark, settings, link["table_key"], [link["batch_id"]])[link["batch_id"]]
+        assert len(digest) == 64 and count == link["row_count"]
+        rewritten.append(new_link(link["seq"], link["table_key"], link["batch_id"], link["delta_version"], count, digest,
+                                  head, link["recorded_at_ms"], chain_key(settings)))  # fmt: skip
+        head = rewritten[-1]["link_digest"]
+    columns = [field.name for field in spark.table(table_name(settings, CHAIN_TABLE)).schema.fields]
+    append(spark.createDataFrame([tuple(l[c] for c in columns) for l in rewritten],
+                                 spark.table(table_name(settings, CHAIN_TABLE)).schema), settings, CHAIN_TABLE)  # fmt: skip
+
+
+def test_new_links_hold_row_hash_digests_computed_by_the_engine(spark, home_copy):
+    assert all(link["batch_digest"].startswith("rows-sha256:") for link in read_chain(spark, home_copy))
+
+
+def test_a_chain_of_byte_stream_digests_from_an_older_home_still_verifies_and_catches_an_edit(spark, home_copy):
+    _rechain_with_byte_stream_digests(spark, home_copy)
+    result = verify_chain(spark, home_copy)
+    assert result.ok, result.broken
+    assert result.batches_checked == 6 and result.rows_checked == 9
+    audit = table_name(home_copy, "gold.audit_events")
+    spark.sql(f"UPDATE {audit} SET actor_urn = 'urn:li:corpuser:mallory' WHERE actor_urn = '{BOB}' AND batch_id = 'b-2'").collect()
+    broken = verify_chain(spark, home_copy).broken
+    assert (broken.table_key, broken.batch_id, broken.changed) == ("gold.audit_events", "b-2", 1)

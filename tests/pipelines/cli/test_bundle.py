@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import email.parser
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -73,3 +78,68 @@ def test_catalog_and_schema_are_bundle_variables():
     assert {"catalog", "schema_prefix", "home"} <= set(BUNDLE["variables"])
     text = (REPO / "resources" / "lakehouse_pipeline.job.yml").read_text()
     assert "catalog.name=${var.catalog}" in text
+
+
+# The engine packages a Databricks runtime (and any Spark 4 cluster) brings itself: installed from the
+# wheel's base dependencies they would replace the runtime's own PySpark and Delta.
+ENGINE_PACKAGES = {"pyspark", "pysail", "delta-spark"}
+
+
+@pytest.fixture(scope="module")
+def wheel_metadata(tmp_path_factory) -> tuple[email.message.Message, str]:
+    """Build the project wheel the way the bundle does (offline) and return its METADATA and entry points."""
+    out = tmp_path_factory.mktemp("wheel")
+    # From a copy: setuptools leaves build/ and *.egg-info beside the sources it builds.
+    source = out / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "tests", "docs"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
+         "--wheel-dir", str(out), str(source)],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    (wheel,) = out.glob("metadata_audit_lakehouse-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (metadata_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        (entry_points_name,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        assert "conf/base.yaml" in names and "conf/profiles/databricks.yaml" in names
+        metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
+        return metadata, archive.read(entry_points_name).decode()
+
+
+def _requirement(line: str) -> tuple[str, str | None]:
+    """(normalized name, extra or None) of one Requires-Dist line."""
+    spec, _, marker = line.partition(";")
+    name = re.split(r"[\[=<>!~ ]", spec.strip(), maxsplit=1)[0].lower().replace("_", "-")
+    extra = re.search(r"extra\s*==\s*['\"]([a-z0-9_-]+)['\"]", marker)
+    return name, extra.group(1) if extra else None
+
+
+def test_the_wheel_leaves_the_engine_to_the_platform_and_the_local_extra(wheel_metadata):
+    metadata, _ = wheel_metadata
+    requirements = [_requirement(line) for line in metadata.get_all("Requires-Dist")]
+    base = {name for name, extra in requirements if extra is None}
+    local = {name for name, extra in requirements if extra == "local"}
+    assert "deltalake" in base and "fastapi" in base
+    assert not base & ENGINE_PACKAGES, f"the base dependencies pin {base & ENGINE_PACKAGES}"
+    assert ENGINE_PACKAGES <= local
+    assert {"local", "connect", "dev"} <= set(metadata.get_all("Provides-Extra"))
+
+
+def test_the_wheel_installs_the_lakehouse_entry_point_the_bundle_runs(wheel_metadata):
+    _, entry_points = wheel_metadata
+    assert re.search(r"^lakehouse\s*=\s*pipelines\.cli\.app:main$", entry_points, re.MULTILINE)
+    assert {task["entry_point"] for _, _, task in WHEEL_TASKS} == {"lakehouse"}
+
+
+def test_every_job_cluster_runs_spark_4():
+    # PySpark 4 APIs (DataFrame.toArrow) need Databricks Runtime 17.x; 17.3 is its LTS.
+    for job_key, job in _resources()["jobs"].items():
+        for cluster in job["job_clusters"]:
+            version = cluster["new_cluster"]["spark_version"]
+            major, minor = (int(part) for part in version.split(".")[:2])
+            assert (major, minor) >= (17, 3), f"{job_key}: {version}"
+
+
+def test_make_installs_the_embedded_engine():
+    assert "'.[local,dev]'" in (REPO / "Makefile").read_text()

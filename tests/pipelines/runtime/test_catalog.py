@@ -88,10 +88,14 @@ def test_another_value_of_a_declared_property_counts_as_missing(spark, tmp_path)
     assert _log_configuration(settings).get(DELETION_VECTORS[0]) == "true"
 
 
-def test_spark_engines_read_the_properties_with_show_tblproperties(classic_spark, tmp_path):
+def test_catalog_managed_tables_read_their_properties_with_show_tblproperties(classic_spark, tmp_path):
     # JVM Spark here has no Delta; SHOW TBLPROPERTIES reports a parquet table's properties the same way.
     base = make_settings(tmp_path / "spark")
-    settings = dataclasses.replace(base, engine=dataclasses.replace(base.engine, kind="classic"))
+    settings = dataclasses.replace(
+        base,
+        engine=dataclasses.replace(base.engine, kind="classic"),
+        catalog=dataclasses.replace(base.catalog, managed_tables=True),
+    )
     spec = table_spec(STATE)
     name = table_name(settings, STATE)
     # Explicit locations keep the JVM server's warehouse out of the working directory.

@@ -37,12 +37,19 @@ def test_local_profile_uses_delta_rs(maintained):
     assert isinstance(maintenance_for(maintained), DeltaRsMaintenance)
 
 
-def test_spark_profiles_need_a_session(tmp_path: Path):
+def test_catalog_managed_tables_need_a_session(tmp_path: Path):
     from conf.settings import load_settings
 
-    settings = load_settings("classic", home=tmp_path, env={})
+    settings = load_settings("databricks", home=tmp_path, env={})
     with pytest.raises(ConfigError, match="needs a session"):
         maintenance_for(settings)
+
+
+def test_tables_at_paths_use_delta_rs_whatever_the_engine(tmp_path: Path):
+    from conf.settings import load_settings
+
+    settings = load_settings("connect", home=tmp_path, env={}, overrides=["engine.connect_url=sc://127.0.0.1:1"])
+    assert isinstance(maintenance_for(settings), DeltaRsMaintenance)
 
 
 def test_history_lists_every_commit_newest_first(maintained):
