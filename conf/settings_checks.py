@@ -231,6 +231,7 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
         ("max_body_bytes", serve.max_body_bytes, 1024),
         ("max_size", serve.max_size, 1),
         ("row_cache_mb", serve.row_cache_mb, 0),
+        ("workers", serve.workers, 0),
     ):
         if ok(f"serve.{name}") and value < least:
             problems.append(f"serve.{name}: {value!r} must be at least {least}")

@@ -139,6 +139,7 @@ class ServeSettings:
     max_body_bytes: int = 1048576
     max_size: int = 10000
     row_cache_mb: int = 256
+    workers: int = 0
 
 
 @dataclass(frozen=True)

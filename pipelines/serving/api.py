@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +29,7 @@ from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, open_engine
 from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.tokens import TokenVerifier
+from pipelines.serving.workers import StoppableServer, default_workers, serve_workers
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
 EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
@@ -98,6 +99,7 @@ def create_app(
     *,
     max_queries: int | None = None,
     engine: SearchEngine | None = None,
+    admission: Admission | None = None,
 ) -> FastAPI:
     """Build the API application around a serving engine.
 
@@ -107,6 +109,8 @@ def create_app(
         max_queries: searches that run at once (default serve.query_slots); serve.queue_depth more wait,
             the rest get 503.
         engine: the engine to search with (default: the one serve.engine names).
+        admission: the bounds shared by the server's worker processes (default: this process's own,
+            from max_queries and the serve section).
 
     Raises:
         ConfigError: when max_queries is below 1, or the engine cannot be opened.
@@ -115,7 +119,7 @@ def create_app(
     slots = serve_settings.query_slots if max_queries is None else max_queries
     if slots < 1:
         raise ConfigError(f"max_queries: {slots!r} must be at least 1")
-    admission = Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
+    admission = admission or Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
     verifier = TokenVerifier(settings.tokens_path)
     app = FastAPI(
@@ -148,7 +152,7 @@ def create_app(
     def health() -> dict[str, Any]:
         from pipelines.batch.watch_status import watch_status
 
-        return {"status": "ok", **search_engine.health(), "watch": watch_status(settings)}
+        return {"status": "ok", **search_engine.health(), "watch": watch_status(settings), "admission": admission.status()}
 
     @app.post(
         SEARCH_PATH,
@@ -232,27 +236,17 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")
     config = {"host": host, "port": port, "log_level": "warning", "access_log": False}
     if settings.serve.engine != "spark":
-        _StoppableServer(uvicorn.Config(create_app(settings), **config)).run()
+        workers = settings.serve.workers or default_workers()
+        # serve.row_cache_mb bounds the server: each worker caches its share.
+        worker_settings = dataclasses.replace(
+            settings, serve=dataclasses.replace(settings.serve, row_cache_mb=settings.serve.row_cache_mb // workers)
+        )
+        bounds = (settings.serve.query_slots, settings.serve.queue_depth, settings.serve.queue_timeout_seconds)
+        serve_workers(host, port, workers, lambda admission: create_app(worker_settings, admission=admission), bounds)
         return
+    # The Spark engine's work runs in the session, which one process holds.
     with open_session(settings) as spark:
-        _StoppableServer(uvicorn.Config(create_app(settings, spark), **config)).run()
-
-
-class _StoppableServer(uvicorn.Server):
-    """A uvicorn server for which SIGTERM and SIGINT are the normal way to stop: it shuts down and exits 0.
-
-    uvicorn re-raises the signal after its graceful shutdown, so the process would end "killed by SIGTERM"
-    and a supervisor would see a failure.
-    """
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        StoppableServer(uvicorn.Config(create_app(settings, spark), **config)).run()
 
 
 @contextlib.contextmanager
