@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import hashlib
 import http.client
+import os
 import statistics
 import shutil
 import subprocess
@@ -111,6 +112,14 @@ def _start_server(settings: Settings, engine: str, port: int, log_path: Path, ti
     raise ConfigError(f"bench: the server did not answer /health within {timeout} s")
 
 
+def _server_pids(pid: int) -> list[int]:
+    """The server process and its worker processes (Linux /proc: the children of its main thread)."""
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return pids
+
+
 def server_memory(pid: int) -> dict[str, int | None]:
     """The memory of a server process and its workers (Linux /proc; None where the OS does not tell).
 
@@ -119,15 +128,27 @@ def server_memory(pid: int) -> dict[str, int | None]:
         upper bound: pages the workers share since the fork count once per process); pss_bytes: their
         proportional set size now (shared pages split between the processes sharing them).
     """
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    pids = _server_pids(pid)
     peak = pss = 0
     for member in pids:
         with contextlib.suppress(OSError):
             peak += _proc_kb(Path(f"/proc/{member}/status"), "VmHWM:")
             pss += _proc_kb(Path(f"/proc/{member}/smaps_rollup"), "Pss:")
     return {"processes": len(pids), "peak_rss_bytes": peak * 1024 or None, "pss_bytes": pss * 1024 or None}
+
+
+def server_cpu_seconds(pid: int) -> float:
+    """The CPU seconds (user + system) a server process and its running workers have used (Linux /proc).
+
+    CPU per request holds up on a busy machine where throughput does not: other jobs slow the server
+    down, but do not make it work more.
+    """
+    ticks = 0
+    for member in _server_pids(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _proc_kb(path: Path, field: str) -> int:
@@ -241,8 +262,11 @@ def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str,
     figures: dict[str, Any] = {"server_startup_s": round(time.monotonic() - started, 2)}
     try:
         figures["latency"] = measure_latency(port, token, request_mix(*mix), requests, seed)
-        figures["load_1_client"] = load_in_child(port, token, mix, 1, duration_s, seed)
-        figures[f"load_{clients}_clients"] = load_in_child(port, token, mix, clients, duration_s, seed)
+        for phase, count in (("load_1_client", 1), (f"load_{clients}_clients", clients)):
+            cpu_before = server_cpu_seconds(server.pid)
+            figures[phase] = load_in_child(port, token, mix, count, duration_s, seed)
+            cpu_ms = (server_cpu_seconds(server.pid) - cpu_before) * 1000
+            figures[phase]["server_cpu_ms_per_request"] = round(cpu_ms / max(1, figures[phase]["requests"]), 3)
         single = figures["load_1_client"]["throughput_rps"]
         figures["load_ratio"] = round(figures[f"load_{clients}_clients"]["throughput_rps"] / single, 2) if single else None
         location = table_location(settings, "gold.audit_events")
@@ -381,7 +405,8 @@ def bench_search_command(
         for phase in ("load_1_client", f"load_{clients}_clients"):
             load = figures[phase]
             console.print(f"{name} {phase}: {load['throughput_rps']} req/s, p50 {load.get('p50_ms')} ms, "
-                          f"p95 {load.get('p95_ms')} ms, {load['errors']} errors")  # fmt: skip
+                          f"p95 {load.get('p95_ms')} ms, {load['errors']} errors, "
+                          f"server CPU {load['server_cpu_ms_per_request']} ms/request")  # fmt: skip
         console.print(f"{name}: {clients} clients / 1 client throughput {figures['load_ratio']}x ({mix} mix)")
         visible = figures["new_version_visible"]
         console.print(f"{name}: new version visible in {visible['median_s']} s (median), peak RSS "

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pyspark.sql import SparkSession
 from starlette.concurrency import run_in_threadpool
@@ -26,7 +26,7 @@ from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
-from pipelines.serving.engine import SearchEngine, open_engine
+from pipelines.serving.engine import SearchEngine, open_engine, search_json
 from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.tokens import TokenVerifier
 from pipelines.serving.workers import StoppableServer, default_workers, serve_workers
@@ -182,7 +182,8 @@ def create_app(
 
         with admission.admit():
             async with admission.slot():
-                return JSONResponse(await run_in_threadpool(search_engine.search, search_request))
+                body = await run_in_threadpool(search_json, search_engine, search_request)
+                return Response(body, media_type="application/json")
 
     app.include_router(anomalies_router(settings, verifier))
     # The regulator report download (docs/audit-trail.md).

@@ -89,7 +89,8 @@ def read_rows(cache: RowGroupCache, index: FileIndex, positions: np.ndarray, col
     rows: list[dict[str, Any]] = []
     for group in np.unique(groups):
         table = cache.read(index, int(group))
-        present = [c for c in columns if c in table.column_names]
+        names = set(table.column_names)  # a property that builds a new list on every access
+        present = [c for c in columns if c in names]
         picked = table.select(present).take(pa.array(offsets[groups == group])).to_pylist()
         rows += picked if len(present) == len(columns) else [{c: row.get(c) for c in columns} for row in picked]
     return rows
