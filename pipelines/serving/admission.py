@@ -16,6 +16,7 @@ import mmap
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,8 @@ from conf.errors import ConcurrencyError, ConfigError
 # The columns of a worker's row on the board.
 PID, ADMITTED, RUNNING, SERVED, STARTED_MS = range(5)
 _FIELDS = 5
-# How often a request waiting for a slot looks again (seconds): the first wait, then doubled up to the last.
-_FIRST_POLL_S, _LAST_POLL_S = 0.001, 0.01
+# How often the first request waiting in a worker looks for a slot freed by another worker (seconds).
+_POLL_S = 0.002
 
 
 class OverloadedError(ConcurrencyError):
@@ -177,6 +178,10 @@ class Admission:
         if not 0 <= worker < self.board.workers:
             raise ConfigError(f"worker: {worker!r} is not a row of the board (0..{self.board.workers - 1})")
         self.worker = worker
+        # The requests of this worker waiting for a slot, first come first served (see `slot`).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: deque[asyncio.Event] = deque()
+        self._released = asyncio.Event()
 
     @property
     def admitted(self) -> int:
@@ -205,26 +210,50 @@ class Admission:
     async def slot(self) -> AsyncIterator[None]:
         """Run the block in one of the server's query slots, waiting at most the wait timeout for it.
 
-        A waiting request looks again every few milliseconds: the slot may free up in another process.
+        The requests of a worker wait in line: only the first one looks for a slot, woken when one of this
+        worker's queries ends and every few milliseconds for slots freed in other workers; the others
+        sleep until their turn comes. A request that finds no one waiting takes a free slot at once.
 
         Raises:
             OverloadedError: when no slot freed up in time.
         """
-        deadline = time.monotonic() + self._wait_timeout_s
-        pause = _FIRST_POLL_S
-        while not self.board.take(self.worker, RUNNING, self.slots):
-            if time.monotonic() >= deadline:
-                raise OverloadedError(
-                    f"server busy: no query slot freed up within {self._wait_timeout_s} s; "
-                    f"retry after {self._retry_after_s} s",
-                    self._retry_after_s,
-                )
-            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, _LAST_POLL_S)
+        await self._wait_for_slot(time.monotonic() + self._wait_timeout_s)
         try:
             yield
         finally:
             self.board.give_back(self.worker, RUNNING, served=True)
+            self._released.set()
+
+    async def _wait_for_slot(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # the events belong to one event loop
+            self._loop, self._waiting, self._released = loop, deque(), asyncio.Event()
+        if not self._waiting and self.board.take(self.worker, RUNNING, self.slots):
+            return
+        turn = asyncio.Event()
+        self._waiting.append(turn)
+        try:
+            while True:
+                first = self._waiting[0] is turn
+                if first:
+                    self._released.clear()
+                    if self.board.take(self.worker, RUNNING, self.slots):
+                        return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise OverloadedError(
+                        f"server busy: no query slot freed up within {self._wait_timeout_s} s; "
+                        f"retry after {self._retry_after_s} s",
+                        self._retry_after_s,
+                    )
+                event, pause = (self._released, min(_POLL_S, remaining)) if first else (turn, remaining)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), pause)
+        finally:
+            was_first = self._waiting[0] is turn
+            self._waiting.remove(turn)
+            if was_first and self._waiting:
+                self._waiting[0].set()
 
     def status(self) -> dict[str, Any]:
         """The server's bounds and what is taken of them, per worker, as JSON values."""
