@@ -32,7 +32,7 @@ from conf.settings import Settings
 from conf.tables import table_location
 from gold.audit import to_audit_events_from_usage
 from gold.search import DAY_MS
-from pipelines.bench.harness import measure, write_result
+from pipelines.bench.harness import measure, process_tree, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
 from pipelines.bench.search_mix import MIXES, request_mix
 from pipelines.cli.commands.bench import bench_app
@@ -112,14 +112,6 @@ def _start_server(settings: Settings, engine: str, port: int, log_path: Path, ti
     raise ConfigError(f"bench: the server did not answer /health within {timeout} s")
 
 
-def _server_pids(pid: int) -> list[int]:
-    """The server process and its worker processes (Linux /proc: the children of its main thread)."""
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return pids
-
-
 def server_memory(pid: int) -> dict[str, int | None]:
     """The memory of a server process and its workers (Linux /proc; None where the OS does not tell).
 
@@ -128,7 +120,7 @@ def server_memory(pid: int) -> dict[str, int | None]:
         upper bound: pages the workers share since the fork count once per process); pss_bytes: their
         proportional set size now (shared pages split between the processes sharing them).
     """
-    pids = _server_pids(pid)
+    pids = process_tree(pid)
     peak = pss = 0
     for member in pids:
         with contextlib.suppress(OSError):
@@ -144,7 +136,7 @@ def server_cpu_seconds(pid: int) -> float:
     down, but do not make it work more.
     """
     ticks = 0
-    for member in _server_pids(pid):
+    for member in process_tree(pid):
         with contextlib.suppress(OSError):
             fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
             ticks += int(fields[11]) + int(fields[12])  # utime, stime
