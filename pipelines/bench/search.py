@@ -398,7 +398,8 @@ def bench_search_command(
             load = figures[phase]
             console.print(f"{name} {phase}: {load['throughput_rps']} req/s, p50 {load.get('p50_ms')} ms, "
                           f"p95 {load.get('p95_ms')} ms, {load['errors']} errors, "
-                          f"server CPU {load['server_cpu_ms_per_request']} ms/request")  # fmt: skip
+                          f"CPU per request: server {load['server_cpu_ms_per_request']} ms, "
+                          f"clients {load['client_cpu_ms_per_request']} ms")  # fmt: skip
         console.print(f"{name}: {clients} clients / 1 client throughput {figures['load_ratio']}x ({mix} mix)")
         visible = figures["new_version_visible"]
         console.print(f"{name}: new version visible in {visible['median_s']} s (median), peak RSS "

@@ -151,12 +151,15 @@ def measure_load(port: int, token: str, kinds: dict[str, RequestKind], clients: 
                 errors.extend(my_errors)
 
     started = time.monotonic()
+    cpu_started = time.process_time()
     threads = [threading.Thread(target=client_loop, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=duration_s + 120)
     elapsed = time.monotonic() - started
+    # The clients' own CPU: on a machine of few cores they take a share of what the server could use.
+    client_cpu_ms = (time.process_time() - cpu_started) * 1000
     return {
         "clients": clients,
         "duration_s": round(elapsed, 2),
@@ -165,6 +168,7 @@ def measure_load(port: int, token: str, kinds: dict[str, RequestKind], clients: 
         **summary(latencies),
         "errors": len(errors),
         "error_samples": sorted(set(errors))[:5],
+        "client_cpu_ms_per_request": round(client_cpu_ms / max(1, len(latencies)), 3),
     }
 
 
