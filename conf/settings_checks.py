@@ -253,6 +253,7 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
         ("max_json_depth", serve.max_json_depth, 2),
         ("rate_limit_per_minute", serve.rate_limit_per_minute, 0),
         ("rate_limit_burst", serve.rate_limit_burst, 1),
+        ("workers", serve.workers, 0),
     ):
         if ok(f"serve.{name}") and value < least:
             problems.append(f"serve.{name}: {value!r} must be at least {least}")

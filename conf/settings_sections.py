@@ -150,6 +150,7 @@ class ServeSettings:
     api_docs: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    workers: int = 0
 
 
 @dataclass(frozen=True)

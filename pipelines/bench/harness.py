@@ -49,6 +49,14 @@ def peak_rss_bytes() -> int:
     return max(own, children) * 1024  # Linux reports kilobytes
 
 
+def process_tree(pid: int) -> list[int]:
+    """A process and its children, e.g. a server and its worker processes (Linux /proc; the process alone elsewhere)."""
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return pids
+
+
 def _cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)

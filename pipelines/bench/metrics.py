@@ -27,7 +27,9 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.bench.harness import write_result
-from pipelines.bench.search import _request_kinds, _start_server, _stop_server, measure_load
+from pipelines.bench.search import _start_server, _stop_server
+from pipelines.bench.search_clients import measure_load
+from pipelines.bench.search_mix import request_mix
 from pipelines.runtime.engine import free_loopback_port
 
 VARIANTS = ("on", "off")
@@ -169,7 +171,7 @@ def run_metrics_bench(
         raise InputError(f"--work-dir: {settings.home} holds no gold.audit_events; build it with `lakehouse bench search --work-dir`")
     dataset = DeltaTable(str(audit_dir)).to_pyarrow_dataset()
     now_ms = int(pc.max(dataset.to_table(columns=["timestamp"]).column("timestamp")).as_py()) + 1
-    kinds = _request_kinds(BENCH_ACTORS, now_ms, days)
+    kinds = request_mix("basic", BENCH_ACTORS, now_ms, days)
     token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
     servers, configs = {}, {}
     results: dict[str, dict[str, list[float]]] = {v: {"throughput_rps": [], "cpu_ms_per_request": []} for v in VARIANTS}

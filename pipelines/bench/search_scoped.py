@@ -9,16 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from conf.settings import Settings
-from pipelines.bench.search import TARGETS, _start_server, _stop_server, measure_load
+from pipelines.bench.search import TARGETS, _start_server, _stop_server, server_cpu_seconds
+from pipelines.bench.search_clients import measure_load
 from pipelines.runtime.engine import free_loopback_port
 
 SCOPED_ROUNDS = 3
 
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_scoped(settings: Settings, *, scope: tuple[str, ...], kinds: dict, clients: int, duration_s: float,
@@ -49,10 +45,10 @@ def bench_scoped(settings: Settings, *, scope: tuple[str, ...], kinds: dict, cli
         for round_index in range(SCOPED_ROUNDS):
             # Each round swaps which server goes first, so a trend in the machine's other load weighs on both.
             for name in list(tokens)[:: 1 if round_index % 2 == 0 else -1]:
-                before = _cpu_seconds(servers[name].pid)
+                before = server_cpu_seconds(servers[name].pid)
                 load = measure_load(ports[name], tokens[name], kinds, clients, duration_s, seed + round_index)
                 load["server_cpu_ms_per_request"] = round(
-                    (_cpu_seconds(servers[name].pid) - before) * 1000 / max(load["requests"], 1), 3
+                    (server_cpu_seconds(servers[name].pid) - before) * 1000 / max(load["requests"], 1), 3
                 )
                 phases[name].append(load)
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-from pipelines.bench.harness import latency_summary, percentile, write_result
+from pipelines.bench.harness import latency_summary, percentile, process_tree, write_result
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 SEARCH_PATH = "/openapi/v1/events/audit/search"
@@ -133,13 +133,15 @@ def watch_log_records(log: Path, event: str) -> list[dict[str, Any]]:
 
 
 def rss_bytes(pid: int) -> dict[str, int]:
-    """Current and peak resident memory of a process (Linux /proc)."""
-    fields = {}
-    with contextlib.suppress(FileNotFoundError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields["rss_bytes" if key == "VmRSS" else "peak_rss_bytes"] = int(value.split()[0]) * 1024
+    """Current and peak resident memory of a process and its children, summed (Linux /proc; a server's workers)."""
+    fields: dict[str, int] = {}
+    for member in process_tree(pid):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    name = "rss_bytes" if key == "VmRSS" else "peak_rss_bytes"
+                    fields[name] = fields.get(name, 0) + int(value.split()[0]) * 1024
     return fields
 
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pyspark.sql import SparkSession
 from starlette.concurrency import run_in_threadpool
@@ -25,7 +25,7 @@ from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, Sear
 from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
-from pipelines.serving.engine import SearchEngine, open_engine
+from pipelines.serving.engine import SearchEngine, encode_json, open_engine
 from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
 from pipelines.serving.explorer import SessionSource, mount_explorer
 from pipelines.serving.hardening import (
@@ -35,10 +35,10 @@ from pipelines.serving.hardening import (
     read_body,
     tls_options,
 )
-from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter
-from pipelines.serving.metrics import instrument
-from pipelines.serving.scroll_key import load_scroll_key
 from pipelines.serving.identity import Authenticator
+from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter
+from pipelines.serving.scroll_key import load_scroll_key
+from pipelines.serving.workers import StoppableServer, default_workers, serve_workers
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
 EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
@@ -108,6 +108,7 @@ def create_app(
     *,
     max_queries: int | None = None,
     engine: SearchEngine | None = None,
+    admission: Admission | None = None,
 ) -> FastAPI:
     """Build the API application around a serving engine.
 
@@ -117,6 +118,8 @@ def create_app(
         max_queries: searches that run at once (default serve.query_slots); serve.queue_depth more wait,
             the rest get 503.
         engine: the engine to search with (default: the one serve.engine names).
+        admission: the bounds shared by the server's worker processes (default: this process's own,
+            from max_queries and the serve section).
 
     Raises:
         ConfigError: when max_queries is below 1, or the engine cannot be opened.
@@ -125,7 +128,7 @@ def create_app(
     slots = serve_settings.query_slots if max_queries is None else max_queries
     if slots < 1:
         raise ConfigError(f"max_queries: {slots!r} must be at least 1")
-    admission = Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
+    admission = admission or Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
     limiter = RateLimiter(serve_settings.rate_limit_per_minute, serve_settings.rate_limit_burst)
     authenticator = Authenticator(settings)
@@ -169,7 +172,9 @@ def create_app(
         # Not a data request: checked without spending the caller's rate.
         if await authenticated_or_none(authenticator, request.headers.get("authorization"), AUDIT_READ) is None:
             return {"status": "ok"}
-        return await run_in_threadpool(lambda: {"status": "ok", **search_engine.health(), "watch": watch_status(settings)})
+        return await run_in_threadpool(lambda: {
+            "status": "ok", **search_engine.health(), "watch": watch_status(settings), "admission": admission.status(),
+        })  # fmt: skip
 
     @app.post(
         SEARCH_PATH,
@@ -202,7 +207,10 @@ def create_app(
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
         signer = ScrollSigner(scroll_key, principal=principal.name)
         search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size, signer=signer)
-        return JSONResponse(await run_in_threadpool(scoped_search, search_engine.search, search_request, principal))
+        response = await run_in_threadpool(
+            lambda: encode_json(scoped_search(search_engine.search, search_request, principal))
+        )
+        return Response(response, media_type="application/json")
 
     # Tables a scope cannot narrow are served to unscoped readers only (docs/api.md#scopes).
     unscoped = UnscopedReaders(verifier)
@@ -215,6 +223,10 @@ def create_app(
     install_access_control(app, settings, authenticator)
     # Added last, so outermost: it counts the 503s and 413s of the hardening middleware too.
     # Requests by route and status, latency, 503s and 401/403s; GET /metrics (docs/operations.md).
+    # Imported here, in the worker: prometheus-client picks its multi-process mode when first imported, and
+    # the parent of several workers sets PROMETHEUS_MULTIPROC_DIR only after importing this module.
+    from pipelines.serving.metrics import instrument
+
     instrument(app, settings)
     return app
 
@@ -248,27 +260,19 @@ def serve(
     config = {"host": host, "port": port, "log_level": "warning", "access_log": False, "log_config": None,
               **tls_options(settings, tls_cert, tls_key)}  # fmt: skip
     if settings.serve.engine != "spark":
-        _StoppableServer(uvicorn.Config(create_app(settings), **config)).run()
+        workers = settings.serve.workers or default_workers()
+        # serve.row_cache_mb bounds the server: each worker caches its share.
+        worker_settings = dataclasses.replace(
+            settings, serve=dataclasses.replace(settings.serve, row_cache_mb=settings.serve.row_cache_mb // workers)
+        )
+        bounds = (settings.serve.query_slots, settings.serve.queue_depth, settings.serve.queue_timeout_seconds)
+        worker_options = {k: v for k, v in config.items() if k not in ("host", "port", "log_level", "access_log")}
+        serve_workers(host, port, workers, lambda admission: create_app(worker_settings, admission=admission), bounds,
+                      worker_options)  # fmt: skip
         return
+    # The Spark engine's work runs in the session, which one process holds.
     with open_session(settings) as spark:
-        _StoppableServer(uvicorn.Config(create_app(settings, spark), **config)).run()
-
-
-class _StoppableServer(uvicorn.Server):
-    """A uvicorn server for which SIGTERM and SIGINT are the normal way to stop: it shuts down and exits 0.
-
-    uvicorn re-raises the signal after its graceful shutdown, so the process would end "killed by SIGTERM"
-    and a supervisor would see a failure.
-    """
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        StoppableServer(uvicorn.Config(create_app(settings, spark), **config)).run()
 
 
 @contextlib.contextmanager

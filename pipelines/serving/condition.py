@@ -31,92 +31,132 @@ _COMPARISONS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
+# A compiled condition: which index positions in [lo, hi) of a file satisfy it.
+Evaluator = Callable[[FileIndex, int, int], "np.ndarray | bool"]
+
+
 def to_mask(condition: exp.Expression, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
     """Return which index positions in [lo, hi) satisfy `condition` (a bool: all of them, or none).
 
     Raises:
         ConfigError: for a node or column the index cannot evaluate.
     """
+    return compile_condition(condition)(index, lo, hi)
+
+
+def compile_condition(condition: exp.Expression) -> Evaluator:
+    """Turn `condition` into a function of (index, lo, hi), walking the tree and reading its literals once.
+
+    A search evaluates its condition over every file its window meets: compiled once per search, each
+    file costs only the array work.
+
+    Raises:
+        ConfigError: for a node the index cannot evaluate (a column it lacks is named when evaluated).
+    """
     if isinstance(condition, exp.Paren):
-        return to_mask(condition.this, index, lo, hi)
-    if isinstance(condition, exp.And):
-        return _and(to_mask(condition.left, index, lo, hi), to_mask(condition.right, index, lo, hi))
-    if isinstance(condition, exp.Or):
-        return _or(to_mask(condition.left, index, lo, hi), to_mask(condition.right, index, lo, hi))
+        return compile_condition(condition.this)
+    if isinstance(condition, (exp.And, exp.Or)):
+        left, right = compile_condition(condition.left), compile_condition(condition.right)
+        if isinstance(condition, exp.And):
+            return lambda index, lo, hi: _and(left(index, lo, hi), lambda: right(index, lo, hi))
+        return lambda index, lo, hi: _or(left(index, lo, hi), lambda: right(index, lo, hi))
     if isinstance(condition, exp.In):
-        return _in(condition, index, lo, hi)
+        return _in(condition)
     if isinstance(condition, exp.Like):
-        return _like(condition, index, lo, hi)
+        return _like(condition)
     if isinstance(condition, exp.Boolean):
-        return bool(condition.this)
+        constant = bool(condition.this)
+        return lambda index, lo, hi: constant
     if type(condition) in _COMPARISONS:
-        return _compare(condition, index, lo, hi)
+        return _compare(condition)
     raise ConfigError(f"serve.engine: inprocess cannot evaluate {condition.sql()!r} over its index")
 
 
-def _and(left: np.ndarray | bool, right: np.ndarray | bool) -> np.ndarray | bool:
+def _and(left: np.ndarray | bool, right: Callable[[], np.ndarray | bool]) -> np.ndarray | bool:
+    """AND of two masks; the right one is evaluated only when the left one leaves it a say."""
     if isinstance(left, bool):
-        return right if left else False
-    if isinstance(right, bool):
-        return left if right else False
-    return left & right
+        return right() if left else False
+    evaluated = right()
+    if isinstance(evaluated, bool):
+        return left if evaluated else False
+    return left & evaluated
 
 
-def _or(left: np.ndarray | bool, right: np.ndarray | bool) -> np.ndarray | bool:
+def _or(left: np.ndarray | bool, right: Callable[[], np.ndarray | bool]) -> np.ndarray | bool:
+    """OR of two masks; the right one is evaluated only when the left one leaves it a say."""
     if isinstance(left, bool):
-        return True if left else right
-    if isinstance(right, bool):
-        return True if right else left
-    return left | right
+        return True if left else right()
+    evaluated = right()
+    if isinstance(evaluated, bool):
+        return True if evaluated else left
+    return left | evaluated
 
 
-def _in(node: exp.In, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
+def _in(node: exp.In) -> Evaluator:
     name = _column_name(node.this)
     values = [_literal(v) for v in node.expressions]
-    if name in index.constants:
-        return index.constants[name] in values
-    if name in index.columns:
-        column = index.columns[name]
-        codes = column.codes_of([v for v in values if isinstance(v, str)])
-        if not codes:
-            return False
-        window = column.codes[lo:hi]
-        if len(codes) == 1:
-            return window == codes[0]
-        # One lookup per row; its last slot is the null code's (-1), never wanted.
-        wanted = np.zeros(len(column.values) + 1, dtype=bool)
-        wanted[codes] = True
-        return wanted[window]
-    raise ConfigError(f"serve.engine: inprocess has no index column {name!r} (in {node.sql()!r})")
+    strings = [v for v in values if isinstance(v, str)]
+
+    def evaluate(index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
+        if name in index.constants:
+            return index.constants[name] in values
+        if name in index.columns:
+            column = index.columns[name]
+            codes = column.codes_of(strings)
+            if not codes:
+                return False
+            window = column.codes[lo:hi]
+            if len(codes) == 1:
+                return window == codes[0]
+            # One lookup per row; its last slot is the null code's (-1), never wanted.
+            wanted = np.zeros(len(column.values) + 1, dtype=bool)
+            wanted[codes] = True
+            return wanted[window]
+        raise ConfigError(f"serve.engine: inprocess has no index column {name!r} (in {node.sql()!r})")
+
+    return evaluate
 
 
-def _like(node: exp.Like, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
+def _like(node: exp.Like) -> Evaluator:
     """A LIKE pattern over a coded column: matched once per distinct value, then looked up by code."""
     name = _column_name(node.this)
     pattern = _literal(node.expression)
-    if name not in index.columns or not isinstance(pattern, str):
+    if not isinstance(pattern, str):
         raise ConfigError(f"serve.engine: inprocess cannot evaluate {node.sql()!r} over its index")
-    return index.columns[name].rows_matching(like_to_regex(pattern))[lo:hi]
+    regex = like_to_regex(pattern)
+
+    def evaluate(index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
+        if name not in index.columns:
+            raise ConfigError(f"serve.engine: inprocess cannot evaluate {node.sql()!r} over its index")
+        return index.columns[name].rows_matching(regex)[lo:hi]
+
+    return evaluate
 
 
-def _compare(node: exp.Expression, index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
-    compare = _COMPARISONS[type(node)]
+def _compare(node: exp.Expression) -> Evaluator:
+    kind = type(node)
+    compare = _COMPARISONS[kind]
     name = _column_name(node.left)
     value = _literal(node.right)
     if name == TIME_COLUMN:
-        return _compare_sorted(compare, index.timestamps[lo:hi], int(value), monotone=type(node) not in (exp.EQ, exp.NEQ))
-    if name in index.constants:
-        constant = index.constants[name]
-        # SQL: a comparison with NULL is not true.
-        return constant is not None and bool(compare(constant, value))
-    if name in index.columns and type(node) in (exp.EQ, exp.NEQ) and isinstance(value, str):
-        column = index.columns[name]
-        codes = column.codes_of([value])
-        window = column.codes[lo:hi]
-        if type(node) is exp.EQ:
-            return window == codes[0] if codes else False
-        return (window != codes[0]) & (window >= 0) if codes else window >= 0
-    raise ConfigError(f"serve.engine: inprocess cannot evaluate {node.sql()!r} over its index")
+        monotone = kind not in (exp.EQ, exp.NEQ)
+        return lambda index, lo, hi: _compare_sorted(compare, index.timestamps[lo:hi], int(value), monotone)
+
+    def evaluate(index: FileIndex, lo: int, hi: int) -> np.ndarray | bool:
+        if name in index.constants:
+            constant = index.constants[name]
+            # SQL: a comparison with NULL is not true.
+            return constant is not None and bool(compare(constant, value))
+        if name in index.columns and kind in (exp.EQ, exp.NEQ) and isinstance(value, str):
+            column = index.columns[name]
+            codes = column.codes_of([value])
+            window = column.codes[lo:hi]
+            if kind is exp.EQ:
+                return window == codes[0] if codes else False
+            return (window != codes[0]) & (window >= 0) if codes else window >= 0
+        raise ConfigError(f"serve.engine: inprocess cannot evaluate {node.sql()!r} over its index")
+
+    return evaluate
 
 
 def _compare_sorted(compare: Callable[[Any, Any], Any], times: np.ndarray, value: int, monotone: bool) -> np.ndarray | bool:

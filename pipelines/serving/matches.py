@@ -9,7 +9,7 @@ from functools import cached_property
 import numpy as np
 from sqlglot import exp
 
-from pipelines.serving.condition import to_mask
+from pipelines.serving.condition import compile_condition
 from pipelines.serving.index import FileIndex
 from pipelines.serving.snapshots import Snapshot
 
@@ -115,12 +115,13 @@ def find_matches(snapshot: Snapshot, condition: exp.Expression, start_ms: int, e
         upper_ms: the page's exclusive upper time bound (`gold.search.page_upper_bound`).
     """
     files = []
+    evaluate = compile_condition(condition)
     for data_file in snapshot.files_between(start_ms, end_ms):
         index = data_file.index
         lo, hi = index.between(start_ms, end_ms)
         if hi == lo:
             continue
-        mask = to_mask(condition, index, lo, hi)
+        mask = evaluate(index, lo, hi)
         if mask is False:
             continue
         upper = min(hi, max(lo, index.between(start_ms, upper_ms)[1]))

@@ -173,23 +173,3 @@ def instrument(app: FastAPI, settings: Settings) -> None:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(router)
-
-
-def prepare_multiprocess_dir(folder: Path) -> None:
-    """For a parent about to start workers: make `folder` empty and export it as PROMETHEUS_MULTIPROC_DIR.
-
-    Call it before any worker starts (workers forked from this process must not have imported
-    prometheus_client before; spawned ones, as uvicorn's, import it afresh). Values of an earlier
-    server left in the folder would be added to this one's.
-    """
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    os.environ[MULTIPROC_ENV] = str(folder)
-
-
-def worker_exited(pid: int) -> None:
-    """For the parent, when a worker process ends: drop its live gauges (requests in flight) from the sums."""
-    folder = multiprocess_dir()
-    if folder is not None:
-        multiprocess.mark_process_dead(pid, str(folder))

@@ -34,8 +34,18 @@ def test_one_run_measures_both_engines_and_a_kept_home_is_reused(tmp_path):
     location = table_location(make_settings(home), "gold.audit_events")
     assert DeltaTable(str(location)).to_pyarrow_dataset().count_rows() == 2010
 
-    run_cli("bench", "search", *args[:-2], "--out", str(tmp_path / "again"), "--engine", "inprocess", timeout=600)
+    run_cli("bench", "search", *args[:-2], "--out", str(tmp_path / "again"), "--engine", "inprocess", "--mix", "contract",
+            timeout=600)  # fmt: skip
     (again,) = (tmp_path / "again").glob("search-*.json")
     reused = json.loads(again.read_text())
     assert reused["reused"] is True and reused["rows"] == 2010 and reused["engines"] == ["inprocess"]
     assert "spark" not in reused and "generate" not in reused
+    # The contract mix: its twelve kinds one at a time, the throughput ratio, the memory of every server process.
+    figures = reused["inprocess"]
+    assert reused["mix"] == "contract" and len(figures["latency"]) == 13  # 12 kinds and the 10-deep paging
+    assert all(kind["errors"] == 0 for kind in figures["latency"].values())
+    assert figures["load_ratio"] == round(figures["load_16_clients"]["throughput_rps"]
+                                          / figures["load_1_client"]["throughput_rps"], 2)  # fmt: skip
+    assert figures["load_16_clients"]["server_cpu_ms_per_request"] > 0
+    assert figures["server_memory"]["processes"] >= 2  # the parent and its workers
+    assert "load_ratio" in figures["target"]["measured"] and figures["target"]["targets"]["mix"] == "contract"

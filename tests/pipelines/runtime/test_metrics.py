@@ -7,7 +7,6 @@ file with 2 bad lines, a search, a refused token and a webhook receiver that ref
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -16,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,7 +34,7 @@ from pipelines.bench.watch import (
     watch_log_records,
 )
 from pipelines.runtime.metrics import reason_label
-from pipelines.serving.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
+from pipelines.serving.workers import WORKER_HEADER
 from pipelines.serving.tokens import create_token
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
@@ -57,6 +57,16 @@ def scrape(port: int) -> tuple[Samples, dict[str, str]]:
         text = response.read().decode()
     samples, types = {}, {}
     for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples, types
+
+
+def scrape_with(client: httpx.Client) -> tuple[Samples, dict[str, str]]:
+    """Every sample of /metrics as one connection's worker serves it, and every family's type by name."""
+    samples, types = {}, {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
         types[family.name] = family.type
         for sample in family.samples:
             samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
@@ -325,37 +335,45 @@ def answers(port: int) -> bool:
         return False
 
 
-def start_worker(home: Path, port: int, log: Path, multiproc_dir: Path) -> subprocess.Popen:
-    """`lakehouse serve` as one of several workers: PROMETHEUS_MULTIPROC_DIR set, as a parent would."""
-    command = [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false", "serve", "--port", str(port)]
-    with open(log, "ab") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                env=child_env({"PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir)}))  # fmt: skip
+def worker_connections(port: int) -> dict[str, httpx.Client]:
+    """One kept-alive connection to each of the server's two workers, by worker (a connection stays with it)."""
+    by_worker: dict[str, httpx.Client] = {}
+    for _ in range(100):
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+        worker = client.get("/health").headers[WORKER_HEADER]
+        if worker in by_worker:
+            client.close()
+        else:
+            by_worker[worker] = client
+        if len(by_worker) == 2:
+            return by_worker
+    raise AssertionError(f"connections reached only the workers {sorted(by_worker)}")
 
 
 @pytest.mark.slow
-def test_workers_sharing_a_multiprocess_dir_each_serve_the_sum_of_all(running, after_one_file, tmp_path, monkeypatch):
-    folder = tmp_path / "multiproc"
-    folder.mkdir()
-    (folder / "counter_left-by-an-earlier-server.db").write_bytes(b"x")
-    # What the parent does before starting its workers; the variable is unset again after the test.
-    monkeypatch.setenv(MULTIPROC_ENV, "")
-    prepare_multiprocess_dir(folder)
-    assert os.environ[MULTIPROC_ENV] == str(folder) and list(folder.iterdir()) == []
-    ports = [free_port(), free_port()]
-    workers = [start_worker(running["home"], port, tmp_path / f"worker-{port}.log", folder) for port in ports]
+def test_the_metrics_of_every_worker_are_served_summed(running, after_one_file, tmp_path):
+    port = free_port()
+    command = [LAKEHOUSE, "--home", str(running["home"]), "--set", "mlflow.enabled=false", "--set", "serve.workers=2",
+               "serve", "--port", str(port)]  # fmt: skip
+    with open(tmp_path / "serve-workers.log", "ab") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=child_env())
+    clients: dict[str, httpx.Client] = {}
     try:
-        for port in ports:
-            wait_for(lambda port=port: answers(port), 60, f"the worker on {port}")
-        assert post_search(ports[0], "not-a-token") == 401
-        assert post_search(ports[1], "not-a-token") == 401
-        assert post_search(ports[1], running["token"]) == 200
-        for port in ports:
-            samples, _ = scrape(port)
-            assert value(samples, "lakehouse_api_auth_failures_total", endpoint=SEARCH_PATH, status="401") == 2
+        wait_for(lambda: answers(port), 60, "the server and its workers")
+        clients = worker_connections(port)
+        refused = {"Authorization": "Bearer not-a-token"}
+        for worker, client in clients.items():
+            for _ in range(int(worker) + 1):  # 1 from worker 0, 2 from worker 1
+                assert client.post(SEARCH_PATH, json={}, headers=refused).status_code == 401
+        allowed = {"Authorization": f"Bearer {running['token']}"}
+        assert clients["1"].post(SEARCH_PATH, json={}, headers=allowed).status_code == 200
+        for client in clients.values():
+            samples, _ = scrape_with(client)
+            assert value(samples, "lakehouse_api_auth_failures_total", endpoint=SEARCH_PATH, status="401") == 3
             assert value(samples, "lakehouse_api_requests_total", endpoint=SEARCH_PATH, method="POST", status="200") == 1
-            assert value(samples, "lakehouse_api_request_seconds_count", endpoint=SEARCH_PATH, method="POST") == 3
+            assert value(samples, "lakehouse_api_request_seconds_count", endpoint=SEARCH_PATH, method="POST") == 4
             assert value(samples, "lakehouse_watcher_up") == 1  # the home's gauges, read at scrape time
     finally:
-        for worker in workers:
-            stop(worker)
+        for client in clients.values():
+            client.close()
+        stop(server)
