@@ -49,8 +49,9 @@ def _append_copies(location: Path, count: int) -> None:
     write_deltalake(str(location), pa.table(rows, schema=pa.schema(schema)), mode="append")
 
 
-def _health(base_url: str) -> dict:
-    return httpx.get(f"{base_url}/health", timeout=10).json()
+def _health(base_url: str, headers: dict[str, str]) -> dict:
+    """The server's /health with its details (they need a token)."""
+    return httpx.get(f"{base_url}/health", headers=headers, timeout=10).json()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,9 @@ def server(spark, lakehouse, tmp_path_factory):
                                                       for i in range(40)])  # fmt: skip
     publish_audit(spark, lakehouse)
     _append_copies(table_location(lakehouse, "gold.audit_events"), COPIES)
-    token, _ = create_token(lakehouse, ALICE, ["audit-read"])
+    # Sensitive: the slow pages are slow for the raw events they carry.
+    token, _ = create_token(lakehouse, ALICE, ["audit-read-sensitive"])
+    headers = {"Authorization": f"Bearer {token}"}
     port = free_loopback_port()
     sets = ["serve.workers=2", f"serve.query_slots={SLOTS}", "serve.queue_depth=0", "serve.row_cache_mb=0"]
     command = [sys.executable, "-m", "pipelines.cli", "--home", str(lakehouse.home),
@@ -73,11 +76,10 @@ def server(spark, lakehouse, tmp_path_factory):
     while True:
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()
         try:
-            if all(w["alive"] for w in _health(base_url)["admission"]["workers"]):
+            if all(w["alive"] for w in _health(base_url, headers)["admission"]["workers"]):
                 break
         except httpx.HTTPError:
             time.sleep(0.1)
-    headers = {"Authorization": f"Bearer {token}"}
     yield {"process": process, "url": base_url, "headers": headers, "log": log}
     if process.poll() is None:
         process.kill()
@@ -164,29 +166,29 @@ def test_the_query_slots_bound_the_whole_server_not_each_worker(server):
     assert {r.headers[WORKER_HEADER] for r in answers} == {"0", "1"}
     assert all(len(r.json()["usageEvents"]) == SLOW_PAGE for r in answers if r.status_code == 200)
     # The places are given back: the server is idle again.
-    admission = _health(server["url"])["admission"]
+    admission = _health(server["url"], server["headers"])["admission"]
     assert (admission["running"], admission["admitted"]) == (0, 0)
 
 
 def test_a_worker_killed_with_sigkill_is_replaced_and_the_server_keeps_answering(server):
-    workers = _health(server["url"])["admission"]["workers"]
+    workers = _health(server["url"], server["headers"])["admission"]["workers"]
     victim = workers[0]
     os.kill(victim["pid"], signal.SIGKILL)
     deadline = time.monotonic() + 30
     while True:
-        replaced = _health(server["url"])["admission"]["workers"][0]
+        replaced = _health(server["url"], server["headers"])["admission"]["workers"][0]
         if replaced["alive"] and replaced["pid"] not in (victim["pid"], 0):
             break
         assert time.monotonic() < deadline, server["log"].read_text()
         time.sleep(0.1)
     answered = {_search(server, size=3, includeRaw="false").headers[WORKER_HEADER] for _ in range(20)}
     assert answered <= {"0", "1"} and answered
-    assert workers[1]["pid"] == _health(server["url"])["admission"]["workers"][1]["pid"]  # the other one kept running
+    assert workers[1]["pid"] == _health(server["url"], server["headers"])["admission"]["workers"][1]["pid"]  # the other one kept running
 
 
 def test_sigterm_stops_every_worker_within_30_seconds(server):
     process = server["process"]
-    pids = [w["pid"] for w in _health(server["url"])["admission"]["workers"]]
+    pids = [w["pid"] for w in _health(server["url"], server["headers"])["admission"]["workers"]]
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
