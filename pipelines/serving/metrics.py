@@ -165,6 +165,12 @@ def instrument(app: FastAPI, settings: Settings) -> None:
     if not settings.serve.metrics:
         return
     registry, api = metrics_registry(settings)
+    # Each data endpoint's 503 count starts at 0, so that it is scraped (and rate() works) before the first
+    # refusal: with several workers, a labelled counter is only exported once a child exists.
+    for route in app.routes:
+        path = getattr(route, "path", "")
+        if path.startswith(("/openapi/v1/", "/api/v1/")):
+            api.rejections.labels(endpoint=path)
     app.add_middleware(MetricsMiddleware, metrics=api)
     router = APIRouter()
 
