@@ -90,11 +90,19 @@ def report_header(spark: SparkSession, settings: Settings, query: ReportQuery) -
     }
 
 
-def report_rows(spark: SparkSession, settings: Settings, query: ReportQuery) -> Iterator[dict[str, str]]:
-    """Stream the report rows (oldest first): the change events of chained batches in the window and filters."""
+def report_rows(
+    spark: SparkSession, settings: Settings, query: ReportQuery, scope_sql: str | None = None
+) -> Iterator[dict[str, str]]:
+    """Stream the report rows (oldest first): the change events of chained batches in the window and filters.
+
+    Args:
+        scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
+    """
     events_df = read_table(spark, settings, EVENTS_TABLE).filter(
         (F.col("event_time") >= F.lit(query.from_ms)) & (F.col("event_time") < F.lit(query.to_ms))
     )
+    if scope_sql is not None:
+        events_df = events_df.filter(F.expr(scope_sql))
     if query.actor:
         events_df = events_df.filter(F.col("actor") == F.lit(query.actor))
     if query.entity:
@@ -233,10 +241,16 @@ def report_filename(query: ReportQuery) -> str:
     return f"audit-report-{start}-{end}.{query.format}"
 
 
-def report_download(spark: SparkSession, settings: Settings, query: ReportQuery, scratch: Path) -> Iterator[bytes]:
-    """Yield the report's bytes as it is produced (Parquet: written to `scratch` first, then sent and removed)."""
+def report_download(
+    spark: SparkSession, settings: Settings, query: ReportQuery, scratch: Path, scope_sql: str | None = None
+) -> Iterator[bytes]:
+    """Yield the report's bytes as it is produced (Parquet: written to `scratch` first, then sent and removed).
+
+    Args:
+        scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
+    """
     header = report_header(spark, settings, query)
-    rows = report_rows(spark, settings, query)
+    rows = report_rows(spark, settings, query, scope_sql)
     if query.format == "parquet":
         try:
             write_parquet(header, rows, scratch)
