@@ -55,8 +55,9 @@ def report_router(settings: Settings, verifier: TokenVerifier, sessions: Session
             raise RequestError(str(exc)) from None
         # Resolved before the body starts, so that a failure is an error status, not a cut download.
         scope_sql = (await run_in_threadpool(change_event_scope, principal.scope, domains)).spark_sql
+        scope_label = ", ".join(principal.scope.to_specs()) or "(all)"
         return StreamingResponse(
-            _stream(settings, sessions, query, scope_sql),
+            _stream(settings, sessions, query, scope_sql, scope_label),
             media_type=MEDIA_TYPES[query.format],
             headers={
                 "Content-Disposition": f'attachment; filename="{report_filename(query)}"',
@@ -67,7 +68,10 @@ def report_router(settings: Settings, verifier: TokenVerifier, sessions: Session
     return router
 
 
-def _stream(settings: Settings, sessions: SessionSource, query: ReportQuery, scope_sql: str | None) -> Iterator[bytes]:
+def _stream(
+    settings: Settings, sessions: SessionSource, query: ReportQuery, scope_sql: str | None, scope_label: str
+) -> Iterator[bytes]:
     """The report's bytes, read with the server's session (Parquet: through a scratch file removed after)."""
     with tempfile.TemporaryDirectory(prefix="report-") as scratch:
-        yield from report_download(sessions.get(), settings, query, Path(scratch) / "report.parquet", scope_sql)
+        scratch_file = Path(scratch) / "report.parquet"
+        yield from report_download(sessions.get(), settings, query, scratch_file, scope_sql, scope_label)

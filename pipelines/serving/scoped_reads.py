@@ -116,8 +116,11 @@ class EntityDomains:
         rows = table.to_pyarrow_dataset().to_table(
             columns=["entity_urn", "timestamp", "domain"], filter=pc.is_valid(ds.field("entity_urn"))
         )
-        # Newest first within each entity; ties by domain, so the choice does not depend on file order.
-        ordered = rows.sort_by([("entity_urn", "ascending"), ("timestamp", "descending"), ("domain", "ascending")])
+        # Newest first within each entity; ties by domain (none first, as Spark SQL orders ascending), so
+        # the choice does not depend on file order.
+        ordered = rows.sort_by(
+            [("entity_urn", "ascending"), ("timestamp", "descending"), ("domain", "ascending")], null_placement="at_start"
+        )
         newest = ordered.group_by("entity_urn", use_threads=False).aggregate(
             [("domain", "first", pc.ScalarAggregateOptions(skip_nulls=False))]
         ).rename_columns(["entity_urn", "domain"])

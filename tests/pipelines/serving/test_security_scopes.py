@@ -242,20 +242,22 @@ def test_a_timeline_outside_the_scope_is_not_found(scoped_api):
     assert {e["change_set_id"] for e in plain.json()["events"]} == {"cs-s5", "cs-s6"}
 
 
-def _report_rows(api, token_name: str) -> list[dict]:
+def _report_rows(api, token_name: str, scope_label: str) -> list[dict]:
     response = api["client"].get(REPORT_PATH, params={"from": str(NOW - 3_600_000), "to": str(NOW + 60_000)},
                                  headers=_auth(api, token_name))  # fmt: skip
     assert response.status_code == 200, response.text
+    # The header says whose view the report is: a scoped report is not the whole record.
+    assert f"# scope: {scope_label}\r\n" in response.text
     body = "\r\n".join(line for line in response.text.split("\r\n") if not line.startswith("# "))
     reader = csv.DictReader(io.StringIO(body, newline=""))
     assert tuple(reader.fieldnames or ()) == REPORT_COLUMNS
     return list(reader)
 
 
-@pytest.mark.parametrize("name", ["hive", "finance", "plain"])
-def test_the_report_of_a_scoped_token_holds_only_its_rows_and_no_sensitive_column(scoped_api, name):
+@pytest.mark.parametrize(("name", "scope_label"), [("hive", "platform=hive"), ("finance", "domain=" + FINANCE), ("plain", "(all)")])
+def test_the_report_of_a_scoped_token_holds_only_its_rows_and_no_sensitive_column(scoped_api, name, scope_label):
     condition = CHANGE_SCOPES.get(name, "true")
-    rows = _report_rows(scoped_api, name)
+    rows = _report_rows(scoped_api, name, scope_label)
     assert {r["event_id"] for r in rows} == _sql_change_ids(scoped_api, condition) != set()
     sensitive = {*SENSITIVE_EVENT_FIELDS, "source_ip", "user_agent", "raw_event"}
     assert not sensitive & set(REPORT_COLUMNS)
