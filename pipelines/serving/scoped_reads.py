@@ -118,9 +118,7 @@ class EntityDomains:
         )
         # Newest first within each entity; ties by domain (none first, as Spark SQL orders ascending), so
         # the choice does not depend on file order.
-        ordered = rows.sort_by(
-            [("entity_urn", "ascending"), ("timestamp", "descending"), ("domain", "ascending")], null_placement="at_start"
-        )
+        ordered = rows.sort_by([("entity_urn", "ascending"), ("timestamp", "descending"), ("domain", "ascending", "at_start")])
         newest = ordered.group_by("entity_urn", use_threads=False).aggregate(
             [("domain", "first", pc.ScalarAggregateOptions(skip_nulls=False))]
         ).rename_columns(["entity_urn", "domain"])

@@ -1,12 +1,17 @@
-"""The scope rule translated to an Arrow filter selects the rows Spark SQL selects with the rendered rule."""
+"""Scoped reads of change events: the Arrow filter selects what Spark SQL selects, domains by the newest audit row."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pyarrow as pa
 import pytest
 
+from conf.tables import table_spec
 from gold.scopes import change_event_condition, parse_scope
-from pipelines.serving.scoped_reads import ChangeEventScope, arrow_filter
+from pipelines.runtime.io import append
+from pipelines.serving.scoped_reads import ChangeEventScope, EntityDomains, arrow_filter
+from tests.pipelines.audit_inputs import rows_df
 
 ROWS = [
     ("urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)", "dataset"),
@@ -42,3 +47,28 @@ def test_visible_entities_keeps_the_order_given():
     scope = ChangeEventScope(change_event_condition(parse_scope(["entity-type=dashboard"])))
     assert scope.visible_entities([ROWS[3][0], ROWS[0][0], ROWS[3][0]], ["dashboard", "dataset", "dashboard"]) == [True, False, True]
     assert ChangeEventScope(None).visible_entities(["a"], [None]) == [True]
+
+
+FINANCE, SALES = "urn:li:domain:finance", "urn:li:domain:sales"
+MOVED, UNASSIGNED, FINANCE_ONLY = (f"urn:li:dataset:(urn:li:dataPlatform:hive,db.{n},PROD)" for n in ("moved", "unassigned", "fin"))
+
+
+def _audit_row(entity_urn: str, timestamp: int, domain: str | None) -> dict:
+    row = dict.fromkeys(table_spec("gold.audit_events").column_names)
+    return {**row, "event_id": f"{entity_urn}@{timestamp}", "event_type": "UpdateAspectEvent", "timestamp": timestamp,
+            "entity_urn": entity_urn, "entity_type": "dataset", "origin": "change", "domain": domain,
+            "event_date": dt.date(2026, 1, 1)}  # fmt: skip
+
+
+def test_an_entity_belongs_to_the_domain_of_its_newest_audit_row(spark, lakehouse):
+    domains = EntityDomains(lakehouse)
+    assert domains.entities_of([FINANCE]) == []  # no audit row yet: nothing in any domain
+    rows = [_audit_row(MOVED, 1, FINANCE), _audit_row(MOVED, 2, SALES), _audit_row(UNASSIGNED, 1, FINANCE),
+            _audit_row(UNASSIGNED, 3, None), _audit_row(FINANCE_ONLY, 5, FINANCE)]  # fmt: skip
+    append(rows_df(spark, "gold.audit_events", rows), lakehouse, "gold.audit_events")
+    assert domains.entities_of([FINANCE]) == [FINANCE_ONLY]
+    assert domains.entities_of([SALES, FINANCE]) == sorted([MOVED, FINANCE_ONLY])
+    # A newer publish moves the entity back: the next read sees the new table version, not the cached one.
+    append(rows_df(spark, "gold.audit_events", [_audit_row(MOVED, 9, FINANCE)]), lakehouse, "gold.audit_events")
+    assert domains.entities_of([FINANCE]) == sorted([MOVED, FINANCE_ONLY])
+    assert domains.entities_of([SALES]) == []
