@@ -204,6 +204,33 @@ def scope_condition(scope: Scope) -> exp.Expression | None:
     return exp.and_(*conditions, copy=False)
 
 
+# The audit row's entity is the entity whose aspect was written: its columns in silver change events.
+CHANGE_EVENT_COLUMNS = {"entity_urn": "aspect_entity_urn", "entity_type": "aspect_entity_type"}
+
+
+def change_event_condition(scope: Scope, domain_entities: Sequence[str] | None = None) -> exp.Expression | None:
+    """Return `scope_condition` over silver change events (None: every row).
+
+    The audit row's entity columns become the aspect entity's (`CHANGE_EVENT_COLUMNS`). Change events
+    carry no domain: with `domain_entities` (the urns of the entities in the scope's domains) the domain
+    kind becomes `aspect_entity_urn IN (...)`; without, a domain scope keeps its `domain` column (the
+    caller joins one).
+    """
+    condition = scope_condition(scope)
+    if condition is None:
+        return None
+
+    def on_change_events(node: exp.Expression) -> exp.Expression:
+        if domain_entities is not None and isinstance(node, exp.In) and node.this.name == "domain":
+            entity = exp.column(CHANGE_EVENT_COLUMNS["entity_urn"])
+            return entity.isin(*[exp.Literal.string(u) for u in domain_entities]) if domain_entities else exp.false()
+        if isinstance(node, exp.Column) and node.name in CHANGE_EVENT_COLUMNS:
+            return exp.column(CHANGE_EVENT_COLUMNS[node.name])
+        return node
+
+    return condition.transform(on_change_events)
+
+
 @functools.lru_cache(maxsize=256)
 def like_to_regex(pattern: str) -> re.Pattern[str]:
     """The regular expression of a SQL LIKE pattern (`%`, `_`, backslash escapes), matching whole texts."""

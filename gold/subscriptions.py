@@ -23,11 +23,10 @@ from urllib.parse import quote, urlsplit
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from sqlglot import exp
 
 from conf.errors import InputError, RequestError
 from gold.openmetadata import event_filter_predicate, parse_event_filter
-from gold.scopes import UNSCOPED, Scope, scope_condition
+from gold.scopes import UNSCOPED, Scope, change_event_condition
 
 FORMATS = ("ece", "openmetadata", "slack")
 CATEGORIES = (
@@ -262,23 +261,14 @@ def to_event_filter_predicate(filters: EventFilters) -> Column:
     return predicate
 
 
-# The audit row's entity is the entity whose aspect was written: its columns in silver change events.
-_SCOPE_COLUMNS = {"entity_urn": "aspect_entity_urn", "entity_type": "aspect_entity_type"}
-
-
 def scope_predicate(scope: Scope) -> Column:
     """The scope rule of the audit search (`gold.scopes.scope_condition`) over silver change events.
 
     The entity is the one whose aspect was written (as in the audit rows); a domain scope needs a
     `domain` column (`gold.audit.with_entity_domain` on `aspect_entity_urn`).
     """
-    condition = scope_condition(scope)
-    if condition is None:
-        return F.lit(True)
-    renamed = condition.transform(
-        lambda node: exp.column(_SCOPE_COLUMNS[node.name]) if isinstance(node, exp.Column) and node.name in _SCOPE_COLUMNS else node
-    )
-    return F.expr(renamed.sql(dialect="spark"))
+    condition = change_event_condition(scope)
+    return F.lit(True) if condition is None else F.expr(condition.sql(dialect="spark"))
 
 
 def filter_change_events(events_df: DataFrame, change_events_df: DataFrame, filters: EventFilters) -> DataFrame:

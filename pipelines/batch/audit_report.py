@@ -76,25 +76,34 @@ def summarize(value: str | None) -> str:
     return value if len(value) <= SUMMARY_CHARS else f"{value[:SUMMARY_CHARS]}… ({len(value)} chars)"
 
 
-def report_header(spark: SparkSession, settings: Settings, query: ReportQuery) -> dict[str, str]:
-    """The report's header: window, filters, the chain head digest and how to verify it."""
+def report_header(spark: SparkSession, settings: Settings, query: ReportQuery, scope_label: str = "(all)") -> dict[str, str]:
+    """The report's header: window, filters, the reader's scope, the chain head digest and how to verify it."""
     return {
         "report": "metadata changes: who changed what and when",
         "window_from_utc": _iso(query.from_ms),
         "window_to_utc_exclusive": _iso(query.to_ms),
         "actor_filter": query.actor or "(all)",
         "entity_filter": query.entity or "(all)",
+        "scope": scope_label,
         "chain_head_digest": head_digest(spark, settings),
         "generated_at_utc": _iso(int(datetime.now(timezone.utc).timestamp() * 1000)),
         "verify": VERIFY_HINT,
     }
 
 
-def report_rows(spark: SparkSession, settings: Settings, query: ReportQuery) -> Iterator[dict[str, str]]:
-    """Stream the report rows (oldest first): the change events of chained batches in the window and filters."""
+def report_rows(
+    spark: SparkSession, settings: Settings, query: ReportQuery, scope_sql: str | None = None
+) -> Iterator[dict[str, str]]:
+    """Stream the report rows (oldest first): the change events of chained batches in the window and filters.
+
+    Args:
+        scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
+    """
     events_df = read_table(spark, settings, EVENTS_TABLE).filter(
         (F.col("event_time") >= F.lit(query.from_ms)) & (F.col("event_time") < F.lit(query.to_ms))
     )
+    if scope_sql is not None:
+        events_df = events_df.filter(F.expr(scope_sql))
     if query.actor:
         events_df = events_df.filter(F.col("actor") == F.lit(query.actor))
     if query.entity:
@@ -233,10 +242,22 @@ def report_filename(query: ReportQuery) -> str:
     return f"audit-report-{start}-{end}.{query.format}"
 
 
-def report_download(spark: SparkSession, settings: Settings, query: ReportQuery, scratch: Path) -> Iterator[bytes]:
-    """Yield the report's bytes as it is produced (Parquet: written to `scratch` first, then sent and removed)."""
-    header = report_header(spark, settings, query)
-    rows = report_rows(spark, settings, query)
+def report_download(
+    spark: SparkSession,
+    settings: Settings,
+    query: ReportQuery,
+    scratch: Path,
+    scope_sql: str | None = None,
+    scope_label: str = "(all)",
+) -> Iterator[bytes]:
+    """Yield the report's bytes as it is produced (Parquet: written to `scratch` first, then sent and removed).
+
+    Args:
+        scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
+        scope_label: the reader's scope as the header names it (a scoped report is not the whole record).
+    """
+    header = report_header(spark, settings, query, scope_label)
+    rows = report_rows(spark, settings, query, scope_sql)
     if query.format == "parquet":
         try:
             write_parquet(header, rows, scratch)

@@ -1,4 +1,4 @@
-"""Access control wired into the API: scoped searches, endpoints for unscoped readers, the access log.
+"""Access control wired into the API: scoped searches, aggregates for unscoped readers, the access log.
 
 `install_access_control` adds the access log (middleware, background writer closed at shutdown) and the
 admin's `/api/v1/access-log` endpoint; `scoped_search` runs an audit search as a principal may see it.
@@ -63,8 +63,8 @@ def _search_filters(request: SearchRequest) -> dict[str, Any]:
 
 
 class UnscopedReaders:
-    """The authenticator of endpoints that read tables a scope cannot narrow (daily aggregates, anomalies,
-    change events without domains): a principal limited to a scope gets 403 there, never unscoped data.
+    """The authenticator of per-actor aggregates a scope cannot narrow (daily activity, anomalies): a
+    principal limited to a scope gets 403 there, never figures counted over entities outside it.
 
     Args:
         authenticator: the API's authenticator.

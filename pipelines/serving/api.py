@@ -212,12 +212,12 @@ def create_app(
         )
         return Response(response, media_type="application/json")
 
-    # Tables a scope cannot narrow are served to unscoped readers only (docs/api.md#scopes).
+    # Per-actor aggregates a scope cannot narrow are served to unscoped readers only (docs/api.md#scopes).
     unscoped = UnscopedReaders(verifier)
     app.include_router(anomalies_router(settings, unscoped))
-    # The regulator report download (docs/audit-trail.md).
-    app.include_router(report_router(settings, unscoped, sessions))
-    mount_explorer(app, settings, unscoped, spark, sessions)
+    # The regulator report download (docs/audit-trail.md); a scope narrows it, as it does the change search.
+    app.include_router(report_router(settings, verifier, sessions))
+    mount_explorer(app, settings, verifier, spark, sessions, aggregates=unscoped)
     install_hardening(app, admission)
     # Outside admission, so that the access log records the 503s too.
     install_access_control(app, settings, authenticator)

@@ -1,6 +1,7 @@
 """The audit explorer: the web page at `/`, its static files, and the JSON endpoints it reads beyond search.
 
-Endpoints (all authenticated like the audit search, audit-read role):
+Endpoints (all authenticated like the audit search, audit-read role; a token's scope narrows the change
+events and timelines, while the per-actor aggregates serve unscoped readers only, see docs/api.md#scopes):
 - GET /api/v1/changes?actor=&entity=&category=&operation=&since=&until=&size=&after=   change-event search
 - GET /api/v1/timeline?urn=        the change events of an entity, oldest first
 - GET /api/v1/timeline/as-of?urn=&at=   the entity's aspects as they were at a time
@@ -28,11 +29,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from gold.auth import AUDIT_READ
+from gold.scopes import Principal
 from pipelines.batch.timeline import aspects_as_of, entity_history
 from pipelines.cli.args import parse_time_ms
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
 from conf.tables import table_location
 from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, search_changes
+from pipelines.serving.scoped_reads import (
+    ChangeEventScope, EntityDomains, OutOfScopeError, change_event_scope, visible_history,
+)  # fmt: skip
 from pipelines.serving.tokens import TokenVerifier
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -123,17 +128,53 @@ def check_parameters(params: Mapping[str, str], known: tuple[str, ...]) -> None:
         raise RequestError(f"{unknown[0]}: unknown parameter (known: {', '.join(known)})")
 
 
-def explorer_router(settings: Settings, verifier: TokenVerifier, sessions: SessionSource) -> APIRouter:
-    """Return the router of the page and its JSON endpoints."""
+def entity_type_of(urn: str) -> str:
+    """The entity type an urn names: `urn:li:<type>:...` gives `<type>`."""
+    return urn.split(":", 3)[2]
+
+
+def explorer_router(
+    settings: Settings, verifier: TokenVerifier, sessions: SessionSource, aggregates: TokenVerifier | None = None
+) -> APIRouter:
+    """Return the router of the page and its JSON endpoints.
+
+    Args:
+        verifier: authenticates the change search and the timelines (a principal's scope narrows them).
+        aggregates: authenticates the per-actor activity endpoints (default: `verifier`).
+    """
     router = APIRouter()
     activity = ActivityReader(settings)
     changes_location = table_location(settings, CHANGES_TABLE)
+    domains = EntityDomains(settings)
+    aggregates = aggregates or verifier
 
-    async def authenticated(request: Request, known: tuple[str, ...]) -> dict[str, str]:
-        await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
+    async def authenticated(
+        request: Request, known: tuple[str, ...], by: TokenVerifier = verifier
+    ) -> tuple[Principal, dict[str, str]]:
+        principal = await by.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
         params = dict(request.query_params)
         check_parameters(params, known)
-        return params
+        return principal, params
+
+    def scope_of(principal: Principal) -> ChangeEventScope:
+        return change_event_scope(principal.scope, domains)
+
+    def history(urn: str, principal: Principal) -> dict[str, Any]:
+        events = entity_history(sessions.get(), settings, urn)
+        if not principal.scope.restricted:
+            return {"urn": urn, "events": events}
+        scope = scope_of(principal)
+        # Events are shown by the entity whose aspect was written (a schema field's by its dataset's).
+        visible = visible_history(events, scope)
+        if not visible and not scope.visible_entities([urn], [entity_type_of(urn)])[0]:
+            # The same answer whether the entity exists or not: a scope does not reveal what lies outside it.
+            raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
+        return {"urn": urn, "events": visible}
+
+    def as_of(urn: str, at_ms: int, principal: Principal) -> dict[str, Any]:
+        if principal.scope.restricted and not scope_of(principal).visible_entities([urn], [entity_type_of(urn)])[0]:
+            raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
+        return {"urn": urn, "at": at_ms, "aspects": aspects_as_of(sessions.get(), settings, urn, at_ms)}
 
     async def respond(work: Callable[[], Any]) -> JSONResponse:
         return JSONResponse(jsonable_encoder(await run_in_threadpool(work)))
@@ -144,12 +185,13 @@ def explorer_router(settings: Settings, verifier: TokenVerifier, sessions: Sessi
 
     @router.get("/api/v1/timeline", summary="The change events of one entity, oldest first")
     async def timeline(request: Request) -> JSONResponse:
-        urn = parse_urn(await authenticated(request, ("urn",)))
-        return await respond(lambda: {"urn": urn, "events": entity_history(sessions.get(), settings, urn)})
+        principal, params = await authenticated(request, ("urn",))
+        urn = parse_urn(params)
+        return await respond(lambda: history(urn, principal))
 
     @router.get("/api/v1/timeline/as-of", summary="The aspects of one entity as they were at a time")
     async def timeline_as_of(request: Request) -> JSONResponse:
-        params = await authenticated(request, ("urn", "at"))
+        principal, params = await authenticated(request, ("urn", "at"))
         urn = parse_urn(params)
         if not params.get("at"):
             raise RequestError("at: missing (epoch ms or ISO-8601 time)")
@@ -157,25 +199,24 @@ def explorer_router(settings: Settings, verifier: TokenVerifier, sessions: Sessi
             at_ms = parse_time_ms(params["at"], "at")
         except InputError as exc:
             raise RequestError(str(exc)) from None
-        return await respond(
-            lambda: {"urn": urn, "at": at_ms, "aspects": aspects_as_of(sessions.get(), settings, urn, at_ms)}
-        )
+        return await respond(lambda: as_of(urn, at_ms, principal))
 
     @router.get("/api/v1/changes", summary="Search change events: actor, entity urn or prefix, category, operation")
     async def changes(request: Request) -> JSONResponse:
-        query = parse_change_query(await authenticated(request, CHANGE_PARAMETERS))
-        return await respond(lambda: search_changes(changes_location, query))
+        principal, params = await authenticated(request, CHANGE_PARAMETERS)
+        query = parse_change_query(params)
+        return await respond(lambda: search_changes(changes_location, query, scope_of(principal).arrow))
 
     @router.get("/api/v1/activity", summary="Events per day and category, top actors and top entities")
     async def activity_overview(request: Request) -> JSONResponse:
-        params = await authenticated(request, ("since", "until", "limit"))
+        _, params = await authenticated(request, ("since", "until", "limit"), aggregates)
         since, until = parse_window(params)
         limit = parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT)
         return await respond(lambda: activity.overview(since, until, limit))
 
     @router.get("/api/v1/activity/actor", summary="One actor: activity per day, entities touched, anomalies")
     async def actor_activity(request: Request) -> JSONResponse:
-        params = await authenticated(request, ("actor", "since", "until", "limit"))
+        _, params = await authenticated(request, ("actor", "since", "until", "limit"), aggregates)
         actor = (params.get("actor") or "").strip()
         if not actor:
             raise RequestError("actor: missing (an actor urn, e.g. urn:li:corpuser:alice)")
@@ -193,6 +234,7 @@ def mount_explorer(
     verifier: TokenVerifier,
     spark: SparkSession | None,
     sessions: SessionSource | None = None,
+    aggregates: TokenVerifier | None = None,
 ) -> None:
     """Serve the explorer on `app`: the page at `/`, /static, the JSON endpoints and the security headers.
 
@@ -202,9 +244,10 @@ def mount_explorer(
         verifier: the token verifier the audit search uses.
         spark: an open session for the timeline, or None to open one when the timeline is first asked for.
         sessions: the session source shared with other endpoints (default: one of `spark`); closed with the app.
+        aggregates: the verifier of the per-actor activity endpoints (default: `verifier`).
     """
     sessions = sessions or SessionSource(settings, spark)
-    app.include_router(explorer_router(settings, verifier, sessions))
+    app.include_router(explorer_router(settings, verifier, sessions, aggregates))
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="explorer-static")
     running = app.router.lifespan_context
 

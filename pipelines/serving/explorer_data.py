@@ -210,8 +210,9 @@ def to_change(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def search_changes(location: Path, query: ChangeQuery) -> dict[str, Any]:
-    """The change events matching `query`, newest first (ties by event id), one page after its cursor.
+def search_changes(location: Path, query: ChangeQuery, scope: ds.Expression | None = None) -> dict[str, Any]:
+    """The change events matching `query` within `scope` (an Arrow filter, None: every row), newest first
+    (ties by event id), one page after its cursor.
 
     Returns:
         `{total, count, changes, nextCursor?}`: total counts every match (the cursor aside); nextCursor
@@ -220,7 +221,7 @@ def search_changes(location: Path, query: ChangeQuery) -> dict[str, Any]:
     dataset = _dataset(location)
     if dataset is None:
         return {"total": 0, "count": 0, "changes": []}
-    table = dataset.to_table(columns=list(CHANGE_COLUMNS), filter=change_filter(query))
+    table = dataset.to_table(columns=list(CHANGE_COLUMNS), filter=_and(change_filter(query), scope))
     total = table.num_rows
     if query.after is not None:
         after_time, after_id = query.after

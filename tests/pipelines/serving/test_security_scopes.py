@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import time
 from datetime import datetime, timezone
@@ -9,11 +11,14 @@ from datetime import datetime, timezone
 import httpx
 import pytest
 
-from gold.scopes import parse_scope
+from gold.scopes import SENSITIVE_EVENT_FIELDS, parse_scope
+from pipelines.batch.audit_report import REPORT_COLUMNS
 from gold.search import SearchRequest
 from pipelines.batch.publish_audit import publish_audit
+from pipelines.batch.publish_openmetadata import publish_openmetadata
 from pipelines.runtime.io import append
 from pipelines.serving.api import SEARCH_PATH, create_app, serving
+from pipelines.serving.report import REPORT_PATH
 from pipelines.serving.search import search as spark_search
 from pipelines.serving.tokens import create_token
 from tests.pipelines.audit_inputs import change_event, land_refined_batch, rows_df, usage_event
@@ -39,6 +44,17 @@ SCOPES = {
     "users-table": (["prefix=" + HIVE_USERS[:-6]], f"entity_urn LIKE '{HIVE_USERS[:-6]}%'"),
     "sales-datasets": (["domain=" + SALES, "entity-type=dataset"], f"domain = '{SALES}' AND entity_type = 'dataset'"),
 }
+# The same scopes over silver.entity_change_events `c`, by the entity whose aspect was written, its domain `d`
+# the one on the entity's newest audit row; written by hand.
+CHANGE_SCOPES = {
+    "finance": f"d.domain = '{FINANCE}'",
+    "hive": "c.aspect_entity_urn LIKE '%urn:li:dataPlatform:hive,%'",
+    "looker-or-snowflake": "(c.aspect_entity_urn LIKE 'urn:li:dashboard:(looker,%' OR c.aspect_entity_urn LIKE '%dataPlatform:snowflake,%')",
+    "dashboards": "c.aspect_entity_type = 'dashboard'",
+    "users-table": f"c.aspect_entity_urn LIKE '{HIVE_USERS[:-6]}%'",
+    "sales-datasets": f"d.domain = '{SALES}' AND c.aspect_entity_type = 'dataset'",
+}
+ORDERS_FIELD = f"urn:li:schemaField:({HIVE_ORDERS},amount)"
 
 
 def _state_row(entity_urn: str, domain: str) -> dict:
@@ -76,9 +92,16 @@ def scoped_api(spark, lakehouse):
         spark, lakehouse, "scope-1", usage=_usage("scope-1"),
         changes=[change_event("cs-s1", "TAG", "ADD", ALICE, NOW - 90_000, HIVE_ORDERS, "globalTags", "scope-1"),
                  change_event("cs-s2", "TAG", "ADD", BOB, NOW - 95_000, LOOKER_DASHBOARD, "globalTags", "scope-1",
-                              aspect_entity_type="dashboard")],
+                              aspect_entity_type="dashboard"),
+                 change_event("cs-s3", "TECHNICAL_SCHEMA", "ADD", BOB, NOW - 96_000, HIVE_ORDERS, "schemaMetadata",
+                              "scope-1", entity_urn=ORDERS_FIELD),
+                 change_event("cs-s4", "TAG", "REMOVE", ALICE, NOW - 97_000, HIVE_USERS, "globalTags", "scope-1"),
+                 change_event("cs-s5", "DOCUMENTATION", "ADD", BOB, NOW - 98_000, SNOWFLAKE_SALES,
+                              "editableDatasetProperties", "scope-1"),
+                 change_event("cs-s6", "OWNER", "ADD", ALICE, NOW - 99_000, SNOWFLAKE_SALES, "ownership", "scope-1")],
     )  # fmt: skip
     publish_audit(spark, lakehouse)
+    publish_openmetadata(spark, lakehouse)  # chains the change events: the report shows chained batches only
     tokens = {name: create_token(lakehouse, ALICE, ["audit-read"], scope=parse_scope(specs))[0]
               for name, (specs, _) in SCOPES.items()}  # fmt: skip
     tokens["plain"] = create_token(lakehouse, ALICE, ["audit-read"])[0]
@@ -150,12 +173,91 @@ def test_an_unscoped_token_sees_everything_but_sensitive_fields_are_absent_witho
     assert _search(scoped_api, "admin").json()["usageEvents"][0].keys() == sensitive["usageEvents"][0].keys()
 
 
-def test_endpoints_a_scope_cannot_narrow_refuse_scoped_tokens(scoped_api):
+def test_per_actor_aggregates_refuse_scoped_tokens(scoped_api):
     client, tokens = scoped_api["client"], scoped_api["tokens"]
-    for path in ("/api/v1/activity", "/api/v1/changes", "/api/v1/anomalies"):
-        refused = client.get(path, headers={"Authorization": f"Bearer {tokens['finance']}"})
+    for path, params in (("/api/v1/activity", {}), ("/api/v1/activity/actor", {"actor": ALICE}), ("/api/v1/anomalies", {})):
+        refused = client.get(path, params=params, headers={"Authorization": f"Bearer {tokens['finance']}"})
         assert refused.status_code == 403 and "scope" in refused.json()["error"], path
-        assert client.get(path, headers={"Authorization": f"Bearer {tokens['plain']}"}).status_code == 200, path
-    report = client.get("/openapi/v1/audit/report", params={"from": "0", "to": "1"},
-                        headers={"Authorization": f"Bearer {tokens['hive']}"})  # fmt: skip
-    assert report.status_code == 403
+        assert client.get(path, params=params, headers=_auth(scoped_api, "plain")).status_code == 200, path
+
+
+def _auth(api, token_name: str) -> dict:
+    return {"Authorization": f"Bearer {api['tokens'][token_name]}"}
+
+
+def _sql_change_ids(api, condition: str) -> set[str]:
+    newest_domains = (
+        "SELECT entity_urn, domain FROM (SELECT entity_urn, domain, row_number() OVER (PARTITION BY entity_urn "
+        "ORDER BY timestamp DESC, domain ASC) AS n FROM gold.audit_events WHERE entity_urn IS NOT NULL) WHERE n = 1"
+    )
+    sql = (f"SELECT c.event_id FROM silver.entity_change_events c LEFT JOIN ({newest_domains}) d "
+           f"ON c.aspect_entity_urn = d.entity_urn WHERE {condition}")  # fmt: skip
+    return {r.event_id for r in api["spark"].sql(sql).collect()}
+
+
+@pytest.mark.parametrize("name", sorted(CHANGE_SCOPES))
+def test_a_scoped_token_gets_only_its_change_events_and_totals(scoped_api, name):
+    expected = _sql_change_ids(scoped_api, CHANGE_SCOPES[name])
+    assert expected, f"scope {name} selects no change event: the test data misses it"
+    client = scoped_api["client"]
+    response = client.get("/api/v1/changes", params={"size": "1000"}, headers=_auth(scoped_api, name))
+    assert response.status_code == 200, response.text
+    payload = response.json()
+    assert payload["total"] == len(expected) == payload["count"]
+    assert {c["eventId"] for c in payload["changes"]} == expected
+    # One row a page: the total still counts the scope's rows only; a filter narrows within the scope.
+    first_page = client.get("/api/v1/changes", params={"size": "1"}, headers=_auth(scoped_api, name)).json()
+    assert first_page["total"] == len(expected) and first_page["count"] == 1
+    by_bob = client.get("/api/v1/changes", params={"actor": BOB}, headers=_auth(scoped_api, name)).json()
+    assert by_bob["total"] == len(expected & _sql_change_ids(scoped_api, f"c.actor = '{BOB}'"))
+
+
+def test_an_unscoped_token_gets_every_change_event(scoped_api):
+    payload = scoped_api["client"].get("/api/v1/changes", params={"size": "1000"}, headers=_auth(scoped_api, "plain")).json()
+    assert payload["total"] == len(_sql_change_ids(scoped_api, "true"))
+
+
+def test_a_timeline_outside_the_scope_is_not_found(scoped_api):
+    client = scoped_api["client"]
+    absent = "urn:li:dataset:(urn:li:dataPlatform:hive,db.absent,PROD)"
+    # Outside the scope an entity that exists and one that does not get the same answer.
+    for name, urn in (("hive", SNOWFLAKE_SALES), ("finance", SNOWFLAKE_SALES), ("finance", HIVE_USERS),
+                      ("dashboards", HIVE_ORDERS), ("finance", absent)):  # fmt: skip
+        timeline = client.get("/api/v1/timeline", params={"urn": urn}, headers=_auth(scoped_api, name))
+        assert timeline.status_code == 404, (name, urn, timeline.text)
+        as_of = client.get("/api/v1/timeline/as-of", params={"urn": urn, "at": str(NOW)}, headers=_auth(scoped_api, name))
+        assert as_of.status_code == 404, (name, urn, as_of.text)
+    # Inside the scope the timeline holds the entity's change events, its schema fields' included.
+    for name in ("hive", "finance"):
+        inside = client.get("/api/v1/timeline", params={"urn": HIVE_ORDERS}, headers=_auth(scoped_api, name))
+        assert inside.status_code == 200, inside.text
+        assert {e["change_set_id"] for e in inside.json()["events"]} == {"cs-s1", "cs-s3"}
+        as_of = client.get("/api/v1/timeline/as-of", params={"urn": HIVE_ORDERS, "at": str(NOW)}, headers=_auth(scoped_api, name))
+        assert as_of.status_code == 200, as_of.text
+    field = client.get("/api/v1/timeline", params={"urn": ORDERS_FIELD}, headers=_auth(scoped_api, "finance"))
+    assert [e["change_set_id"] for e in field.json()["events"]] == ["cs-s3"]
+    # Inside the scope (by its urn) an entity without events is an empty timeline, as for an unscoped token.
+    assert client.get("/api/v1/timeline", params={"urn": absent}, headers=_auth(scoped_api, "hive")).json()["events"] == []
+    plain = client.get("/api/v1/timeline", params={"urn": SNOWFLAKE_SALES}, headers=_auth(scoped_api, "plain"))
+    assert {e["change_set_id"] for e in plain.json()["events"]} == {"cs-s5", "cs-s6"}
+
+
+def _report_rows(api, token_name: str, scope_label: str) -> list[dict]:
+    response = api["client"].get(REPORT_PATH, params={"from": str(NOW - 3_600_000), "to": str(NOW + 60_000)},
+                                 headers=_auth(api, token_name))  # fmt: skip
+    assert response.status_code == 200, response.text
+    # The header says whose view the report is: a scoped report is not the whole record.
+    assert f"# scope: {scope_label}\r\n" in response.text
+    body = "\r\n".join(line for line in response.text.split("\r\n") if not line.startswith("# "))
+    reader = csv.DictReader(io.StringIO(body, newline=""))
+    assert tuple(reader.fieldnames or ()) == REPORT_COLUMNS
+    return list(reader)
+
+
+@pytest.mark.parametrize(("name", "scope_label"), [("hive", "platform=hive"), ("finance", "domain=" + FINANCE), ("plain", "(all)")])
+def test_the_report_of_a_scoped_token_holds_only_its_rows_and_no_sensitive_column(scoped_api, name, scope_label):
+    condition = CHANGE_SCOPES.get(name, "true")
+    rows = _report_rows(scoped_api, name, scope_label)
+    assert {r["event_id"] for r in rows} == _sql_change_ids(scoped_api, condition) != set()
+    sensitive = {*SENSITIVE_EVENT_FIELDS, "source_ip", "user_agent", "raw_event"}
+    assert not sensitive & set(REPORT_COLUMNS)
