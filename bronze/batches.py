@@ -40,7 +40,7 @@ def _by_occurrence() -> WindowSpec:
 
 
 def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
-    """Return the (file_index, line_number) of every landable row whose record hash an earlier row has.
+    """Return the (file_index, line_number, record_hash) of every landable row whose record hash an earlier row has.
 
     Earlier: by file, then line. Only the three key columns are read and sorted, so a batch of wide
     rows with a few repeats costs a narrow aggregation, not a sort of every row (`filter_out_lines`
@@ -51,19 +51,21 @@ def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
         lines_df.join(to_duplicate_hashes(lines_df), "record_hash", "left_semi")
         .withColumn("_occurrence", F.row_number().over(_by_occurrence()))
         .filter("_occurrence > 1")
-        .select("file_index", "line_number")
+        .select("file_index", "line_number", "record_hash")
     )
 
 
-def filter_out_lines(landable_df: DataFrame, lines: Sequence[tuple[int, int]]) -> DataFrame:
-    """Drop the rows at the given (file_index, line_number) pairs (a literal set: no join of the wide rows).
+def filter_out_lines(landable_df: DataFrame, lines: Sequence[tuple[int, int, str]]) -> DataFrame:
+    """Drop the rows at the given (file_index, line_number, record_hash) (a literal set: no join of the wide rows).
 
-    A row without a line number is kept: no pair names it.
+    The hash tells apart the records of one line (the aspects of one MCE share its line). A row without
+    a line number is kept: nothing names it.
     """
     if not lines:
         return landable_df
     line_key = F.col("file_index").cast("bigint") * F.lit(_LINE_KEY_FACTOR) + F.col("line_number")
-    listed = line_key.isin([int(f) * _LINE_KEY_FACTOR + int(n) for f, n in lines])
+    record_key = F.concat(line_key.cast("string"), F.lit(":"), F.col("record_hash"))
+    listed = record_key.isin([f"{int(f) * _LINE_KEY_FACTOR + int(n)}:{h}" for f, n, h in lines])
     return landable_df.filter(~F.coalesce(listed, F.lit(False)))
 
 

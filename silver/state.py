@@ -103,18 +103,23 @@ def filter_replaced_by(state_df: DataFrame, batch_id: str) -> DataFrame:
     return state_df.filter((F.col("batch_id") == F.lit(batch_id)) & F.col("prev_order_key").isNotNull())
 
 
-def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFrame) -> DataFrame:
+def to_pre_batch_state(
+    state_df: DataFrame, batch_id: str, snapshots_df: DataFrame, patched_aspects_df: DataFrame | None = None
+) -> DataFrame:
     """Return silver.aspect_state as it was before `batch_id` was applied.
 
     Rows that `batch_id` already wrote (a run killed after the state MERGE) are turned back into their
-    prev_* values, with the JSON of the bronze snapshot those name; rows it inserted (no
-    prev_order_key) disappear. Other rows are returned as they are.
+    prev_* values, with the JSON of the bronze snapshot those name (for a PATCH, the aspect it produced,
+    from silver.patched_aspects); rows it inserted (no prev_order_key) disappear. Other rows are
+    returned as they are.
 
     Args:
         state_df: silver.aspect_state.
         batch_id: the batch about to be (re)applied.
         snapshots_df: bronze.aspect_snapshots rows holding at least the snapshots named by the
             (prev_batch_id, prev_record_hash) of the state rows `batch_id` wrote; any superset works.
+        patched_aspects_df: silver.patched_aspects rows of the same batches (any superset), or None when
+            none of them holds a PATCH.
 
     Returns:
         entity_urn, entity_type, aspect_name, aspect_json and STATE_VALUE_COLUMNS, one row per key.
@@ -129,7 +134,18 @@ def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFra
         F.col("batch_id").alias("prev_batch_id"),
         F.col("record_hash").alias("prev_record_hash"),
         "aspect_json",
-    ).dropDuplicates(named)
+    )
+    if patched_aspects_df is not None:
+        # A PATCH snapshot holds the patch: the state held the aspect it produced.
+        patched_df = patched_aspects_df.select(
+            "entity_urn",
+            "aspect_name",
+            F.col("batch_id").alias("prev_batch_id"),
+            F.col("record_hash").alias("prev_record_hash"),
+            "aspect_json",
+        )
+        json_df = json_df.join(patched_df.select(*named), on=named, how="left_anti").unionByName(patched_df)
+    json_df = json_df.dropDuplicates(named)
     reverted_df = (
         filter_replaced_by(state_df, batch_id)
         .select(*key, *[F.col(f"prev_{c}") for c in STATE_VALUE_COLUMNS])
@@ -270,7 +286,7 @@ def to_skipped_snapshots(sequenced_df: DataFrame) -> DataFrame:
     state_order_key is the key the snapshot lost against: the state's for a late one, its own for a
     duplicate (the state holds that version, or an earlier copy in the batch does).
     """
-    return sequenced_df.filter(F.col("disposition") != ACCEPTED).select(
+    return sequenced_df.filter(F.col("disposition").isin(LATE, DUPLICATE)).select(
         "entity_urn",
         "aspect_name",
         "version",
@@ -400,19 +416,6 @@ def to_empty_state(batch_df: DataFrame) -> DataFrame:
         "record_hash",
         "batch_id",
     ).filter(F.lit(False))
-
-
-def to_latest_versions(snapshots_df: DataFrame) -> DataFrame:
-    """The newest snapshot of every (entity_urn, aspect_name) by ordering key (first landed copy on a tie).
-
-    Returns:
-        The snapshots' columns plus order_key and is_delete, one row per key.
-    """
-    keyed_df = snapshots_df.withColumn(
-        "order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type"))
-    ).withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
-    newest = Window.partitionBy("entity_urn", "aspect_name").orderBy(F.col("order_key").desc(), *ARRIVAL_ORDER)
-    return keyed_df.withColumn("_rank", F.row_number().over(newest)).filter(F.col("_rank") == 1).drop("_rank")
 
 
 def to_next_state(state_df: DataFrame, state_rows_df: DataFrame) -> DataFrame:

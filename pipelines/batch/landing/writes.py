@@ -134,7 +134,7 @@ def _append_landable(
     # cost 4-5 s of a 1M-record landing.
     if to_duplicate_hashes(landable_df).limit(1).count():
         repeated = to_repeated_lines(landable_df).limit(MAX_LISTED_REPEATS + 1).collect()
-        listed = [(r.file_index, r.line_number) for r in repeated if r.line_number is not None]
+        listed = [(r.file_index, r.line_number, r.record_hash) for r in repeated if r.line_number is not None]
         # Every line is numbered by now; should one not be, the sort still drops its copies.
         if len(repeated) <= MAX_LISTED_REPEATS and len(listed) == len(repeated):
             landable_df = filter_out_lines(landable_df, listed)
