@@ -293,7 +293,7 @@ def _map_to_array(keyed: Any, key_fields: tuple[str, ...], name: str) -> list:
 
 
 def _merged(node: Any, key_fields: tuple[str, ...]) -> list:
-    if not key_fields:
+    if not key_fields or _is_item(node):
         return list(node) if isinstance(node, list) else [node]
     key_field, rest = key_fields[0], key_fields[1:]
     items: list = []
@@ -309,6 +309,15 @@ def _merged(node: Any, key_fields: tuple[str, ...]) -> list:
         for value in node:
             items.extend(_merged(value, rest))
     return items
+
+
+def _is_item(node: Any) -> bool:
+    """Whether a node at a key level is an item, not a level of keys: an object with a field that is no object.
+
+    A level of keys holds objects only; an item added with fewer key levels than the keys (the SDK's
+    field-level `/terms/<urn>`) sits there as itself.
+    """
+    return isinstance(node, dict) and any(not isinstance(value, (dict, list)) for value in node.values())
 
 
 # ------------------------------------------------------------------------------------------------

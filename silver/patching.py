@@ -63,7 +63,8 @@ def with_patches_applied(sequenced_df: DataFrame) -> DataFrame:
     accepted = F.col("disposition") == ACCEPTED
     patched_keys_df = sequenced_df.filter(accepted & is_patch(F.col("change_type"))).select(*key).distinct()
     version = F.struct("order_key", "change_type", F.col("new_json").alias("json"), "created_time", "prev_json")
-    fold = F.udf(_fold_key, _FOLDED)
+    # A lambda: the client reads a named function's type hints as a pandas UDF's and warns.
+    fold = F.udf(lambda aspect_name, versions: _fold_key(aspect_name, versions), _FOLDED)
     folded_df = (
         sequenced_df.filter(accepted)
         .join(patched_keys_df, on=key, how="left_semi")

@@ -85,12 +85,31 @@ SEQUENCE_ORDER = (
 KEY_BUCKETS = 1024
 
 
-def order_key(version: Column, created_time: Column, change_type: Column) -> Column:
-    """The sortable ordering key of one aspect version (see the module docstring)."""
+def order_key(version: Column, created_time: Column, change_type: Column, arrival: Column | None = None) -> Column:
+    """The sortable ordering key of one aspect version (see the module docstring).
+
+    A PATCH is an operation, not a value: two patches of one aspect with the same time (the SDK gives
+    every proposal of one builder the same systemMetadata) are both applied, in the order they arrived.
+    Given `arrival` (`patch_arrival`), a PATCH's key ends with it, so each patch is a version of its own.
+    """
     rank = F.when(F.upper(change_type) == "DELETE", F.lit("1")).otherwise(F.lit("0"))
     by_version = F.concat(F.lit("v"), F.lpad(version.cast("string"), 19, "0"), F.lit("."), rank)
     by_time = F.concat(F.lit("t"), F.lpad(F.coalesce(created_time, F.lit(0)).cast("string"), 19, "0"), F.lit("."), rank)
-    return F.when(version.isNotNull(), by_version).otherwise(by_time)
+    key = F.when(version.isNotNull(), by_version).otherwise(by_time)
+    if arrival is None:
+        return key
+    return F.when(F.upper(change_type) == "PATCH", F.concat(key, F.lit("."), arrival)).otherwise(key)
+
+
+def patch_arrival() -> Column:
+    """Where a bronze row arrived, as sortable text: landing time (microseconds), line, then the file's CRC-32."""
+    return F.concat(
+        F.lpad(F.unix_micros(F.col("landed_at")).cast("string"), 19, "0"),
+        F.lit("."),
+        F.lpad(F.col("line_number").cast("string"), 19, "0"),
+        F.lit("."),
+        F.lpad(F.crc32(F.col("source_file").cast("binary")).cast("string"), 10, "0"),
+    )
 
 
 def change_set_id(entity_urn: Column, aspect_name: Column, key: Column) -> Column:
@@ -206,7 +225,7 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame) -> DataFram
     key = ["entity_urn", "aspect_name"]
     rows_df = (
         batch_df.select(*BRONZE_COLUMNS)
-        .withColumn("order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type")))
+        .withColumn("order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type"), patch_arrival()))
         .withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
         .withColumn("_bucket", key_bucket(F.col("entity_urn"), F.col("aspect_name")))
     )
