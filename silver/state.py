@@ -147,22 +147,10 @@ def to_pre_batch_state(
     others_df = state_df.filter(F.col("batch_id") != F.lit(batch_id)).select(*key, "aspect_json", *STATE_VALUE_COLUMNS)
     named = ["entity_urn", "aspect_name", "prev_batch_id", "prev_record_hash"]
     # Copies of one snapshot share its record hash, and with it the JSON: any one of them will do.
-    json_df = snapshots_df.select(
-        "entity_urn",
-        "aspect_name",
-        F.col("batch_id").alias("prev_batch_id"),
-        F.col("record_hash").alias("prev_record_hash"),
-        "aspect_json",
-    )
+    json_df = _json_by_record(snapshots_df)
     if patched_aspects_df is not None:
         # A PATCH snapshot holds the patch: the state held the aspect it produced.
-        patched_df = patched_aspects_df.select(
-            "entity_urn",
-            "aspect_name",
-            F.col("batch_id").alias("prev_batch_id"),
-            F.col("record_hash").alias("prev_record_hash"),
-            "aspect_json",
-        )
+        patched_df = _json_by_record(patched_aspects_df)
         json_df = json_df.join(patched_df.select(*named), on=named, how="left_anti").unionByName(patched_df)
     json_df = json_df.dropDuplicates(named)
     reverted_df = (
@@ -172,6 +160,17 @@ def to_pre_batch_state(
         .select(*key, "aspect_json", *[F.col(f"prev_{c}").alias(c) for c in STATE_VALUE_COLUMNS])
     )
     return others_df.unionByName(reverted_df)
+
+
+def _json_by_record(rows_df: DataFrame) -> DataFrame:
+    """The aspect JSON of rows named by (entity_urn, aspect_name, batch_id, record_hash), as prev_* names."""
+    return rows_df.select(
+        "entity_urn",
+        "aspect_name",
+        F.col("batch_id").alias("prev_batch_id"),
+        F.col("record_hash").alias("prev_record_hash"),
+        "aspect_json",
+    )
 
 
 def key_bucket(entity_urn: Column, aspect_name: Column) -> Column:
