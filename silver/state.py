@@ -5,7 +5,8 @@ Ordering key of one (entity_urn, aspect_name): systemMetadata.version when prese
 time; a DELETE orders after the write of the same version (DataHub repeats the deleted value's version
 on the DELETE record). The key is a sortable string `v<version, 19 digits>.<0 write | 1 delete>`
 (or `t<created ms>.<0|1>` without a version), so the same (version, change type) is the same key: a
-replay. Keys with a version sort after keys without one.
+replay. Keys with a version sort after keys without one. A PATCH's key ends with where it arrived
+(`order_key`): each patch is a version of its own (`silver.patching` applies them).
 """
 
 from __future__ import annotations
