@@ -227,10 +227,10 @@ def patch_problem(patch_json: Column) -> Column:
     is one of PATCH_OPS with a `path` that starts with `/`. Whether it applies to the aspect it patches
     is for refine to find out.
     """
-    operations = F.coalesce(
-        F.from_json(patch_json, PATCH_OPERATIONS, JSON_OPTIONS),
-        F.from_json(patch_json, f"patch {PATCH_OPERATIONS}", JSON_OPTIONS)["patch"],
-    )
+    # By the first character: the engine reads one object as a list of one when asked for a list.
+    operations = F.when(
+        patch_json.rlike(r"^[ \t\r\n]*\["), F.from_json(patch_json, PATCH_OPERATIONS, JSON_OPTIONS)
+    ).otherwise(F.from_json(patch_json, f"patch {PATCH_OPERATIONS}", JSON_OPTIONS)["patch"])
     bad_op = F.filter(operations, lambda o: o["op"].isNull() | ~F.lower(o["op"]).isin(*PATCH_OPS))
     bad_path = F.filter(operations, lambda o: o["path"].isNull() | ~o["path"].startswith("/"))
     return (
@@ -244,11 +244,17 @@ def patch_problem(patch_json: Column) -> Column:
         )
         .when(
             F.size(bad_op) > 0,
-            _message("aspect.value.patch.op", quoted_value(bad_op[0]["op"]), f" is not one of {', '.join(PATCH_OPS)}"),
+            F.coalesce(
+                _message("aspect.value.patch.op", quoted_value(bad_op[0]["op"]), f" is not one of {', '.join(PATCH_OPS)}"),
+                F.lit("aspect.value.patch.op: missing"),
+            ),
         )
         .when(
             F.size(bad_path) > 0,
-            _message("aspect.value.patch.path", quoted_value(bad_path[0]["path"]), " does not start with '/'"),
+            F.coalesce(
+                _message("aspect.value.patch.path", quoted_value(bad_path[0]["path"]), " does not start with '/'"),
+                F.lit("aspect.value.patch.path: missing"),
+            ),
         )
     )
 

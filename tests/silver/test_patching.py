@@ -76,7 +76,9 @@ def test_reverting_a_batch_takes_a_patched_predecessor_from_the_patched_aspects(
 
     def state_of(patched_df, pre_state_df):
         status_df = to_entity_status(patched_df, pre_state_df)
-        return to_state_rows(patched_df, status_df).withColumn("updated_at", F.current_timestamp()).select(*state_columns)
+        state_df = to_state_rows(patched_df, status_df).withColumn("updated_at", F.current_timestamp()).select(*state_columns)
+        # As refine stages it: rows, not the plan that made them (each step reads its input twice).
+        return spark.createDataFrame(state_df.collect(), state_df.schema)
 
     first = [mcl(URN, "globalTags", tags("a"), version=None, time=T), patch(URN, add_tag("b"), T + 1)]
     first_df, empty_df = applied(spark, first)

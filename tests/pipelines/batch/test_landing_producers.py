@@ -176,6 +176,9 @@ def test_a_malformed_patch_is_quarantined_with_its_reason_and_changes_nothing(sp
         with_patch([{"op": "merge", "path": "/tags/x", "value": {}}]),
         with_patch([{"op": "replace", "path": "/tags/urn:li:tag:nope/x", "value": 1}]),
         with_patch([{"op": "add", "path": "/fields/x", "value": {}}], "schemaMetadata"),
+        with_patch([{"path": "/tags/x", "value": {}}]),
+        with_patch({"patch": "nope"}),
+        with_patch([{"op": "add", "path": "tags", "value": {}}]),
     ]
     report = land_paths(spark, settings, [write_lines(work / "bad.mcp.jsonl", bad)])
     result = refine(spark, settings)
@@ -188,12 +191,16 @@ def test_a_malformed_patch_is_quarantined_with_its_reason_and_changes_nothing(sp
          "arrayPrimaryKeys (templates: chartInfo, dashboardInfo, dataFlowInfo, dataJobInfo, dataJobInputOutput, "
          "dataProductProperties, datasetProperties, domains, editableDatasetProperties, editableSchemaMetadata, "
          "globalTags, glossaryTerms, ownership, siblings, structuredProperties, upstreamLineage)"),
+        (4, "mcp", "aspect.value.patch.op", "aspect.value.patch.op: missing"),
+        (5, "mcp", "aspect.value", "aspect.value: '{\"patch\": \"nope\"}' is not a JSON Patch (a list of operations, or "
+         "{patch, arrayPrimaryKeys})"),
+        (6, "mcp", "aspect.value.patch.path", "aspect.value.patch.path: 'tags' does not start with '/'"),
     ]
     assert json.loads(rows[0].raw_text)["entityUrn"] == ORDERS
     assert {r.aspect_name: r.aspect_json for r in read_state(spark, settings).collect()} == state_before
     # Refining again (the batch is recorded) adds no second quarantine row.
     refine(spark, settings)
-    assert read_table(spark, settings, "bronze.quarantine").filter(f"batch_id = '{report.batch_id}'").count() == 3
+    assert read_table(spark, settings, "bronze.quarantine").filter(f"batch_id = '{report.batch_id}'").count() == 6
 
 
 def test_the_real_form_fixtures_land_without_quarantine(spark, tmp_path):
