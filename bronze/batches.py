@@ -64,8 +64,10 @@ def filter_out_lines(landable_df: DataFrame, lines: Sequence[tuple[int, int, str
     if not lines:
         return landable_df
     line_key = F.col("file_index").cast("bigint") * F.lit(_LINE_KEY_FACTOR) + F.col("line_number")
+    keys = [int(f) * _LINE_KEY_FACTOR + int(n) for f, n, _ in lines]
     record_key = F.concat(line_key.cast("string"), F.lit(":"), F.col("record_hash"))
-    listed = record_key.isin([f"{int(f) * _LINE_KEY_FACTOR + int(n)}:{h}" for f, n, h in lines])
+    # The numbers first: the text key is built only for the few rows on a listed line.
+    listed = F.when(line_key.isin(keys), record_key.isin([f"{k}:{h}" for k, (_, _, h) in zip(keys, lines)]))
     return landable_df.filter(~F.coalesce(listed, F.lit(False)))
 
 

@@ -36,7 +36,7 @@ from conf.errors import InputError
 # again for the few fields bronze types; times are BIGINT so that only JSON integers parse.
 SNAPSHOT_ENVELOPE = (
     "entityType STRING, entityUrn STRING, changeType STRING, aspectName STRING, "
-    "aspect STRUCT<value: STRING, contentType: STRING, json: STRING>, systemMetadata STRING, "
+    "aspect STRUCT<value: STRING, contentType: STRING>, systemMetadata STRING, "
     "created STRUCT<time: BIGINT, actor: STRING>"
 )
 SYSTEM_METADATA = "lastObserved BIGINT, runId STRING, version STRING"
@@ -138,15 +138,25 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
     _check_limit(max_record_bytes)
     parsed_df = lines_df.select(
         *LINE_COLUMNS, F.from_json(F.col("value"), SNAPSHOT_ENVELOPE, JSON_OPTIONS).alias("r")
-    ).select(*LINE_COLUMNS, "r", F.from_json(F.col("r.systemMetadata"), SYSTEM_METADATA, JSON_OPTIONS).alias("sm"))
+    ).select(
+        *LINE_COLUMNS,
+        "r",
+        F.from_json(F.col("r.systemMetadata"), SYSTEM_METADATA, JSON_OPTIONS).alias("sm"),
+        # The aspect as text (`value`), or as the object itself (`json`, the file sink's form on one
+        # line), looked up in the line only where `value` is missing: a `json` field in the envelope,
+        # or an expression in place of the column, cost every record 15-20%.
+        F.coalesce(F.col("r.aspect.value"), _json_at("$.aspect.json")).alias("aspect_text"),
+    )
     urn, aspect_name, change_type = F.col("r.entityUrn"), F.col("r.aspectName"), F.col("r.changeType")
-    # The aspect as text (`value`), or as the object itself (`json`, the file sink's form on one line).
-    aspect_value = F.coalesce(F.col("r.aspect.value"), F.col("r.aspect.json"))
+    aspect_value = F.col("aspect_text")
     is_patch = change_type == PATCH
-    # A patch document may be a list of operations; every other aspect is one JSON object.
-    opens = F.when(is_patch, aspect_value.rlike(r"^[ \t\r\n]*[\{\[]")).otherwise(aspect_value.rlike(r"^[ \t\r\n]*\{"))
-    closes = F.when(is_patch, aspect_value.rlike(r"[\}\]][ \t\r\n]*\z")).otherwise(
-        aspect_value.rlike(r"\}[ \t\r\n]*\z")
+    # A patch document may be a list of operations; every other aspect is one JSON object. The list
+    # patterns run only for the rare values that fail the object ones.
+    opens = F.when(aspect_value.rlike(r"^[ \t\r\n]*\{"), F.lit(True)).otherwise(
+        is_patch & aspect_value.rlike(r"^[ \t\r\n]*\[")
+    )
+    closes = F.when(aspect_value.rlike(r"\}[ \t\r\n]*\z"), F.lit(True)).otherwise(
+        is_patch & aspect_value.rlike(r"\][ \t\r\n]*\z")
     )
     version_text = F.col("sm.version")
     if kind == MCL:
@@ -199,6 +209,9 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
             version_text.isNotNull() & ~version_text.rlike(r"^[0-9]{1,18}$"),
             _message("systemMetadata.version", quoted_value(version_text), " is not a whole number"),
         ),
+        # A patch document is checked as one (null when it is good: the record lands), never as the
+        # aspect; as a branch of its own, so other records pay one comparison for it.
+        (is_patch, patch_problem(aspect_value)),
     ]
     typed = {
         "entity_urn": urn,
@@ -214,9 +227,7 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
         "source_kind": F.lit(kind),
     }
     # Last, and as the one reference to it: the check looks up the aspect's fields in its JSON text.
-    aspect_check = F.when(is_patch, patch_problem(aspect_value)).when(
-        change_type != DELETE, aspect_problem(aspect_name, aspect_value)
-    )
+    aspect_check = F.when(change_type != DELETE, aspect_problem(aspect_name, aspect_value))
     return _staged(parsed_df, typed, checks, SNAPSHOT_HASH_FIELDS, max_record_bytes, aspect_check)
 
 
