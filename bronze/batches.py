@@ -55,19 +55,28 @@ def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
     )
 
 
-def filter_out_lines(landable_df: DataFrame, lines: Sequence[tuple[int, int, str]]) -> DataFrame:
+def filter_out_lines(
+    landable_df: DataFrame, lines: Sequence[tuple[int, int, str]], *, shared_lines: bool = False
+) -> DataFrame:
     """Drop the rows at the given (file_index, line_number, record_hash) (a literal set: no join of the wide rows).
 
-    The hash tells apart the records of one line (the aspects of one MCE share its line). A row without
-    a line number is kept: nothing names it.
+    A row without a line number is kept: nothing names it.
+
+    Args:
+        landable_df: the batch's landable rows.
+        lines: the rows to drop.
+        shared_lines: whether several records can share a line (the aspects of one MCE, from file-sink
+            or mce files): then the hash tells them apart, at the cost of a text key per row (0.8 s on
+            100k rows with repeats); otherwise the line alone names the row.
     """
     if not lines:
         return landable_df
     line_key = F.col("file_index").cast("bigint") * F.lit(_LINE_KEY_FACTOR) + F.col("line_number")
     keys = [int(f) * _LINE_KEY_FACTOR + int(n) for f, n, _ in lines]
-    record_key = F.concat(line_key.cast("string"), F.lit(":"), F.col("record_hash"))
-    # The numbers first: the text key is built only for the few rows on a listed line.
-    listed = F.when(line_key.isin(keys), record_key.isin([f"{k}:{h}" for k, (_, _, h) in zip(keys, lines)]))
+    listed = line_key.isin(keys)
+    if shared_lines:
+        record_key = F.concat(line_key.cast("string"), F.lit(":"), F.col("record_hash"))
+        listed = record_key.isin([f"{k}:{h}" for k, (_, _, h) in zip(keys, lines)])
     return landable_df.filter(~F.coalesce(listed, F.lit(False)))
 
 
