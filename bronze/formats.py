@@ -12,18 +12,21 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from bronze.snapshots import is_snapshot_record, snapshot_proposals
 from conf.errors import InputError
 
 MCL = "mcl"
 MCP = "mcp"
 FILE_SINK = "file-sink"
 USAGE = "usage"
+# JSON lines of DataHub MetadataChangeEvents (`proposedSnapshot`): each aspect lands as an MCP record.
+MCE = "mce"
 
 # Every kind a file can be landed as; `--kind` takes one of these.
-KINDS = (MCL, MCP, FILE_SINK, USAGE)
+KINDS = (MCL, MCP, FILE_SINK, USAGE, MCE)
 # Kinds whose records are DataHub aspect snapshots (action requests included: they are MCL/MCP records
 # of entity type `actionRequest`) and land in bronze.aspect_snapshots.
-SNAPSHOT_KINDS = (MCL, MCP, FILE_SINK)
+SNAPSHOT_KINDS = (MCL, MCP, FILE_SINK, MCE)
 # The ledger's kind for a file with no record at all (nothing to detect).
 EMPTY = "empty"
 
@@ -34,6 +37,7 @@ USAGE_REQUIRED_FIELDS = ("type", "actorUrn", "timestamp")
 # DataHub's ChangeType enum (com.linkedin.events.metadata.ChangeType).
 CHANGE_TYPES = ("UPSERT", "CREATE", "CREATE_ENTITY", "UPDATE", "DELETE", "PATCH", "RESTATE")
 DELETE = "DELETE"
+PATCH = "PATCH"
 
 # The 13 event types of the Audit Events Search API, plus DeletePolicyEvent, which DataHub also emits.
 USAGE_EVENT_TYPES = (
@@ -86,11 +90,13 @@ def check_kind(kind: str | None, name: str = "kind") -> str | None:
 def kind_of_record(record: Any) -> str | None:
     """Return the kind one parsed JSON record reveals, or None when it reveals none.
 
-    An object with `type` and `actorUrn` is a usage event; with `created` an MCL record; otherwise an
-    object with `aspectName` or `entityUrn` is an MCP record.
+    An object with `type` and `actorUrn` is a usage event; with `proposedSnapshot` an MCE; with `created`
+    an MCL record; otherwise an object with `aspectName` or `entityUrn` is an MCP record.
     """
     if not isinstance(record, dict):
         return None
+    if is_snapshot_record(record):
+        return MCE
     if "type" in record and "actorUrn" in record:
         return USAGE
     if "created" in record:
@@ -165,6 +171,17 @@ def to_json_line(element: Any) -> str:
     return json.dumps(element)
 
 
+def to_json_lines(element: Any) -> list[tuple[str, str | None]]:
+    """The records one file-sink element lands as: (JSON line, None), or (raw text, reason) for a part that cannot.
+
+    An MCE (`proposedSnapshot`) gives one MCP line per aspect (`bronze.snapshots.snapshot_proposals`);
+    any other element is one record (`to_json_line`).
+    """
+    if is_snapshot_record(element):
+        return snapshot_proposals(element)
+    return [(to_json_line(element), None)]
+
+
 def iter_json_array(chunks: Iterable[str], *, max_element_chars: int) -> Iterator[ArrayItem]:
     """Stream the elements of a JSON array given as text chunks, with the line each starts on.
 
@@ -178,7 +195,8 @@ def iter_json_array(chunks: Iterable[str], *, max_element_chars: int) -> Iterato
             malformed or oversized instead of being buffered further.
 
     Yields:
-        One ArrayItem per element, in file order.
+        One ArrayItem per record, in file order: one per element, one per aspect of an MCE element (all
+        with the element's line).
 
     Raises:
         InputError: when the text does not start with `[` (it is not a JSON array).
@@ -225,7 +243,8 @@ class _ArrayReader:
                 continue
             element, end = parsed
             self._advance(end - self._pos)
-            yield ArrayItem(start_line, to_json_line(element))
+            for text, reason in to_json_lines(element):
+                yield ArrayItem(start_line, text, reason)
             self._skip_whitespace()
             following = self._peek()
             if following == ",":

@@ -175,6 +175,14 @@ _SPECS = (
     ),
     TableSpec(
         "silver",
+        "patched_aspects",
+        "entity_urn STRING, aspect_name STRING, order_key STRING, record_hash STRING, batch_id STRING, "
+        "aspect_json STRING, recorded_at TIMESTAMP",
+        (),
+        "The full aspect an applied PATCH record (bronze keeps the patch) produced.",
+    ),
+    TableSpec(
+        "silver",
         "entity_change_events",
         "event_id STRING, entity_urn STRING, entity_type STRING, category STRING, operation STRING, "
         "modifier STRING, parameters MAP<STRING, STRING>, actor STRING, event_time BIGINT, version INT, "

@@ -5,7 +5,8 @@ Ordering key of one (entity_urn, aspect_name): systemMetadata.version when prese
 time; a DELETE orders after the write of the same version (DataHub repeats the deleted value's version
 on the DELETE record). The key is a sortable string `v<version, 19 digits>.<0 write | 1 delete>`
 (or `t<created ms>.<0|1>` without a version), so the same (version, change type) is the same key: a
-replay. Keys with a version sort after keys without one.
+replay. Keys with a version sort after keys without one. A PATCH's key ends with where it arrived
+(`order_key`): each patch is a version of its own (`silver.patching` applies them).
 """
 
 from __future__ import annotations
@@ -85,12 +86,31 @@ SEQUENCE_ORDER = (
 KEY_BUCKETS = 1024
 
 
-def order_key(version: Column, created_time: Column, change_type: Column) -> Column:
-    """The sortable ordering key of one aspect version (see the module docstring)."""
+def order_key(version: Column, created_time: Column, change_type: Column, arrival: Column | None = None) -> Column:
+    """The sortable ordering key of one aspect version (see the module docstring).
+
+    A PATCH is an operation, not a value: two patches of one aspect with the same time (the SDK gives
+    every proposal of one builder the same systemMetadata) are both applied, in the order they arrived.
+    Given `arrival` (`patch_arrival`), a PATCH's key ends with it, so each patch is a version of its own.
+    """
     rank = F.when(F.upper(change_type) == "DELETE", F.lit("1")).otherwise(F.lit("0"))
     by_version = F.concat(F.lit("v"), F.lpad(version.cast("string"), 19, "0"), F.lit("."), rank)
     by_time = F.concat(F.lit("t"), F.lpad(F.coalesce(created_time, F.lit(0)).cast("string"), 19, "0"), F.lit("."), rank)
-    return F.when(version.isNotNull(), by_version).otherwise(by_time)
+    key = F.when(version.isNotNull(), by_version).otherwise(by_time)
+    if arrival is None:
+        return key
+    return F.when(F.upper(change_type) == "PATCH", F.concat(key, F.lit("."), arrival)).otherwise(key)
+
+
+def patch_arrival() -> Column:
+    """Where a bronze row arrived, as sortable text: landing time (microseconds), line, then the file's CRC-32."""
+    return F.concat(
+        F.lpad(F.unix_micros(F.col("landed_at")).cast("string"), 19, "0"),
+        F.lit("."),
+        F.lpad(F.col("line_number").cast("string"), 19, "0"),
+        F.lit("."),
+        F.lpad(F.crc32(F.col("source_file").cast("binary")).cast("string"), 10, "0"),
+    )
 
 
 def change_set_id(entity_urn: Column, aspect_name: Column, key: Column) -> Column:
@@ -103,18 +123,23 @@ def filter_replaced_by(state_df: DataFrame, batch_id: str) -> DataFrame:
     return state_df.filter((F.col("batch_id") == F.lit(batch_id)) & F.col("prev_order_key").isNotNull())
 
 
-def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFrame) -> DataFrame:
+def to_pre_batch_state(
+    state_df: DataFrame, batch_id: str, snapshots_df: DataFrame, patched_aspects_df: DataFrame | None = None
+) -> DataFrame:
     """Return silver.aspect_state as it was before `batch_id` was applied.
 
     Rows that `batch_id` already wrote (a run killed after the state MERGE) are turned back into their
-    prev_* values, with the JSON of the bronze snapshot those name; rows it inserted (no
-    prev_order_key) disappear. Other rows are returned as they are.
+    prev_* values, with the JSON of the bronze snapshot those name (for a PATCH, the aspect it produced,
+    from silver.patched_aspects); rows it inserted (no prev_order_key) disappear. Other rows are
+    returned as they are.
 
     Args:
         state_df: silver.aspect_state.
         batch_id: the batch about to be (re)applied.
         snapshots_df: bronze.aspect_snapshots rows holding at least the snapshots named by the
             (prev_batch_id, prev_record_hash) of the state rows `batch_id` wrote; any superset works.
+        patched_aspects_df: silver.patched_aspects rows of the same batches (any superset), or None when
+            none of them holds a PATCH.
 
     Returns:
         entity_urn, entity_type, aspect_name, aspect_json and STATE_VALUE_COLUMNS, one row per key.
@@ -123,13 +148,12 @@ def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFra
     others_df = state_df.filter(F.col("batch_id") != F.lit(batch_id)).select(*key, "aspect_json", *STATE_VALUE_COLUMNS)
     named = ["entity_urn", "aspect_name", "prev_batch_id", "prev_record_hash"]
     # Copies of one snapshot share its record hash, and with it the JSON: any one of them will do.
-    json_df = snapshots_df.select(
-        "entity_urn",
-        "aspect_name",
-        F.col("batch_id").alias("prev_batch_id"),
-        F.col("record_hash").alias("prev_record_hash"),
-        "aspect_json",
-    ).dropDuplicates(named)
+    json_df = _json_by_record(snapshots_df)
+    if patched_aspects_df is not None:
+        # A PATCH snapshot holds the patch: the state held the aspect it produced.
+        patched_df = _json_by_record(patched_aspects_df)
+        json_df = json_df.join(patched_df.select(*named), on=named, how="left_anti").unionByName(patched_df)
+    json_df = json_df.dropDuplicates(named)
     reverted_df = (
         filter_replaced_by(state_df, batch_id)
         .select(*key, *[F.col(f"prev_{c}") for c in STATE_VALUE_COLUMNS])
@@ -137,6 +161,17 @@ def to_pre_batch_state(state_df: DataFrame, batch_id: str, snapshots_df: DataFra
         .select(*key, "aspect_json", *[F.col(f"prev_{c}").alias(c) for c in STATE_VALUE_COLUMNS])
     )
     return others_df.unionByName(reverted_df)
+
+
+def _json_by_record(rows_df: DataFrame) -> DataFrame:
+    """The aspect JSON of rows named by (entity_urn, aspect_name, batch_id, record_hash), as prev_* names."""
+    return rows_df.select(
+        "entity_urn",
+        "aspect_name",
+        F.col("batch_id").alias("prev_batch_id"),
+        F.col("record_hash").alias("prev_record_hash"),
+        "aspect_json",
+    )
 
 
 def key_bucket(entity_urn: Column, aspect_name: Column) -> Column:
@@ -197,7 +232,7 @@ def to_sequenced_batch(batch_df: DataFrame, pre_state_df: DataFrame, native_lag:
     key = ["entity_urn", "aspect_name"]
     rows_df = (
         batch_df.select(*BRONZE_COLUMNS)
-        .withColumn("order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type")))
+        .withColumn("order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type"), patch_arrival()))
         .withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
         .withColumn("_bucket", key_bucket(F.col("entity_urn"), F.col("aspect_name")))
     )
@@ -277,7 +312,7 @@ def to_skipped_snapshots(sequenced_df: DataFrame) -> DataFrame:
     state_order_key is the key the snapshot lost against: the state's for a late one, its own for a
     duplicate (the state holds that version, or an earlier copy in the batch does).
     """
-    return sequenced_df.filter(F.col("disposition") != ACCEPTED).select(
+    return sequenced_df.filter(F.col("disposition").isin(LATE, DUPLICATE)).select(
         "entity_urn",
         "aspect_name",
         "version",
@@ -407,19 +442,6 @@ def to_empty_state(batch_df: DataFrame) -> DataFrame:
         "record_hash",
         "batch_id",
     ).filter(F.lit(False))
-
-
-def to_latest_versions(snapshots_df: DataFrame) -> DataFrame:
-    """The newest snapshot of every (entity_urn, aspect_name) by ordering key (first landed copy on a tie).
-
-    Returns:
-        The snapshots' columns plus order_key and is_delete, one row per key.
-    """
-    keyed_df = snapshots_df.withColumn(
-        "order_key", order_key(F.col("version"), F.col("created_time"), F.col("change_type"))
-    ).withColumn("is_delete", F.upper(F.col("change_type")) == "DELETE")
-    newest = Window.partitionBy("entity_urn", "aspect_name").orderBy(F.col("order_key").desc(), *ARRIVAL_ORDER)
-    return keyed_df.withColumn("_rank", F.row_number().over(newest)).filter(F.col("_rank") == 1).drop("_rank")
 
 
 def to_next_state(state_df: DataFrame, state_rows_df: DataFrame) -> DataFrame:

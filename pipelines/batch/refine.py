@@ -10,11 +10,13 @@ Crash safety. One batch is written in this order, each write idempotent:
      the bronze snapshots those name), pair, derive the events;
      everything is written to Parquet under `<home>/_scratch/refine/<batch>` (recomputed on a re-run);
   2. MERGE events on event_id (insert only, pruned to the batch's event dates and its own files);
-  3. MERGE skipped snapshots on (batch_id, source_file, line_number) (insert only);
-  4. write state rows (`pipelines.batch.state_store.write_state`): insert new keys, update a key only
+  3. MERGE skipped snapshots on (batch_id, source_file, line_number, record_hash) (insert only);
+  4. for a batch with PATCH records: MERGE the aspects the applied ones produced into silver.patched_aspects
+     and the ones that could not be applied into bronze.quarantine (insert only);
+  5. write state rows (`pipelines.batch.state_store.write_state`): insert new keys, update a key only
      from another batch with a newer order key, and set the hard-deleted flag on the other keys of
      entities the batch deleted or re-created; a small batch of updates goes to the state's log;
-  5. record progress (last).
+  6. record progress (last).
 A run killed anywhere and started again recomputes the same staged data and ends with the same tables.
 """
 
@@ -24,11 +26,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bronze.batches import to_quarantine_rows
 from conf.errors import InputError
 from conf.locations import Location
 from conf.settings import Settings
@@ -45,7 +49,9 @@ from pipelines.runtime.progress import (
 from pipelines.runtime.storage import Storage
 from silver.events import to_change_events
 from silver.events.common import with_schema_fields
+from silver.patching import is_patch, to_patched_aspects, to_rejected_patches, with_patches_applied
 from silver.state import (
+    ACCEPTED,
     filter_replaced_by,
     to_entity_status,
     to_pairs,
@@ -60,6 +66,8 @@ STAGE = "refine"
 SOURCE_TABLE = "bronze.aspect_snapshots"
 EVENTS_TABLE = "silver.entity_change_events"
 SKIPPED_TABLE = "silver.skipped_snapshots"
+PATCHED_TABLE = "silver.patched_aspects"
+QUARANTINE_TABLE = "bronze.quarantine"
 
 @dataclass(frozen=True)
 class StagedBatch:
@@ -96,14 +104,21 @@ def read_batch(spark: SparkSession, settings: Settings, batch_ids: list[str]) ->
     return read_table(spark, settings, SOURCE_TABLE).filter(F.col("batch_id").isin(batch_ids))
 
 
-def replaced_snapshots(spark: SparkSession, settings: Settings, state_df: DataFrame, batch_id: str) -> DataFrame:
+def replaced_snapshots(
+    spark: SparkSession, settings: Settings, state_df: DataFrame, batch_id: str
+) -> tuple[DataFrame, DataFrame | None]:
     """The bronze snapshots of the state rows that `batch_id` replaced: none unless a run died after its state MERGE.
 
     Their batches are looked up first, so a first run reads no bronze rows for them.
+
+    Returns:
+        Those batches' bronze snapshots, and their silver.patched_aspects rows (None when there are no
+        such batches).
     """
     replaced_df = filter_replaced_by(state_df, batch_id).select("prev_batch_id").distinct()
     batch_ids = sorted(row["prev_batch_id"] for row in replaced_df.collect())
-    return read_batch(spark, settings, batch_ids)
+    patched_df = read_table(spark, settings, PATCHED_TABLE).filter(F.col("batch_id").isin(batch_ids)) if batch_ids else None
+    return read_batch(spark, settings, batch_ids), patched_df
 
 
 @contextmanager
@@ -140,8 +155,10 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     When the state's log holds rows of the batch's entities, those entities' current state rows are
     written first (`batch_state`: the log applied once, for the three steps that read the state). Then
     the sequenced rows, partitioned by aspect name, so the window work is done once and each event
-    generator reads only its own aspects' files; then the schema aspects' fields, parsed once for the
-    three generators that read them; then the events and the state rows.
+    generator reads only its own aspects' files; when the batch has accepted PATCH records, the sequenced
+    rows with the patches applied (`patched`: full aspects, for the pairs and the state); then the schema
+    aspects' fields, parsed once for the three generators that read them; then the events and the state
+    rows.
     """
     folder = scratch_folder(settings, batch_id)
     parts: dict[str, DataFrame] = {}
@@ -157,16 +174,27 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
     else:
         # Those steps join the state with the batch's keys, and the engine reads only their rows.
         state_df = read_table(spark, settings, STATE_TABLE)
-    pre_state_df = to_pre_batch_state(state_df, batch_id, replaced_snapshots(spark, settings, state_df, batch_id))
+    pre_state_df = to_pre_batch_state(state_df, batch_id, *replaced_snapshots(spark, settings, state_df, batch_id))
 
     sequenced_df = _stage(
         to_sequenced_batch(batch_df, pre_state_df, settings.engine.native_lag_ignore_nulls),
         folder / "sequenced", *staging, partition_by="aspect_name",
     )  # fmt: skip
+    # Only the generators of the batch's aspects run: a micro-batch often holds a few kinds of aspect.
+    # The same query tells whether any accepted version is a PATCH (rare: the fold runs only then).
+    aspects = (
+        sequenced_df.filter(F.col("disposition") == ACCEPTED)
+        .groupBy("aspect_name")
+        .agg(F.max(F.when(is_patch(F.col("change_type")), 1).otherwise(0)).alias("patches"))
+        .collect()
+    )
+    aspect_names = [r.aspect_name for r in aspects]
+    if any(r.patches for r in aspects):
+        sequenced_df = _stage(
+            with_patches_applied(sequenced_df), folder / "patched", *staging, partition_by="aspect_name"
+        )
     pairs_df = to_pairs(sequenced_df)
     schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", *staging)
-    # Only the generators of the batch's aspects run: a micro-batch often holds a few kinds of aspect.
-    aspect_names = [r.aspect_name for r in pairs_df.select("aspect_name").distinct().collect()]
     events_df = _stage(
         to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df, aspect_names),
         folder / "events",
@@ -232,10 +260,48 @@ def merge_skipped(spark: SparkSession, settings: Settings, staged: StagedBatch) 
         settings,
         SKIPPED_TABLE,
         staged.parts["skipped"].withColumn("recorded_at", F.current_timestamp()),
+        # The aspects of one MCE share its line: the record hash tells them apart.
         f"t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
-        f"AND t.batch_id = {sql_string(staged.batch_id)}",
+        f"AND t.record_hash = s.record_hash AND t.batch_id = {sql_string(staged.batch_id)}",
         view_name="refine_skipped",
         candidates_df=_own_rows(spark, settings, SKIPPED_TABLE, staged.batch_id),
+    )
+
+
+def merge_patches(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
+    """Record what the batch's PATCH records did: the aspects the applied ones produced, and quarantine the rest.
+
+    A PATCH that cannot be applied landed in bronze (bronze keeps what arrived); its quarantine row, in
+    the batch of its bronze record, says why it changed nothing. Both writes are insert-only, so a re-run
+    adds nothing. A batch without PATCH records writes nothing.
+    """
+    patched_df = staged.parts.get("patched")
+    if patched_df is None:
+        return
+    insert_missing(
+        spark,
+        settings,
+        PATCHED_TABLE,
+        to_patched_aspects(patched_df).withColumn("recorded_at", F.current_timestamp()),
+        f"t.batch_id = s.batch_id AND t.record_hash = s.record_hash AND t.entity_urn = s.entity_urn "
+        f"AND t.aspect_name = s.aspect_name AND t.batch_id = {sql_string(staged.batch_id)}",
+        view_name="refine_patched",
+        candidates_df=_own_rows(spark, settings, PATCHED_TABLE, staged.batch_id),
+    )
+    kinds_df = read_batch(spark, settings, [staged.batch_id]).select("record_hash", "source_file", "line_number", "source_kind")
+    rejected_df = to_rejected_patches(patched_df).join(kinds_df, on=["record_hash", "source_file", "line_number"], how="left")
+    quarantine_df = to_quarantine_rows(rejected_df, staged.batch_id, datetime.now(timezone.utc))
+    insert_missing(
+        spark,
+        settings,
+        QUARANTINE_TABLE,
+        quarantine_df,
+        f"t.batch_id = s.batch_id AND t.source_file = s.source_file AND t.line_number = s.line_number "
+        f"AND t.reason = s.reason AND t.batch_id = {sql_string(staged.batch_id)}",
+        view_name="refine_quarantine",
+        candidates_df=read_table(spark, settings, QUARANTINE_TABLE)
+        .filter(F.col("batch_id") == F.lit(staged.batch_id))
+        .select("batch_id"),
     )
 
 
@@ -260,6 +326,7 @@ def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) ->
 BATCH_STEPS = (
     ("events_merged", merge_events),
     ("skipped_merged", merge_skipped),
+    ("patches_merged", merge_patches),
     ("state_merged", merge_state),
 )
 
@@ -267,6 +334,7 @@ BATCH_STEPS = (
 STEP_NAMES = (
     "batch_state",
     "sequenced",
+    "patched",
     "schema_fields",
     "events",
     "skipped",

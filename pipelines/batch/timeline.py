@@ -23,7 +23,8 @@ from pipelines.runtime.io import read_table, write_scratch
 from pipelines.runtime.progress import committed_batches, finished_batches
 from pipelines.batch.refine import STAGE as REFINE_STAGE
 from silver.events import to_change_events
-from silver.state import to_empty_state, to_latest_versions, to_pairs, to_sequenced_batch
+from silver.patching import with_patches_applied
+from silver.state import to_empty_state, to_pairs, to_sequenced_batch
 
 EVENTS_TABLE = "silver.entity_change_events"
 SNAPSHOTS_TABLE = "bronze.aspect_snapshots"
@@ -60,6 +61,9 @@ def committed_snapshots(spark: SparkSession, settings: Settings) -> DataFrame:
 def aspects_as_of(spark: SparkSession, settings: Settings, urn: str, at_ms: int) -> list[dict[str, Any]]:
     """Every aspect of `urn` as it was at `at_ms`: the newest snapshot (by ordering key) created at or before it.
 
+    PATCH records are applied in order to the aspect before them, so an aspect a patch wrote shows as the
+    full aspect, never as the patch (one that cannot be applied changes nothing).
+
     Returns:
         One dict per aspect, sorted by name: aspect_name, version, change_type, created_time,
         created_actor, deleted (the newest record is a DELETE) and aspect (the parsed JSON, None if deleted).
@@ -69,7 +73,8 @@ def aspects_as_of(spark: SparkSession, settings: Settings, urn: str, at_ms: int)
     snapshots_df = committed_snapshots(spark, settings).filter(
         (F.col("entity_urn") == urn) & (F.col("created_time") <= F.lit(at_ms))
     )
-    rows = to_latest_versions(snapshots_df).orderBy("aspect_name").collect()
+    sequenced_df = with_patches_applied(to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df)))
+    rows = sequenced_df.filter(F.col("is_last")).orderBy("aspect_name").collect()
     return [
         {
             "aspect_name": r.aspect_name,
@@ -78,7 +83,7 @@ def aspects_as_of(spark: SparkSession, settings: Settings, urn: str, at_ms: int)
             "created_time": r.created_time,
             "created_actor": r.created_actor,
             "deleted": bool(r.is_delete),
-            "aspect": None if r.is_delete or r.aspect_json is None else json.loads(r.aspect_json),
+            "aspect": None if r.is_delete or r.new_json is None else json.loads(r.new_json),
         }
         for r in rows
     ]
@@ -138,7 +143,9 @@ def replay_window(
     # The batches refine has finished: silver holds nothing yet of a batch landed and not refined.
     refined = finished_batches(spark, settings, REFINE_STAGE)
     snapshots_df = read_table(spark, settings, SNAPSHOTS_TABLE).filter(F.col("batch_id").isin(refined))
-    sequenced_df = to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df), settings.engine.native_lag_ignore_nulls)
+    sequenced_df = with_patches_applied(
+        to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df), settings.engine.native_lag_ignore_nulls)
+    )
     storage = home_of(settings).storage
     folder = settings.home / "_scratch" / "replay" / uuid.uuid4().hex
     try:

@@ -32,7 +32,7 @@ def chunks_of(text: str, size: int):
 
 
 def test_the_kinds_and_the_usage_event_types():
-    assert KINDS == ("mcl", "mcp", "file-sink", "usage")
+    assert KINDS == ("mcl", "mcp", "file-sink", "usage", "mce")
     # The 13 types of the audit search spec plus DeletePolicyEvent, each once.
     assert len(USAGE_EVENT_TYPES) == len(set(USAGE_EVENT_TYPES)) == 14
     assert {"LogInEvent", "FailedLogInEvent", "DeletePolicyEvent", "UpdateAspectEvent"} <= set(USAGE_EVENT_TYPES)

@@ -7,9 +7,10 @@ import json
 import re
 
 import pytest
+from pyspark.sql import functions as F
 
 from bronze.batches import filter_landable, filter_quarantined
-from bronze.records import parse_snapshot_lines, parse_usage_lines
+from bronze.records import parse_snapshot_lines, parse_usage_lines, patch_problem
 from conf.errors import InputError
 from tests.bronze.record_inputs import ACTOR, DEFAULT_ACTOR, LIMIT, URN, lines_df, mcl, mcp, usage
 
@@ -256,3 +257,24 @@ def test_bad_arguments_name_the_argument(pure_spark):
         parse_snapshot_lines(df, "usage", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT)
     with pytest.raises(InputError, match=r"max_record_bytes: 0 must be a positive integer"):
         parse_usage_lines(df, max_record_bytes=0)
+
+
+def test_a_patch_document_is_checked_for_datahub_s_json_patch_shape(spark):
+    generic = json.dumps({"arrayPrimaryKeys": {"tags": ["tag"]}, "patch": [{"op": "add", "path": "/tags/a", "value": {}}]})
+    texts = [
+        generic,
+        json.dumps([{"op": "REMOVE", "path": "/description"}]),
+        json.dumps([{"path": "/x"}]),
+        json.dumps([{"op": "merge", "path": "/x"}]),
+        json.dumps([{"op": "add", "path": "x"}]),
+        json.dumps({"patch": "nope"}),
+    ]
+    rows = spark.createDataFrame([(t,) for t in texts], "v string").select(patch_problem(F.col("v")).alias("p")).collect()
+    assert [r.p for r in rows] == [
+        None,
+        None,
+        "aspect.value.patch.op: missing",
+        "aspect.value.patch.op: 'merge' is not one of add, remove, replace, copy, move, test",
+        "aspect.value.patch.path: 'x' does not start with '/'",
+        "aspect.value: '{\"patch\": \"nope\"}' is not a JSON Patch (a list of operations, or {patch, arrayPrimaryKeys})",
+    ]

@@ -296,7 +296,8 @@ def convert_file_sink(path: Location, out: Location, max_record_bytes: int) -> t
     try:
         with open_output_text(out) as target:
             for item in iter_json_array(chunks, max_element_chars=max_record_bytes):
-                last_rejected = item.reason is not None
+                # Only a reader's reason ("record: ...") can mean the damage cut the element.
+                last_rejected = item.reason is not None and item.reason.startswith("record:")
                 if item.reason is None:
                     target.write(f"{item.line}\t{item.text}\n")
                     written += 1

@@ -38,7 +38,7 @@ class FileResult:
         kind: mcl, mcp, file-sink, usage or empty; None when it could not be detected.
         status: `landed`, `already landed` (same path and content hash in the ledger) or `undetected`.
         content_hash: SHA-256 of the file's bytes (None when not needed).
-        records_read: non-blank lines (file-sink: array elements).
+        records_read: non-blank lines (file-sink: array elements); an MCE counts one record per aspect.
         records_landed: rows written to bronze.aspect_snapshots or bronze.usage_events.
         records_quarantined: rows written to bronze.quarantine.
         duplicates_skipped: valid records already landed, or repeated earlier in the batch.

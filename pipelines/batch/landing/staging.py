@@ -9,13 +9,14 @@ the file has, or the landing stops.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
-from bronze.formats import EMPTY, FILE_SINK, MCL, MCP, USAGE
+from bronze.formats import EMPTY, FILE_SINK, MCE, MCL, MCP, USAGE
 from bronze.lines import (
     order_partitions,
     to_lines,
@@ -24,6 +25,7 @@ from bronze.lines import (
     to_partition_summary,
 )
 from bronze.records import parse_snapshot_lines, parse_usage_lines
+from bronze.snapshots import expand_snapshot_line
 from conf.errors import InputError, LakehouseError
 from conf.locations import Location
 from conf.settings import Settings
@@ -67,6 +69,9 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
         copy, plan.rejected = convert_file_sink(plan.path, numbered, settings.ingest.max_record_bytes)
         _stage_copy(spark, settings, plan, scratch, numbered, copy)
         return
+    if plan.kind == MCE:
+        _stage_snapshot_lines(spark, settings, plan, scratch, numbered)
+        return
     ordered = _stage_engine_read(spark, settings, plan, scratch)
     if ordered is None:
         # Number the lines here (undecodable bytes become U+FFFD; a damaged gzip gives the lines before
@@ -76,6 +81,30 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
         _stage_copy(spark, settings, plan, scratch, numbered, copy)
         ordered = []
     plan.partitions = ordered
+
+
+def _stage_snapshot_lines(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path, numbered: Path) -> None:
+    """Stage a JSON-lines file of MCEs: its lines numbered, each MCE written as one MCP line per aspect.
+
+    Every aspect line keeps the line number of its MCE; an aspect that cannot land (an unknown class) is
+    rejected with its reason, the snapshot's other aspects land.
+    """
+    lines_path = numbered.with_suffix(".lines")
+    copy = number_lines(plan.path, lines_path)
+    check_line_count(plan.path, copy.lines, "lines read", None if copy.error else _file_lines(plan))
+    limit = settings.ingest.max_record_bytes
+    written = 0
+    with open(lines_path, encoding="utf-8") as source, open(numbered, "w", encoding="utf-8") as target:
+        for numbered_line in source:
+            number, _, text = numbered_line.rstrip("\n").partition("\t")
+            for record, reason in expand_snapshot_line(text):
+                if reason is None:
+                    target.write(f"{number}\t{record}\n")
+                    written += 1
+                else:
+                    plan.rejected.append((int(number), record[:limit], reason))
+    lines_path.unlink()
+    _stage_copy(spark, settings, plan, scratch, numbered, dataclasses.replace(copy, lines=written))
 
 
 def _stage_engine_read(

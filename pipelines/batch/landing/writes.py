@@ -21,6 +21,7 @@ from bronze.batches import (
     to_repeated_lines,
     with_batch,
 )
+from bronze.formats import FILE_SINK, MCE
 from bronze.lines import line_offsets, with_line_numbers
 from conf.errors import LakehouseError
 from conf.locations import Location
@@ -95,7 +96,8 @@ def write_batch(
         folders = sorted({str(p.staged) for p in family})
         staged_df = with_line_numbers(spark.read.schema(family[0].schema).parquet(*folders), offsets)
         if any(p.records_read > p.records_quarantined for p in family):
-            _append_landable(spark, settings, table_key, filter_landable(staged_df), batch_id, landed_at)
+            shared_lines = any(p.kind in (FILE_SINK, MCE) for p in family)
+            _append_landable(spark, settings, table_key, filter_landable(staged_df), batch_id, landed_at, shared_lines)
         if any(p.records_quarantined > len(p.rejected) for p in family):
             quarantined.append(to_quarantine_rows(filter_quarantined(staged_df), batch_id, landed_at))
     rejected = [(r[1], p.source, r[0], p.kind, r[2]) for p in landing for r in p.rejected]
@@ -127,18 +129,27 @@ def write_batch(
 
 
 def _append_landable(
-    spark: SparkSession, settings: Settings, table_key: str, landable_df: DataFrame, batch_id: str, landed_at: datetime
+    spark: SparkSession,
+    settings: Settings,
+    table_key: str,
+    landable_df: DataFrame,
+    batch_id: str,
+    landed_at: datetime,
+    shared_lines: bool,
 ) -> None:
-    """Append the landable rows that are not duplicates (of each other, or of landed rows)."""
+    """Append the landable rows that are not duplicates (of each other, or of landed rows).
+
+    `shared_lines`: some of the rows come from files whose records can share a line (file-sink, mce).
+    """
     # Most batches have no repeated record, so look first. Then the repeats are listed from the narrow
     # key columns and filtered out by value: a window over the wide rows sorted all of them, which
     # cost 4-5 s of a 1M-record landing.
     if to_duplicate_hashes(landable_df).limit(1).count():
         repeated = to_repeated_lines(landable_df).limit(MAX_LISTED_REPEATS + 1).collect()
-        listed = [(r.file_index, r.line_number) for r in repeated if r.line_number is not None]
+        listed = [(r.file_index, r.line_number, r.record_hash) for r in repeated if r.line_number is not None]
         # Every line is numbered by now; should one not be, the sort still drops its copies.
         if len(repeated) <= MAX_LISTED_REPEATS and len(listed) == len(repeated):
-            landable_df = filter_out_lines(landable_df, listed)
+            landable_df = filter_out_lines(landable_df, listed, shared_lines=shared_lines)
         else:
             landable_df = drop_batch_duplicates(landable_df)
     time_column = _TIME_COLUMN[table_key]

@@ -280,8 +280,9 @@ def test_refine_reports_the_seconds_of_every_staged_part_and_write_of_its_batche
     _, result, wall_s = fixture_home
     seconds = {k: v for k, v in result.metrics.items() if k.startswith("seconds.")}
     assert list(seconds) == [
-        "seconds.batch_state", "seconds.sequenced", "seconds.schema_fields", "seconds.events", "seconds.skipped", "seconds.entity_status",
-        "seconds.state", "seconds.events_merged", "seconds.skipped_merged", "seconds.state_merged"]
+        "seconds.batch_state", "seconds.sequenced", "seconds.patched", "seconds.schema_fields", "seconds.events", "seconds.skipped",
+        "seconds.entity_status", "seconds.state", "seconds.events_merged", "seconds.skipped_merged", "seconds.patches_merged",
+        "seconds.state_merged"]
     assert all(v >= 0 for v in seconds.values())
     # Every batch of the fixture writes events and state rows, so those steps took time; the last one
     # updates entities the second one logged, so it read them through the log.

@@ -14,8 +14,8 @@ from pipelines.bench.silver import BaselineMismatch, compare_with_baseline
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
 
-STEPS = ["batch_state", "sequenced", "schema_fields", "events", "skipped", "entity_status", "state", "events_merged",
-         "skipped_merged", "state_merged"]
+STEPS = ["batch_state", "sequenced", "patched", "schema_fields", "events", "skipped", "entity_status", "state",
+         "events_merged", "skipped_merged", "patches_merged", "state_merged"]
 
 
 def run_bench(work: Path, out: Path, *args: str) -> dict:
