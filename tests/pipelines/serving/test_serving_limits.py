@@ -75,7 +75,7 @@ def test_a_new_version_is_served_without_restart_and_pinned_scrolls_keep_theirs(
 def test_a_scroll_over_a_vacuumed_version_asks_to_restart(served):
     first = _post(served, {"size": 10})
     scroll = first.json()["nextScrollId"]
-    signer = ScrollSigner(load_scroll_key(served["settings"]), principal=served["token"].split(".")[1])
+    signer = ScrollSigner(load_scroll_key(served["settings"]), principal=f"token:{served['token'].split('.')[1]}")
     pinned = SearchRequest.parse({**WINDOW, "size": 10, "scrollId": scroll}, signer=signer).scroll.table_version
     land_refined_batch(served["spark"], served["settings"], "lim-3", usage=_batch("lim-3", 3, NOW - 500))
     publish_audit(served["spark"], served["settings"])
