@@ -36,7 +36,7 @@ from pipelines.serving.hardening import (
     tls_options,
 )
 from pipelines.serving.identity import Authenticator
-from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter
+from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter, TokenBuckets
 from pipelines.serving.scroll_key import load_scroll_key
 from pipelines.serving.workers import StoppableServer, default_workers, serve_workers
 
@@ -109,6 +109,7 @@ def create_app(
     max_queries: int | None = None,
     engine: SearchEngine | None = None,
     admission: Admission | None = None,
+    rate_buckets: TokenBuckets | None = None,
 ) -> FastAPI:
     """Build the API application around a serving engine.
 
@@ -120,6 +121,8 @@ def create_app(
         engine: the engine to search with (default: the one serve.engine names).
         admission: the bounds shared by the server's worker processes (default: this process's own,
             from max_queries and the serve section).
+        rate_buckets: the callers' request rates, shared by the server's worker processes (default: this
+            process's own).
 
     Raises:
         ConfigError: when max_queries is below 1, or the engine cannot be opened.
@@ -130,7 +133,7 @@ def create_app(
         raise ConfigError(f"max_queries: {slots!r} must be at least 1")
     admission = admission or Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
-    limiter = RateLimiter(serve_settings.rate_limit_per_minute, serve_settings.rate_limit_burst)
+    limiter = RateLimiter(serve_settings.rate_limit_per_minute, serve_settings.rate_limit_burst, rate_buckets)
     authenticator = Authenticator(settings)
     verifier = RateLimitedVerifier(authenticator, limiter)
     scroll_key = load_scroll_key(settings)
@@ -267,7 +270,7 @@ def serve(
         )
         bounds = (settings.serve.query_slots, settings.serve.queue_depth, settings.serve.queue_timeout_seconds)
         worker_options = {k: v for k, v in config.items() if k not in ("host", "port", "log_level", "access_log")}
-        serve_workers(host, port, workers, lambda admission: create_app(worker_settings, admission=admission), bounds,
+        serve_workers(host, port, workers, lambda admission, buckets: create_app(worker_settings, admission=admission, rate_buckets=buckets), bounds,
                       worker_options)  # fmt: skip
         return
     # The Spark engine's work runs in the session, which one process holds.

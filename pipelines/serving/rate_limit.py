@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import mmap
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from conf.errors import ConfigError, RequestError
 
@@ -63,6 +68,48 @@ class TokenBuckets:
             for key, (tokens, counted) in self._levels.items()
             if tokens + (now - counted) * rate_per_s < capacity
         }
+
+
+class SharedTokenBuckets(TokenBuckets):
+    """The buckets of every caller in memory shared by a server's worker processes, so the rate is per server.
+
+    Made by the parent before it forks its workers (each inherits the same anonymous mapping) and changed
+    only under `lock`, the lock the workers' admission board holds across processes. A fixed table of
+    `slots` buckets (a caller's 64-bit hash, its tokens, when they were counted); when it is full, a new
+    caller takes the slot of the bucket that has refilled the most (an idle caller, who loses nothing).
+    The monotonic clock is the machine's, the same in every process.
+
+    Args:
+        lock: a context manager factory holding the table exclusively (threads and processes).
+        slots: the callers the table holds at once.
+    """
+
+    def __init__(self, lock: Callable[[], contextlib.AbstractContextManager], slots: int = 4096):
+        if slots < 1:
+            raise ConfigError(f"slots: {slots!r} must be at least 1")
+        self._lock_of = lock
+        self._map = mmap.mmap(-1, slots * 3 * 8)
+        self._keys = np.frombuffer(self._map, dtype=np.int64, count=slots)
+        self._levels = np.frombuffer(self._map, dtype=np.float64, offset=slots * 8).reshape(slots, 2)
+
+    def take(self, key: str, now: float, rate_per_s: float, capacity: float) -> float:
+        code = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little", signed=True) or 1
+        with self._lock_of():
+            found = np.flatnonzero(self._keys == code)
+            if found.size:
+                slot = int(found[0])
+                tokens = min(capacity, self._levels[slot, 0] + (now - self._levels[slot, 1]) * rate_per_s)
+            else:
+                free = np.flatnonzero(self._keys == 0)
+                refilled = self._levels[:, 0] + (now - self._levels[:, 1]) * rate_per_s
+                slot = int(free[0]) if free.size else int(np.argmax(refilled))
+                self._keys[slot] = code
+                tokens = capacity
+            if tokens >= 1:
+                self._levels[slot] = (tokens - 1, now)
+                return 0.0
+            self._levels[slot] = (tokens, now)
+            return (1 - tokens) / rate_per_s
 
 
 class RateLimiter:

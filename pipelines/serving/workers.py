@@ -38,6 +38,7 @@ import uvicorn
 
 from conf.errors import ConfigError
 from pipelines.serving.admission import Admission, WorkerBoard
+from pipelines.serving.rate_limit import SharedTokenBuckets, TokenBuckets
 
 # The response header naming the worker that answered (its number, 0..workers-1).
 WORKER_HEADER = "x-lakehouse-worker"
@@ -55,8 +56,9 @@ QUICK_EXITS = 5
 BACKLOG = 2048
 log = logging.getLogger("lakehouse.serve")
 
-# Builds a worker's application around the server-wide admission (called in the worker, after the fork).
-AppFactory = Callable[[Admission], Any]
+# Builds a worker's application around the server-wide admission and rate buckets (called in the worker,
+# after the fork).
+AppFactory = Callable[[Admission, TokenBuckets], Any]
 
 
 def default_workers() -> int:
@@ -135,7 +137,7 @@ class WorkerPool:
     Args:
         sock: the listening socket every worker accepts on.
         workers: the number of worker processes.
-        make_app: builds a worker's application around the server-wide admission.
+        make_app: builds a worker's application around the server-wide admission and rate buckets.
         admission: the bounds (slots, queue depth, wait timeout) the workers share.
         run_dir: the server's folder for its lock file and metrics (removed when the server stops).
     """
@@ -148,6 +150,8 @@ class WorkerPool:
         self.server_options = dict(server_options or {})
         self.workers = workers
         self.board = WorkerBoard(workers, run_dir / "admission.lock")
+        # Callers' request rates, counted for the whole server under the board's lock.
+        self.rate_buckets = SharedTokenBuckets(self.board.locked)
         self._make_app = make_app
         self._admission = admission
         self._run_dir = run_dir
@@ -225,7 +229,7 @@ class WorkerPool:
         self.board.reset(index, os.getpid())
         slots, queue_depth, wait_timeout_s = self._admission
         admission = Admission(slots, queue_depth, wait_timeout_s, board=self.board, worker=index)
-        app = WorkerHeader(self._make_app(admission), index)
+        app = WorkerHeader(self._make_app(admission, self.rate_buckets), index)
         config = uvicorn.Config(app, log_level="warning", access_log=False, loop="uvloop", http="httptools",
                                 timeout_graceful_shutdown=GRACEFUL_S, backlog=BACKLOG, **self.server_options)  # fmt: skip
         StoppableServer(config).run(sockets=[self.sock])
@@ -274,7 +278,8 @@ def serve_workers(host: str, port: int, workers: int, make_app: AppFactory, admi
         host: the interface to listen on.
         port: the TCP port (0: a free one).
         workers: the number of worker processes.
-        make_app: builds a worker's application around the server-wide admission (called in each worker).
+        make_app: builds a worker's application around the server-wide admission and rate buckets (called in
+            each worker).
         admission: (query slots, queue depth, wait timeout in seconds) for the whole server.
         server_options: more uvicorn settings of every worker (TLS files, log configuration).
 

@@ -33,6 +33,8 @@ WINDOW = {"startTime": NOW - 24 * 60 * MINUTE, "endTime": NOW + MINUTE}
 # request (decoding, ordering and encoding megabytes), long enough for requests sent together to overlap.
 COPIES, SLOW_PAGE, RAW_PAD = 12_000, 10_000, 2_000
 SLOTS = 2
+# The requests a caller may send at once in the rate-limit test, spread over both workers.
+RATE_BURST = 4
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +56,24 @@ def _health(base_url: str, headers: dict[str, str]) -> dict:
     return httpx.get(f"{base_url}/health", headers=headers, timeout=10).json()
 
 
+def _start_serve(home: Path, sets: list[str], log: Path, headers: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`lakehouse serve` with the settings `sets` on a free port, once every worker is alive; (process, base URL)."""
+    port = free_loopback_port()
+    command = [sys.executable, "-m", "pipelines.cli", "--home", str(home),
+               *(arg for s in sets for arg in ("--set", s)), "serve", "--port", str(port)]  # fmt: skip
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        try:
+            if all(w["alive"] for w in _health(base_url, headers)["admission"]["workers"]):
+                return process, base_url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def server(spark, lakehouse, tmp_path_factory):
     """A published table of 12,040 events and `lakehouse serve` with 2 workers, 2 query slots, no queue."""
@@ -64,22 +84,9 @@ def server(spark, lakehouse, tmp_path_factory):
     # Sensitive: the slow pages are slow for the raw events they carry.
     token, _ = create_token(lakehouse, ALICE, ["audit-read-sensitive"])
     headers = {"Authorization": f"Bearer {token}"}
-    port = free_loopback_port()
     sets = ["serve.workers=2", f"serve.query_slots={SLOTS}", "serve.queue_depth=0", "serve.row_cache_mb=0"]
-    command = [sys.executable, "-m", "pipelines.cli", "--home", str(lakehouse.home),
-               *(arg for s in sets for arg in ("--set", s)), "serve", "--port", str(port)]  # fmt: skip
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        try:
-            if all(w["alive"] for w in _health(base_url, headers)["admission"]["workers"]):
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    process, base_url = _start_serve(lakehouse.home, sets, log, headers)
     yield {"process": process, "url": base_url, "headers": headers, "log": log}
     if process.poll() is None:
         process.kill()
@@ -184,6 +191,26 @@ def test_a_worker_killed_with_sigkill_is_replaced_and_the_server_keeps_answering
     answered = {_search(server, size=3, includeRaw="false").headers[WORKER_HEADER] for _ in range(20)}
     assert answered <= {"0", "1"} and answered
     assert workers[1]["pid"] == _health(server["url"], server["headers"])["admission"]["workers"][1]["pid"]  # the other one kept running
+
+
+def test_a_callers_rate_is_counted_for_the_whole_server_not_each_worker(server, lakehouse, tmp_path):
+    """A burst of RATE_BURST requests spread over both workers empties the caller's one bucket: the next is a 429."""
+    sets = ["serve.workers=2", "serve.rate_limit_per_minute=1", f"serve.rate_limit_burst={RATE_BURST}"]
+    process, base_url = _start_serve(lakehouse.home, sets, tmp_path / "serve.log", server["headers"])
+    rated = {**server, "url": base_url}
+    clients = _connections_to_both_workers(rated, 2)
+    try:
+        statuses = [_search(rated, clients[i % 2], size=1, includeRaw="false").status_code for i in range(RATE_BURST)]
+        assert statuses == [200] * RATE_BURST
+        refused = [_search(rated, client, size=1, includeRaw="false") for client in clients]
+        # Each worker alone has seen half the burst; only a rate counted server-wide is spent.
+        assert [r.status_code for r in refused] == [429, 429], [r.text for r in refused]
+        assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)
+    finally:
+        for client in clients:
+            client.close()
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def test_sigterm_stops_every_worker_within_30_seconds(server):
