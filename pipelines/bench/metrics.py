@@ -27,7 +27,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.bench.harness import write_result
-from pipelines.bench.search import _start_server, _stop_server
+from pipelines.bench.search import _start_server, _stop_server, server_cpu_seconds
 from pipelines.bench.search_clients import measure_load
 from pipelines.bench.search_mix import request_mix
 from pipelines.runtime.engine import free_loopback_port
@@ -35,12 +35,6 @@ from pipelines.runtime.engine import free_loopback_port
 VARIANTS = ("on", "off")
 # The actors `bench search` generates (its --actors default).
 BENCH_ACTORS = [f"urn:li:corpuser:user{i:05d}" for i in range(1000)]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _asgi_search(app: Any, token: str, query: dict[str, Any], body: dict[str, Any]) -> int:
@@ -189,9 +183,9 @@ def run_metrics_bench(
         for number in range(rounds):
             for variant in VARIANTS if number % 2 == 0 else VARIANTS[::-1]:
                 port, process = servers[variant]
-                before = cpu_seconds(process.pid)
+                before = server_cpu_seconds(process.pid)
                 load = measure_load(port, token, kinds, clients, seconds, seed=number)
-                used = cpu_seconds(process.pid) - before
+                used = server_cpu_seconds(process.pid) - before
                 results[variant]["throughput_rps"].append(load["throughput_rps"])
                 results[variant]["cpu_ms_per_request"].append(round(1000 * used / max(load["requests"], 1), 4))
     finally:
