@@ -51,10 +51,8 @@ GOOD_LINES = 3
 Samples = dict[tuple[str, frozenset], float]
 
 
-def scrape(port: int) -> tuple[Samples, dict[str, str]]:
-    """Every sample of http://127.0.0.1:port/metrics by (name, labels), and every family's type by name."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
+def parse_metrics(text: str) -> tuple[Samples, dict[str, str]]:
+    """Every sample of a scrape by (name, labels), and every family's type by name."""
     samples, types = {}, {}
     for family in text_string_to_metric_families(text):
         types[family.name] = family.type
@@ -63,14 +61,15 @@ def scrape(port: int) -> tuple[Samples, dict[str, str]]:
     return samples, types
 
 
+def scrape(port: int) -> tuple[Samples, dict[str, str]]:
+    """http://127.0.0.1:port/metrics, parsed (`parse_metrics`)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return parse_metrics(response.read().decode())
+
+
 def scrape_with(client: httpx.Client) -> tuple[Samples, dict[str, str]]:
-    """Every sample of /metrics as one connection's worker serves it, and every family's type by name."""
-    samples, types = {}, {}
-    for family in text_string_to_metric_families(client.get("/metrics").text):
-        types[family.name] = family.type
-        for sample in family.samples:
-            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return samples, types
+    """/metrics as one connection's worker serves it, parsed (`parse_metrics`)."""
+    return parse_metrics(client.get("/metrics").text)
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
