@@ -72,6 +72,46 @@ def compile_condition(condition: exp.Expression) -> Evaluator:
     raise ConfigError(f"serve.engine: inprocess cannot evaluate {condition.sql()!r} over its index")
 
 
+def compile_file_count(condition: exp.Expression) -> Callable[[FileIndex], int]:
+    """Turn `condition` into a function counting the rows of a whole file that satisfy it.
+
+    One IN or = over a coded column is counted from the column's value counts, without a pass over the
+    rows (most searches over a long window filter on one column); any other condition by its mask.
+
+    Raises:
+        ConfigError: for a node the index cannot evaluate.
+    """
+    evaluate = compile_condition(condition)
+    one_column = _values_of_one_column(condition)
+
+    def count(index: FileIndex) -> int:
+        if one_column is not None and one_column[0] in index.columns:
+            column = index.columns[one_column[0]]
+            codes = column.codes_of(one_column[1])
+            return int(column.value_counts[codes].sum()) if codes else 0
+        mask = evaluate(index, 0, index.size)
+        if isinstance(mask, bool):
+            return index.size if mask else 0
+        return int(np.count_nonzero(mask))
+
+    return count
+
+
+def _values_of_one_column(condition: exp.Expression) -> tuple[str, list[str]] | None:
+    """(column, string values) of `column IN (...)` or `column = '...'` over a column, else None."""
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if isinstance(condition, exp.In) and isinstance(condition.this, exp.Column) and not condition.args.get("query"):
+        values = [_literal(v) for v in condition.expressions]
+    elif isinstance(condition, exp.EQ) and isinstance(condition.left, exp.Column) and isinstance(condition.right, exp.Literal):
+        values = [_literal(condition.right)]
+    else:
+        return None
+    if not values or not all(isinstance(v, str) for v in values):
+        return None
+    return condition.this.name if isinstance(condition, exp.In) else condition.left.name, values
+
+
 def _and(left: np.ndarray | bool, right: Callable[[], np.ndarray | bool]) -> np.ndarray | bool:
     """AND of two masks; the right one is evaluated only when the left one leaves it a say."""
     if isinstance(left, bool):

@@ -9,8 +9,9 @@ shared by every table version that holds the file.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +28,8 @@ CODED_COLUMNS = ("event_type", "entity_type", "aspect_name", "actor_urn", "entit
 NULL_CODE = -1
 # Per coded column, the row masks of this many LIKE patterns are kept (`CodedColumn.rows_matching`).
 MATCHING_PATTERNS = 16
+# Per file, the row counts of this many filter conditions are kept (`FileIndex.count_of`).
+REMEMBERED_COUNTS = 256
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class CodedColumn:
         object.__setattr__(self, "_positions", {value: code for code, value in enumerate(self.values)})
         object.__setattr__(self, "_matching", {})
         object.__setattr__(self, "_rows_matching", {})
+
+    @cached_property
+    def value_counts(self) -> np.ndarray:
+        """How many index positions hold each code (nulls not counted)."""
+        return np.bincount(self.codes[self.codes >= 0], minlength=len(self.values))
 
     def codes_of(self, values: Sequence[str]) -> list[int]:
         """Return the codes of those `values` the column holds (values it never holds have none)."""
@@ -103,6 +111,7 @@ class FileIndex:
     constants: Mapping[str, object]
     row_group_starts: np.ndarray
     metadata: pq.FileMetaData
+    _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -114,6 +123,20 @@ class FileIndex:
         lo = int(np.searchsorted(self.timestamps, start_ms, side="left"))
         hi = int(np.searchsorted(self.timestamps, end_ms, side="left"))
         return lo, max(lo, hi)
+
+    def count_of(self, key: str, count: Callable[[], int]) -> int:
+        """Return the rows of the whole file matching the filters named `key`, counted by `count` the first time.
+
+        Kept for up to REMEMBERED_COUNTS keys (then started afresh): the file never changes, and searches
+        repeat their filters. Single dict operations only, so concurrent requests need no lock.
+        """
+        found = self._counts.get(key)
+        if found is None:
+            found = count()
+            if len(self._counts) >= REMEMBERED_COUNTS:
+                self._counts.clear()
+            self._counts[key] = found
+        return found
 
     @property
     def nbytes(self) -> int:

@@ -1,17 +1,27 @@
-"""The rows of a table snapshot that match a search: the exact total, and the newest of them as page candidates."""
+"""The rows of a table snapshot that match a search: the exact total, and the newest of them as page candidates.
+
+A search over a long window meets many files, most of them wholly inside the window. For those the
+window's conditions hold on every row, so the file's total depends on the filters alone: it is counted
+from the coded column's value counts (one IN or = filter) or counted once per filter and remembered on
+the file's index (files never change). The row masks, which cost a pass over the file's rows, are then
+only evaluated for the files the page's newest rows can come from.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 from sqlglot import exp
 
-from pipelines.serving.condition import compile_condition
-from pipelines.serving.index import FileIndex
+from pipelines.serving.condition import compile_condition, compile_file_count
+from pipelines.serving.index import TIME_COLUMN, FileIndex
 from pipelines.serving.snapshots import Snapshot
+
+# The columns a search's window bounds (gold.search.to_match_condition): the time and the day partition.
+WINDOW_COLUMNS = frozenset({TIME_COLUMN, "event_date"})
 
 
 @dataclass(frozen=True)
@@ -34,23 +44,45 @@ class FileMatches:
         index: the file's index.
         lo, hi: the positions of the window.
         upper: the first position at or after the page's upper bound (lo <= upper <= hi).
-        mask: which positions of [lo, hi) match (True: all of them).
+        evaluate: returns which positions of [lo, hi) match (True: all of them); called at most once, and
+            only when the rows themselves are needed.
+        total: the matching rows of the window when known without the mask.
     """
 
-    def __init__(self, index: FileIndex, lo: int, hi: int, upper: int, mask: np.ndarray | bool):
-        self.index, self.lo, self.hi, self.upper, self.mask = index, lo, hi, upper, mask
+    def __init__(self, index: FileIndex, lo: int, hi: int, upper: int, evaluate: Callable[[], np.ndarray | bool],
+                 total: int | None = None):  # fmt: skip
+        self.index, self.lo, self.hi, self.upper = index, lo, hi, upper
+        self._evaluate = evaluate
+        if total is not None:
+            self.__dict__["total"] = total
+
+    @cached_property
+    def mask(self) -> np.ndarray | bool:
+        """Which positions of [lo, hi) match (True: all of them, False: none)."""
+        return self._evaluate()
 
     @cached_property
     def total(self) -> int:
         """The matching rows of the window."""
-        return self.hi - self.lo if self.mask is True else int(np.count_nonzero(self.mask))
+        mask = self.mask
+        if isinstance(mask, bool):
+            return self.hi - self.lo if mask else 0
+        return int(np.count_nonzero(mask))
 
     @cached_property
     def below_upper(self) -> int:
         """The matching rows below the page's upper bound."""
-        if self.mask is True:
-            return self.upper - self.lo
-        return int(np.count_nonzero(self.mask[: self.upper - self.lo]))
+        if self.upper == self.hi:
+            return self.total
+        mask = self.mask
+        if isinstance(mask, bool):
+            return self.upper - self.lo if mask else 0
+        return int(np.count_nonzero(mask[: self.upper - self.lo]))
+
+    @property
+    def newest_time(self) -> int:
+        """The time of the newest row below the upper bound, matching or not (a bound on the newest match)."""
+        return int(self.index.timestamps[self.upper - 1]) if self.upper > self.lo else -(2**63)
 
     @cached_property
     def _matching(self) -> np.ndarray:
@@ -59,13 +91,15 @@ class FileMatches:
 
     def newest(self, count: int) -> np.ndarray:
         """Return the positions of the newest `count` matching rows below the upper bound."""
-        if self.mask is True:
-            return np.arange(max(self.lo, self.upper - count), self.upper)
+        if isinstance(self.mask, bool):
+            return np.arange(max(self.lo, self.upper - count), self.upper) if self.mask else np.arange(0)
         return self._matching[-count:] if count else self._matching[:0]
 
     def since(self, timestamp: int) -> np.ndarray:
         """Return the positions of every matching row below the upper bound at or after `timestamp`."""
-        if self.mask is True:
+        if isinstance(self.mask, bool):
+            if not self.mask:
+                return np.arange(0)
             first = int(np.searchsorted(self.index.timestamps, timestamp, side="left"))
             return np.arange(max(self.lo, first), self.upper)
         matching = self._matching
@@ -90,6 +124,9 @@ class Matches:
     def newest(self, limit: int) -> Candidates:
         """Return the newest `limit` matching rows below the upper bound, with every row that ties the oldest of them.
 
+        Files are visited newest first and their rows read only until `limit` rows are found, plus any file
+        whose time range reaches back into the rows found (files of one day can overlap in time).
+
         Args:
             limit: how many rows at least (when there are as many).
         """
@@ -97,12 +134,43 @@ class Matches:
         if available <= limit:
             chosen = [(f, f.newest(f.below_upper)) for f in self.files]
             return Candidates(tuple((f.index, p) for f, p in chosen if len(p)), complete=True)
-        tails = [f.newest(limit) for f in self.files]
-        times = np.concatenate([f.index.timestamps[t] for f, t in zip(self.files, tails, strict=True)])
-        oldest = int(np.partition(times, len(times) - limit)[len(times) - limit])
-        chosen = [(f, f.since(oldest)) for f in self.files]
+        ordered = sorted((f for f in self.files if f.below_upper), key=lambda f: f.newest_time, reverse=True)
+        involved: list[FileMatches] = []
+        found = 0
+        for matches in ordered:
+            if found >= limit:
+                break
+            involved.append(matches)
+            found += matches.below_upper
+        oldest = _oldest_of_newest(involved, limit)
+        involved += [f for f in ordered[len(involved) :] if f.newest_time >= oldest]
+        oldest = _oldest_of_newest(involved, limit)
+        chosen = [(f, f.since(oldest)) for f in involved]
         taken = sum(len(p) for _, p in chosen)
         return Candidates(tuple((f.index, p) for f, p in chosen if len(p)), complete=taken == available)
+
+
+def _oldest_of_newest(files: Sequence[FileMatches], limit: int) -> int:
+    """The time of the `limit`-th newest matching row of `files` (they hold at least `limit` rows)."""
+    tails = [f.newest(limit) for f in files]
+    times = np.concatenate([f.index.timestamps[t] for f, t in zip(files, tails, strict=True)])
+    return int(np.partition(times, len(times) - limit)[len(times) - limit])
+
+
+def split_window(condition: exp.Expression) -> tuple[exp.Expression, exp.Expression]:
+    """Split a match condition into its window conjuncts (time and day bounds) and the rest (the filters).
+
+    Returns:
+        (window, filters): each an AND of its conjuncts, TRUE when it has none.
+    """
+    conjuncts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    window = [c for c in conjuncts if {column.name for column in c.find_all(exp.Column)} <= WINDOW_COLUMNS]
+    filters = [c for c in conjuncts if all(c is not w for w in window)]
+    return _all_of(window), _all_of(filters)
+
+
+def _all_of(conjuncts: list[exp.Expression]) -> exp.Expression:
+    return exp.and_(*conjuncts, copy=False) if conjuncts else exp.true()
 
 
 def find_matches(snapshot: Snapshot, condition: exp.Expression, start_ms: int, end_ms: int, upper_ms: int) -> Matches:
@@ -114,18 +182,22 @@ def find_matches(snapshot: Snapshot, condition: exp.Expression, start_ms: int, e
         start_ms, end_ms: the window [start_ms, end_ms) the condition bounds the timestamps to.
         upper_ms: the page's exclusive upper time bound (`gold.search.page_upper_bound`).
     """
+    window, filters = split_window(condition)
+    evaluate, in_window, filtered = compile_condition(condition), compile_condition(window), compile_condition(filters)
+    count_file, filters_key = compile_file_count(filters), filters.sql()
     files = []
-    evaluate = compile_condition(condition)
     for data_file in snapshot.files_between(start_ms, end_ms):
         index = data_file.index
         lo, hi = index.between(start_ms, end_ms)
         if hi == lo:
             continue
-        mask = evaluate(index, lo, hi)
-        if mask is False:
-            continue
         upper = min(hi, max(lo, index.between(start_ms, upper_ms)[1]))
-        matches = FileMatches(index, lo, hi, upper, mask)
+        if lo == 0 and hi == index.size and in_window(index, lo, hi) is True:
+            # The whole file is in the window: only the filters decide, over all its rows.
+            total = index.count_of(filters_key, lambda index=index: count_file(index))
+            matches = FileMatches(index, lo, hi, upper, lambda index=index, hi=hi: filtered(index, 0, hi), total)
+        else:
+            matches = FileMatches(index, lo, hi, upper, lambda index=index, lo=lo, hi=hi: evaluate(index, lo, hi))
         if matches.total:
             files.append(matches)
     return Matches(files)

@@ -200,3 +200,67 @@ def test_a_new_version_indexes_only_its_new_files_and_retired_files_are_forgotte
     assert [int(t) - BASE for f in latest.files for t in f.index.timestamps] == [5]
     # Only the version before the latest stays open (keep_versions=1): the first two versions' files are gone.
     assert set().union(*retired) == {f.path for f in second.files}
+
+
+def _random_day_files(tmp_path, rng, files=4, rows=60):
+    """Files of one day whose times interleave (as a compacted file and later appends do), in small row groups."""
+    kinds, actors = ["LogInEvent", "FailedLogInEvent", "CreateUserEvent"], ["urn:li:corpuser:a", "urn:li:corpuser:b", None]
+    data_files, truth = [], []
+    for number in range(files):
+        path = tmp_path / "event_date=2026-11-20" / f"part-{number}.parquet"
+        path.parent.mkdir(exist_ok=True)
+        times = rng.integers(0, 1_000, rows) + BASE
+        types = [kinds[i] for i in rng.integers(0, 3, rows)]
+        owners = [actors[i] for i in rng.integers(0, 3, rows)]
+        ids = [f"f{number}-{i}" for i in range(rows)]
+        pq.write_table(pa.table({"event_id": ids, "event_type": types, "timestamp": pa.array(times, pa.int64()),
+                                 "actor_urn": owners, "entity_type": [None] * rows, "aspect_name": [None] * rows}),
+                       path, row_group_size=7)  # fmt: skip
+        index = build_file_index(str(path), {"event_date": DAY})
+        data_files.append(DataFile(str(path), int(times.min()), int(times.max()), index))
+        truth += list(zip(times.tolist(), types, owners, ids, strict=True))
+    return data_files, truth
+
+
+def test_totals_and_newest_rows_over_files_that_overlap_in_time_equal_a_scan_of_every_row(tmp_path):
+    rng = np.random.default_rng(5)
+    data_files, truth = _random_day_files(tmp_path, rng)
+    snapshot = Snapshot(1, tuple(data_files))
+    bodies = [None, {"eventTypes": ["LogInEvent"]}, {"eventTypes": ["LogInEvent", "CreateUserEvent"]},
+              {"actorUrns": ["urn:li:corpuser:a"]}, {"eventTypes": ["FailedLogInEvent"], "actorUrns": ["urn:li:corpuser:b"]}]
+    for trial in range(60):
+        body = bodies[trial % len(bodies)]
+        # Every third window holds the whole day (each file wholly inside it), the others cut files.
+        start, end = (BASE, BASE + 1_000) if trial % 3 == 0 else sorted(int(t) for t in BASE + rng.integers(0, 1_001, 2))
+        upper = end if trial % 2 == 0 else int(rng.integers(start, end + 1))
+        request = SearchRequest.parse({"startTime": start, "endTime": end}, body).with_window(end)
+        matches = find_matches(snapshot, to_match_condition(request, end), start, end, upper)
+        wanted = [row for row in truth if start <= row[0] < end
+                  and (not body or "eventTypes" not in body or row[1] in body["eventTypes"])
+                  and (not body or "actorUrns" not in body or row[2] in body["actorUrns"])]  # fmt: skip
+        assert matches.total == len(wanted), (trial, start, end, body)
+        below = sorted((row for row in wanted if row[0] < upper), key=lambda row: row[0], reverse=True)
+        limit = int(rng.integers(1, 12))
+        oldest = below[min(limit, len(below)) - 1][0] if below else None
+        expected = {row[3] for row in below if row[0] >= oldest} if below else set()
+        candidates = matches.newest(limit)
+        got = {_event_id(index, position) for index, positions in candidates.positions for position in positions}
+        assert got == expected, (trial, start, end, upper, body, limit)
+        assert candidates.complete == (len(got) == len(below))
+
+
+def _event_id(index, position):
+    return pq.read_table(index.path, columns=["event_id"]).column(0)[int(index.rows[position])].as_py()
+
+
+def test_a_whole_file_count_is_remembered_per_filter_and_one_column_counts_come_from_value_counts(tmp_path):
+    rng = np.random.default_rng(9)
+    data_files, truth = _random_day_files(tmp_path, rng, files=1)
+    index = data_files[0].index
+    request = SearchRequest.parse({"startTime": BASE, "endTime": BASE + 1_000}, {"eventTypes": ["LogInEvent"]})
+    matches = find_matches(Snapshot(1, tuple(data_files)), to_match_condition(request.with_window(BASE + 1_000), BASE + 1_000),
+                           BASE, BASE + 1_000, BASE + 1_000)  # fmt: skip
+    assert matches.total == sum(1 for row in truth if row[1] == "LogInEvent")
+    assert list(index._counts.values()) == [matches.total]
+    column = index.columns["event_type"]
+    assert column.value_counts.tolist() == [sum(1 for row in truth if row[1] == value) for value in column.values]
