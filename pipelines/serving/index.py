@@ -36,21 +36,23 @@ REMEMBERED_COUNTS = 256
 class CodedColumn:
     """A string column as integer codes into its distinct values (NULL_CODE: null).
 
+    The distinct values stay an Arrow array (a few bytes each): a file's entity urns run to tens of
+    thousands, and Python strings and a dict of them would cost several times that per worker. The
+    lookup from value to code is built the first time a search filters on the column.
+
     Attributes:
         codes: one code per index position (the smallest integer type that holds them).
         values: the distinct values; code i stands for values[i].
     """
 
     codes: np.ndarray
-    values: tuple[str, ...]
-    _positions: dict[str, int] = field(init=False, repr=False, compare=False)
-    _matching: dict[str, np.ndarray] = field(init=False, repr=False, compare=False)
-    _rows_matching: dict[str, np.ndarray] = field(init=False, repr=False, compare=False)
+    values: pa.Array
+    _matching: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _rows_matching: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_positions", {value: code for code, value in enumerate(self.values)})
-        object.__setattr__(self, "_matching", {})
-        object.__setattr__(self, "_rows_matching", {})
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {value: code for code, value in enumerate(self.values.to_pylist())}
 
     @cached_property
     def value_counts(self) -> np.ndarray:
@@ -59,7 +61,8 @@ class CodedColumn:
 
     def codes_of(self, values: Sequence[str]) -> list[int]:
         """Return the codes of those `values` the column holds (values it never holds have none)."""
-        return [self._positions[v] for v in values if v in self._positions]
+        positions = self._positions
+        return [positions[v] for v in values if v in positions]
 
     def wanted(self, pattern: re.Pattern[str]) -> np.ndarray:
         """A lookup by code of which values fully match `pattern` (its last slot, the null code's, is False).
@@ -70,7 +73,7 @@ class CodedColumn:
         found = self._matching.get(pattern.pattern)
         if found is None:
             found = np.zeros(len(self.values) + 1, dtype=bool)
-            found[: len(self.values)] = [pattern.fullmatch(v) is not None for v in self.values]
+            found[: len(self.values)] = [pattern.fullmatch(v) is not None for v in self.values.to_pylist()]
             self._matching[pattern.pattern] = found
         return found
 
@@ -101,7 +104,7 @@ class FileIndex:
         columns: the coded filter columns, aligned with `timestamps`.
         constants: the partition values every row of the file shares (e.g. event_date as a date).
         row_group_starts: the file row number of the first row of each Parquet row group, ascending.
-        metadata: the file's Parquet footer (reused to read rows without parsing it again).
+        column_names: the file's columns.
     """
 
     path: str
@@ -110,7 +113,7 @@ class FileIndex:
     columns: Mapping[str, CodedColumn]
     constants: Mapping[str, object]
     row_group_starts: np.ndarray
-    metadata: pq.FileMetaData
+    column_names: frozenset[str]
     _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -174,18 +177,18 @@ def build_file_index(path: str, partition: Mapping[str, object] | None = None) -
         columns=columns,
         constants=dict(partition or {}),
         row_group_starts=np.asarray(starts, dtype=np.int64),
-        metadata=metadata,
+        column_names=frozenset(metadata.schema.names),
     )
 
 
 def _coded(column: pa.ChunkedArray | None, rows: np.ndarray, file_rows: int) -> CodedColumn:
     """The codes of a dictionary-read string column at the index's `rows` (None: the file lacks the column)."""
     if column is None or file_rows == 0:
-        return CodedColumn(np.full(len(rows), NULL_CODE, dtype=np.int8), ())
+        return CodedColumn(np.full(len(rows), NULL_CODE, dtype=np.int8), pa.array([], pa.string()))
     combined = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if not pa.types.is_dictionary(combined.type):
         combined = pc.dictionary_encode(combined)
-    values = tuple(combined.dictionary.to_pylist())
+    values = combined.dictionary
     codes = np.asarray(pc.fill_null(combined.indices, NULL_CODE).to_numpy(), dtype=np.int64)[rows]
     return CodedColumn(codes.astype(_smallest_int(len(values))), values)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +58,7 @@ def test_the_index_holds_timestamps_in_order_and_the_file_row_of_each(data_file)
     assert index.rows.tolist() == [1, 4, 3, 5, 6, 0]  # the null timestamp (row 2) is left out
     assert index.row_group_starts.tolist() == [0, 3, 6]
     actors = index.columns["actor_urn"]
-    assert [actors.values[c] if c >= 0 else None for c in actors.codes] == [
+    assert [actors.values[c].as_py() if c >= 0 else None for c in actors.codes] == [
         "urn:li:corpuser:bob", "urn:li:corpuser:alice", None, "urn:li:corpuser:bob", "urn:li:corpuser:alice",
         "urn:li:corpuser:alice",
     ]  # fmt: skip
@@ -263,4 +264,17 @@ def test_a_whole_file_count_is_remembered_per_filter_and_one_column_counts_come_
     assert matches.total == sum(1 for row in truth if row[1] == "LogInEvent")
     assert list(index._counts.values()) == [matches.total]
     column = index.columns["event_type"]
-    assert column.value_counts.tolist() == [sum(1 for row in truth if row[1] == value) for value in column.values]
+    assert column.value_counts.tolist() == [sum(1 for row in truth if row[1] == value) for value in column.values.to_pylist()]
+
+
+def test_rows_read_from_more_files_than_footers_kept_are_right_and_footers_stay_bounded(tmp_path):
+    data_files, truth = _random_day_files(tmp_path, np.random.default_rng(11), files=3, rows=20)
+    cache = RowGroupCache(0, ["event_id", "timestamp"], footers=1)
+    by_id = {row[3]: row[0] for row in truth}
+    for _ in range(2):
+        for data_file in data_files:
+            index = data_file.index
+            rows = read_rows(cache, index, np.arange(index.size), ["event_id", "timestamp"])
+            assert [row["timestamp"] for row in rows] == [by_id[row["event_id"]] for row in rows]
+            assert sorted(row["event_id"] for row in rows) == sorted(i for i in by_id if i.startswith(Path(index.path).stem.replace("part-", "f") + "-"))
+            assert cache.footers == 1
