@@ -151,6 +151,7 @@ class ServeSettings:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     workers: int = 0
+    index_dir: str | None = None
 
 
 @dataclass(frozen=True)

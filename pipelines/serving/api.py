@@ -6,6 +6,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -270,12 +272,26 @@ def serve(
         )
         bounds = (settings.serve.query_slots, settings.serve.queue_depth, settings.serve.queue_timeout_seconds)
         worker_options = {k: v for k, v in config.items() if k not in ("host", "port", "log_level", "access_log")}
-        serve_workers(host, port, workers, lambda admission, buckets: create_app(worker_settings, admission=admission, rate_buckets=buckets), bounds,
-                      worker_options)  # fmt: skip
+        with index_folder(worker_settings) as worker_settings:
+            serve_workers(host, port, workers, lambda admission, buckets: create_app(worker_settings, admission=admission, rate_buckets=buckets), bounds,
+                          worker_options)  # fmt: skip
         return
     # The Spark engine's work runs in the session, which one process holds.
     with open_session(settings) as spark:
         StoppableServer(uvicorn.Config(create_app(settings, spark), **config)).run()
+
+
+@contextlib.contextmanager
+def index_folder(settings: Settings) -> Iterator[Settings]:
+    """Yield `settings` with serve.index_dir set: the one configured, else a fresh folder removed at the end."""
+    if settings.serve.index_dir:
+        yield settings
+        return
+    folder = tempfile.mkdtemp(prefix="lakehouse-index-")
+    try:
+        yield dataclasses.replace(settings, serve=dataclasses.replace(settings.serve, index_dir=folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager

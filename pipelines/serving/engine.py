@@ -15,6 +15,8 @@ from conf.settings import Settings
 from gold.search import RESULT_COLUMNS, SearchRequest, page_upper_bound, to_match_condition, to_page, to_response
 from pipelines.runtime.home import home_of
 from pipelines.runtime.storage import file_exists
+from pipelines.serving.index import build_file_index
+from pipelines.serving.index_store import IndexStore
 from pipelines.serving.matches import Matches, find_matches
 from pipelines.serving.rows import RowGroupCache, read_rows
 from pipelines.serving.search import search
@@ -50,7 +52,8 @@ class InProcessEngine:
     the scroll key (`gold.search.to_page`, the order the SQL page query renders).
 
     Args:
-        settings: the lakehouse settings (table location, serve.version_check_seconds, serve.row_cache_mb).
+        settings: the lakehouse settings (table location, serve.version_check_seconds, serve.row_cache_mb,
+            serve.index_dir: where the indexes are kept as files every worker maps; none: in memory).
     """
 
     name = "inprocess"
@@ -59,7 +62,15 @@ class InProcessEngine:
         # Resolving the home registers its storage options for the files the engine reads.
         location = str(home_of(settings).table_locations["gold.audit_events"])
         self.rows = RowGroupCache(settings.serve.row_cache_mb * 1024 * 1024, PAGE_COLUMNS)
-        self.snapshots = TableSnapshots(location, settings.serve.version_check_seconds, retired=self.rows.forget)
+        self._store = IndexStore(settings.serve.index_dir) if settings.serve.index_dir else None
+        build = build_file_index if self._store is None else self._store.index_of
+        self.snapshots = TableSnapshots(location, settings.serve.version_check_seconds, retired=self._retire, build=build)
+
+    def _retire(self, paths: set[str]) -> None:
+        """Drop what the engine keeps of files no open version reads: their row groups and index files."""
+        self.rows.forget(paths)
+        if self._store is not None:
+            self._store.forget(paths)
 
     def search(self, request: SearchRequest, now_ms: int | None = None) -> dict[str, Any]:
         """Return the response of `request`, read from the version its scroll id pins, else the latest.

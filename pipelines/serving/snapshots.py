@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +84,7 @@ def open_snapshot(
     version: int | None = None,
     partition_column: str = "event_date",
     indexes: dict[str, FileIndex] | None = None,
+    build: Callable[[str, Mapping[str, object]], FileIndex] = build_file_index,
 ) -> Snapshot:
     """Open one version of the Delta table at `location` (None: the latest) from its log, indexing its files.
 
@@ -96,6 +97,7 @@ def open_snapshot(
         partition_column: the table's partition column, which every file path must name (`col=value/`).
         indexes: file indexes already built, by file path (data files never change, so each is built
             once); the ones built now are added to it.
+        build: returns the index of a data file given its path and partition values.
 
     Raises:
         ConfigError: when the table's files cannot be read as plain Parquet with the partition value in
@@ -119,9 +121,13 @@ def open_snapshot(
     indexes = {} if indexes is None else indexes
     local_paths = [f"{location.rstrip('/')}/{path}" if is_object_url(location) else str(Path(location) / path) for path in paths]
     missing = [(p, v) for p, v in zip(local_paths, partitions, strict=True) if p not in indexes]
+    # Workers that share an IndexStore start at different files, so they build different ones side by side.
+    if missing:
+        turn = os.getpid() % len(missing)
+        missing = missing[turn:] + missing[:turn]
     # Parquet decoding releases the GIL: the files of a new version are indexed side by side.
     with ThreadPoolExecutor(max_workers=min(INDEX_THREADS, max(1, len(missing)))) as pool:
-        built = pool.map(lambda item: build_file_index(item[0], {partition_column: item[1]} if item[1] is not None else {}),
+        built = pool.map(lambda item: build(item[0], {partition_column: item[1]} if item[1] is not None else {}),
                          missing)  # fmt: skip
         indexes.update(zip((p for p, _ in missing), built, strict=True))
     files = [DataFile(local, _millis(low), _millis(high), indexes[local])
@@ -146,6 +152,8 @@ class TableSnapshots:
         check_interval_s: the least time between two checks for a new version.
         keep_versions: how many older versions stay open for scrolls.
         retired: called with the paths of files no open version reads any more (after compaction or VACUUM).
+        build: returns the index of a data file given its path and partition values (e.g. mapped from an
+            IndexStore shared by the server's workers).
     """
 
     def __init__(
@@ -154,6 +162,7 @@ class TableSnapshots:
         check_interval_s: float,
         keep_versions: int = DEFAULT_KEEP_VERSIONS,
         retired: Callable[[set[str]], None] | None = None,
+        build: Callable[[str, Mapping[str, object]], FileIndex] = build_file_index,
     ):
         if check_interval_s < 0:
             raise ConfigError(f"check_interval_s: {check_interval_s!r} must be at least 0")
@@ -163,9 +172,10 @@ class TableSnapshots:
         self._interval = check_interval_s
         self._keep = keep_versions
         self._retired = retired
+        self._build = build
         # Indexes by data file path, shared by every version opened (files are written once).
         self._indexes: dict[str, FileIndex] = {}
-        self._latest = open_snapshot(location, indexes=self._indexes)
+        self._latest = open_snapshot(location, indexes=self._indexes, build=build)
         self._options = delta_storage_options(location)
         self._probe = DeltaTable(location, storage_options=self._options) if self._latest.version != NO_TABLE else None
         self._checked = time.monotonic()
@@ -196,7 +206,7 @@ class TableSnapshots:
         self._probe.update_incremental()
         version = self._probe.version()
         if version != self._latest.version:
-            fresh = open_snapshot(self._location, version, indexes=self._indexes)
+            fresh = open_snapshot(self._location, version, indexes=self._indexes, build=self._build)
             self._remember(self._latest)
             self._latest = fresh
             self._forget_indexes()
@@ -224,7 +234,7 @@ class TableSnapshots:
 
     def _open_pinned(self, version: int) -> Snapshot:
         try:
-            snapshot = open_snapshot(self._location, version, indexes=self._indexes)
+            snapshot = open_snapshot(self._location, version, indexes=self._indexes, build=self._build)
         except ConfigError:
             raise
         except Exception:  # delta-rs raises its own errors for a version it cannot load
