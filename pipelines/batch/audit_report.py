@@ -16,15 +16,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING, Any
 
 from conf.errors import InputError
 from conf.settings import Settings
-from pipelines.batch.audit_chain import CHAIN_TABLE, head_digest
-from pipelines.runtime.io import read_table
+
+if TYPE_CHECKING:  # the API parses report requests without the engine; the rows need it
+    from pyspark.sql import SparkSession
 
 FORMATS = ("csv", "parquet", "html")
 EVENTS_TABLE = "silver.entity_change_events"
@@ -78,6 +76,8 @@ def summarize(value: str | None) -> str:
 
 def report_header(spark: SparkSession, settings: Settings, query: ReportQuery, scope_label: str = "(all)") -> dict[str, str]:
     """The report's header: window, filters, the reader's scope, the chain head digest and how to verify it."""
+    from pipelines.batch.audit_chain import head_digest
+
     return {
         "report": "metadata changes: who changed what and when",
         "window_from_utc": _iso(query.from_ms),
@@ -99,6 +99,11 @@ def report_rows(
     Args:
         scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
     """
+    from pyspark.sql import functions as F
+
+    from pipelines.batch.audit_chain import CHAIN_TABLE
+    from pipelines.runtime.io import read_table
+
     events_df = read_table(spark, settings, EVENTS_TABLE).filter(
         (F.col("event_time") >= F.lit(query.from_ms)) & (F.col("event_time") < F.lit(query.to_ms))
     )

@@ -9,19 +9,19 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from pyspark.sql import SparkSession
 from starlette.concurrency import run_in_threadpool
 
 from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
-from gold.audit import EVENT_TYPES
+from gold.serving_contract import EVENT_TYPES
 from gold.auth import AUDIT_READ
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
+from pipelines.runtime.engine import MissingEngineError
 from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
@@ -39,6 +39,9 @@ from pipelines.serving.identity import Authenticator
 from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter, TokenBuckets
 from pipelines.serving.scroll_key import load_scroll_key
 from pipelines.serving.workers import StoppableServer, default_workers, serve_workers
+
+if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
+    from pyspark.sql import SparkSession
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
 EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
@@ -157,6 +160,11 @@ def create_app(
     @app.exception_handler(OverloadedError)
     async def _overloaded(_: Request, exc: OverloadedError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(MissingEngineError)
+    async def _no_engine(_: Request, exc: MissingEngineError) -> JSONResponse:
+        # As-of and report downloads read with Spark: a server without an engine extra serves the rest.
+        return JSONResponse({"error": str(exc)}, status_code=503)
 
     @app.exception_handler(AuthError)
     async def _unauthorized(_: Request, exc: AuthError) -> JSONResponse:

@@ -15,13 +15,12 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pyspark.sql import SparkSession
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,15 +29,17 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from gold.auth import AUDIT_READ
 from gold.scopes import Principal
-from pipelines.batch.timeline import aspects_as_of, entity_history
 from pipelines.cli.args import parse_time_ms
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
 from conf.tables import table_location
-from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, search_changes
+from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, read_entity_history, search_changes
 from pipelines.serving.scoped_reads import (
     ChangeEventScope, EntityDomains, OutOfScopeError, change_event_scope, visible_history,
 )  # fmt: skip
 from pipelines.serving.tokens import TokenVerifier
+
+if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
+    from pyspark.sql import SparkSession
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATIC_PREFIX = "/static"
@@ -160,7 +161,7 @@ def explorer_router(
         return change_event_scope(principal.scope, domains)
 
     def history(urn: str, principal: Principal) -> dict[str, Any]:
-        events = entity_history(sessions.get(), settings, urn)
+        events = read_entity_history(changes_location, urn)
         if not principal.scope.restricted:
             return {"urn": urn, "events": events}
         scope = scope_of(principal)
@@ -174,6 +175,9 @@ def explorer_router(
     def as_of(urn: str, at_ms: int, principal: Principal) -> dict[str, Any]:
         if principal.scope.restricted and not scope_of(principal).visible_entities([urn], [entity_type_of(urn)])[0]:
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
+        # As-of replays the bronze snapshots with their patches (silver's sequencing): the engine's work.
+        from pipelines.batch.timeline import aspects_as_of
+
         return {"urn": urn, "at": at_ms, "aspects": aspects_as_of(sessions.get(), settings, urn, at_ms)}
 
     async def respond(work: Callable[[], Any]) -> JSONResponse:

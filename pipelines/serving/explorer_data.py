@@ -234,3 +234,24 @@ def search_changes(location: Path, query: ChangeQuery, scope: ds.Expression | No
     if ordered.num_rows > query.size:
         response["nextCursor"] = f"{rows[-1]['event_time']}:{rows[-1]['event_id']}"
     return response
+
+
+# The timeline's order: oldest first, then the change set's order key, category, operation, event id.
+HISTORY_ORDER = ("event_time", "source_order_key", "category", "operation", "event_id")
+
+
+def read_entity_history(location: Location, urn: str) -> list[dict[str, Any]]:
+    """The change events of `urn` and of its schema fields (their aspect's entity is `urn`), oldest first.
+
+    The rows and order of `pipelines.batch.timeline.entity_history`, read in-process from the latest
+    table version: every column, parameters as a dict, nulls first in each sort column as Spark orders.
+    """
+    dataset = _dataset(location)
+    if dataset is None:
+        return []
+    table = dataset.to_table(filter=(ds.field("entity_urn") == urn) | (ds.field("aspect_entity_urn") == urn))
+    ordered = table.sort_by([(column, "ascending") for column in HISTORY_ORDER], null_placement="at_start")
+    rows = ordered.to_pylist()
+    for row in rows:
+        row["parameters"] = None if row["parameters"] is None else dict(row["parameters"])
+    return rows

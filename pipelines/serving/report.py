@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -17,6 +18,9 @@ from pipelines.batch.audit_report import MEDIA_TYPES, ReportQuery, parse_report_
 from pipelines.serving.explorer import SessionSource
 from pipelines.serving.scoped_reads import EntityDomains, change_event_scope
 from pipelines.serving.tokens import TokenVerifier
+
+if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
+    from pyspark.sql import SparkSession
 
 REPORT_PATH = "/openapi/v1/audit/report"
 
@@ -56,8 +60,9 @@ def report_router(settings: Settings, verifier: TokenVerifier, sessions: Session
         # Resolved before the body starts, so that a failure is an error status, not a cut download.
         scope_sql = (await run_in_threadpool(change_event_scope, principal.scope, domains)).spark_sql
         scope_label = ", ".join(principal.scope.to_specs()) or "(all)"
+        spark = await run_in_threadpool(sessions.get)
         return StreamingResponse(
-            _stream(settings, sessions, query, scope_sql, scope_label),
+            _stream(spark, settings, query, scope_sql, scope_label),
             media_type=MEDIA_TYPES[query.format],
             headers={
                 "Content-Disposition": f'attachment; filename="{report_filename(query)}"',
@@ -69,9 +74,9 @@ def report_router(settings: Settings, verifier: TokenVerifier, sessions: Session
 
 
 def _stream(
-    settings: Settings, sessions: SessionSource, query: ReportQuery, scope_sql: str | None, scope_label: str
+    spark: SparkSession, settings: Settings, query: ReportQuery, scope_sql: str | None, scope_label: str
 ) -> Iterator[bytes]:
     """The report's bytes, read with the server's session (Parquet: through a scratch file removed after)."""
     with tempfile.TemporaryDirectory(prefix="report-") as scratch:
         scratch_file = Path(scratch) / "report.parquet"
-        yield from report_download(sessions.get(), settings, query, scratch_file, scope_sql, scope_label)
+        yield from report_download(spark, settings, query, scratch_file, scope_sql, scope_label)
