@@ -176,9 +176,10 @@ def explorer_router(
         if principal.scope.restricted and not scope_of(principal).visible_entities([urn], [entity_type_of(urn)])[0]:
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
         # As-of replays the bronze snapshots with their patches (silver's sequencing): the engine's work.
+        spark = sessions.get()
         from pipelines.batch.timeline import aspects_as_of
 
-        return {"urn": urn, "at": at_ms, "aspects": aspects_as_of(sessions.get(), settings, urn, at_ms)}
+        return {"urn": urn, "at": at_ms, "aspects": aspects_as_of(spark, settings, urn, at_ms)}
 
     async def respond(work: Callable[[], Any]) -> JSONResponse:
         return JSONResponse(jsonable_encoder(await run_in_threadpool(work)))

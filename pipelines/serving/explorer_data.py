@@ -250,7 +250,7 @@ def read_entity_history(location: Location, urn: str) -> list[dict[str, Any]]:
     if dataset is None:
         return []
     table = dataset.to_table(filter=(ds.field("entity_urn") == urn) | (ds.field("aspect_entity_urn") == urn))
-    ordered = table.sort_by([(column, "ascending") for column in HISTORY_ORDER], null_placement="at_start")
+    ordered = table.sort_by([(column, "ascending", "at_start") for column in HISTORY_ORDER])
     rows = ordered.to_pylist()
     for row in rows:
         row["parameters"] = None if row["parameters"] is None else dict(row["parameters"])
