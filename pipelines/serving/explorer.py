@@ -31,6 +31,7 @@ from gold.auth import AUDIT_READ
 from gold.scopes import Principal
 from pipelines.cli.args import parse_time_ms
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
+from pipelines.serving.as_of import read_aspects_as_of
 from conf.tables import table_location
 from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, read_entity_history, search_changes
 from pipelines.serving.scoped_reads import (
@@ -58,7 +59,7 @@ PAGE_CACHE_CONTROL = "no-cache"
 
 
 class SessionSource:
-    """The Spark session the timeline endpoints read with: the one given, or one opened on first use.
+    """The server's Spark session, for report downloads: the one given, or one opened on first use.
 
     Args:
         settings: the lakehouse settings (to open a session when none is given).
@@ -135,7 +136,7 @@ def entity_type_of(urn: str) -> str:
 
 
 def explorer_router(
-    settings: Settings, verifier: TokenVerifier, sessions: SessionSource, aggregates: TokenVerifier | None = None
+    settings: Settings, verifier: TokenVerifier, aggregates: TokenVerifier | None = None
 ) -> APIRouter:
     """Return the router of the page and its JSON endpoints.
 
@@ -175,11 +176,7 @@ def explorer_router(
     def as_of(urn: str, at_ms: int, principal: Principal) -> dict[str, Any]:
         if principal.scope.restricted and not scope_of(principal).visible_entities([urn], [entity_type_of(urn)])[0]:
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
-        # As-of replays the bronze snapshots with their patches (silver's sequencing): the engine's work.
-        spark = sessions.get()
-        from pipelines.batch.timeline import aspects_as_of
-
-        return {"urn": urn, "at": at_ms, "aspects": aspects_as_of(spark, settings, urn, at_ms)}
+        return {"urn": urn, "at": at_ms, "aspects": read_aspects_as_of(settings, urn, at_ms)}
 
     async def respond(work: Callable[[], Any]) -> JSONResponse:
         return JSONResponse(jsonable_encoder(await run_in_threadpool(work)))
@@ -247,18 +244,18 @@ def mount_explorer(
         app: the API application.
         settings: the lakehouse settings.
         verifier: the token verifier the audit search uses.
-        spark: an open session for the timeline, or None to open one when the timeline is first asked for.
-        sessions: the session source shared with other endpoints (default: one of `spark`); closed with the app.
+        spark: an open session for report downloads, or None to open one when the first is asked for.
+        sessions: the session source of the report downloads (default: one of `spark`); closed with the app.
         aggregates: the verifier of the per-actor activity endpoints (default: `verifier`).
     """
     sessions = sessions or SessionSource(settings, spark)
-    app.include_router(explorer_router(settings, verifier, sessions, aggregates))
+    app.include_router(explorer_router(settings, verifier, aggregates))
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="explorer-static")
     running = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(application: FastAPI) -> AsyncIterator[Any]:
-        # A session opened for the timeline lives as long as the server.
+        # A session opened for report downloads lives as long as the server.
         async with running(application) as state:
             try:
                 yield state

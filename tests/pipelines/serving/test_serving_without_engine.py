@@ -7,6 +7,7 @@ come from a process that never even tried to import them.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,15 +19,19 @@ import httpx
 import pytest
 
 from conf.tables import table_location
+from pipelines.batch.landing import land_paths
 from pipelines.batch.publish_audit import publish_audit
-from pipelines.batch.timeline import entity_history
+from pipelines.batch.refine import refine
+from pipelines.batch.timeline import aspects_as_of, entity_history
 from pipelines.runtime.engine import free_loopback_port
 from pipelines.serving.api import SEARCH_PATH
+from pipelines.serving.as_of import read_aspects_as_of
 from pipelines.serving.explorer_data import read_entity_history
 from pipelines.serving.report import REPORT_PATH
 from pipelines.serving.tokens import create_token
 from pipelines.serving.workers import WORKER_HEADER
 from tests.pipelines.audit_inputs import change_event, land_refined_batch, usage_event
+from tests.pipelines.batch.datahub_producers import ORDERS as PATCHED, patch_proposals, upsert_proposals
 
 REPO = Path(__file__).resolve().parents[3]
 NOW = int(time.time() * 1000)
@@ -34,6 +39,8 @@ MINUTE = 60_000
 ALICE = "urn:li:corpuser:alice"
 ORDERS = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"
 ORDERS_FIELD = f"urn:li:schemaField:({ORDERS},amount)"
+# The times of PATCHED's proposals: tags, owners and terms written at T0, the SDK's patches of them at T1.
+T0, T1 = NOW - 30 * MINUTE, NOW - 20 * MINUTE
 INSTALL_HINT = "pip install 'metadata-audit-lakehouse[local]'"
 # Runs before the project is imported: the engine's modules cannot be found, and each attempt is logged.
 WITHOUT_ENGINE = """
@@ -62,7 +69,16 @@ def _environment(imports_log: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def home(spark, lakehouse):
-    """Published audit events of alice and her change events on a dataset and one of its fields."""
+    """Published audit events of alice and her change events on a dataset and one of its fields; bronze
+    snapshots of PATCHED: UPSERTs at T0, the SDK's PATCH proposals at T1 and the T0 tags again (a copy)."""
+    proposals = upsert_proposals(PATCHED, T0, tags=["urn:li:tag:legacy", "urn:li:tag:gold"], owners=[], terms=[])
+    folder = lakehouse.home.parent / "proposals"
+    folder.mkdir(exist_ok=True)
+    for name, records in (("first", proposals + patch_proposals(PATCHED, T1)), ("again", proposals[:1])):
+        path = folder / f"{name}.mcp.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        land_paths(spark, lakehouse, [path])
+    refine(spark, lakehouse)
     changes = [
         change_event("cs-1", "TAG", "ADD", ALICE, NOW - 3 * MINUTE, ORDERS, "globalTags", "w-1", modifier="urn:li:tag:pii"),
         change_event("cs-2", "DOCUMENTATION", "MODIFY", ALICE, NOW - 2 * MINUTE, ORDERS, "editableSchemaMetadata", "w-1",
@@ -115,6 +131,15 @@ def test_the_timeline_read_in_process_equals_the_spark_read(spark, home):
     ] and len(read_entity_history(location, ORDERS)) == 3
 
 
+def test_as_of_read_in_process_equals_the_spark_read(spark, home):
+    for at in (T0 - 1, T0, T1 - 1, T1, NOW):
+        assert read_aspects_as_of(home, PATCHED, at) == aspects_as_of(spark, home, PATCHED, at), at
+    patched = {a["aspect_name"]: a["aspect"] for a in read_aspects_as_of(home, PATCHED, T1)}
+    assert sorted(t["tag"] for t in patched["globalTags"]["tags"]) == ["urn:li:tag:gold", "urn:li:tag:pii"]
+    assert [o["owner"] for o in patched["ownership"]["owners"]] == ["urn:li:corpuser:jdoe"]
+    assert read_aspects_as_of(home, PATCHED, T0 - 1) == []
+
+
 def test_serve_answers_search_explorer_and_health_without_importing_the_engine(server):
     url, headers = server["url"], server["headers"]
     window = {"startTime": NOW - 60 * MINUTE, "endTime": NOW + MINUTE}
@@ -131,6 +156,9 @@ def test_serve_answers_search_explorer_and_health_without_importing_the_engine(s
     events = timeline.json()["events"]
     assert [e["category"] for e in events] == ["TAG", "DOCUMENTATION", "OWNER"]
     assert events[0]["parameters"] == {"tagUrn": "urn:li:tag:pii"}
+    as_of = httpx.get(f"{url}/api/v1/timeline/as-of", params={"urn": PATCHED, "at": str(T1)}, headers=headers, timeout=30)
+    assert as_of.status_code == 200, as_of.text
+    assert {a["aspect_name"] for a in as_of.json()["aspects"]} == {"globalTags", "ownership", "glossaryTerms"}
     activity = httpx.get(f"{url}/api/v1/activity", headers=headers, timeout=30)
     assert activity.status_code == 200 and activity.json()["topActors"][0]["actor"] == ALICE
     health = httpx.get(f"{url}/health", headers=headers, timeout=30).json()
@@ -139,13 +167,11 @@ def test_serve_answers_search_explorer_and_health_without_importing_the_engine(s
     assert not server["imports_log"].exists(), server["imports_log"].read_text()
 
 
-def test_the_engine_endpoints_answer_503_naming_the_extra(server):
+def test_a_report_download_answers_503_naming_the_extra(server):
     url, headers = server["url"], server["headers"]
-    as_of = httpx.get(f"{url}/api/v1/timeline/as-of", params={"urn": ORDERS, "at": str(NOW)}, headers=headers, timeout=30)
     report = httpx.get(f"{url}{REPORT_PATH}", params={"from": str(NOW - 60 * MINUTE), "to": str(NOW)}, headers=headers,
                        timeout=30)  # fmt: skip
-    for response in (as_of, report):
-        assert response.status_code == 503 and INSTALL_HINT in response.json()["error"], response.text
+    assert report.status_code == 503 and INSTALL_HINT in report.json()["error"], report.text
     # The server still answers afterwards.
     assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
 
