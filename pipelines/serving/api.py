@@ -21,13 +21,12 @@ from conf.settings import Settings
 from gold.serving_contract import EVENT_TYPES
 from gold.auth import AUDIT_READ
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
-from pipelines.runtime.engine import MissingEngineError
 from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, encode_json, open_engine
 from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
-from pipelines.serving.explorer import SessionSource, mount_explorer
+from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.hardening import (
     authenticated_or_none,
     decode_json_body,
@@ -140,8 +139,6 @@ def create_app(
     authenticator = Authenticator(settings)
     verifier = RateLimitedVerifier(authenticator, limiter)
     scroll_key = load_scroll_key(settings)
-    # One session for the timeline and the report downloads, opened on first use (none: no engine per download).
-    sessions = SessionSource(settings, spark)
     docs = serve_settings.api_docs  # Swagger UI and ReDoc load their scripts from a CDN: off unless asked for.
     app = FastAPI(
         title="Metadata audit lakehouse: Audit Events Search API",
@@ -160,11 +157,6 @@ def create_app(
     @app.exception_handler(OverloadedError)
     async def _overloaded(_: Request, exc: OverloadedError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after_s)})
-
-    @app.exception_handler(MissingEngineError)
-    async def _no_engine(_: Request, exc: MissingEngineError) -> JSONResponse:
-        # As-of and report downloads read with Spark: a server without an engine extra serves the rest.
-        return JSONResponse({"error": str(exc)}, status_code=503)
 
     @app.exception_handler(AuthError)
     async def _unauthorized(_: Request, exc: AuthError) -> JSONResponse:
@@ -227,8 +219,8 @@ def create_app(
     unscoped = UnscopedReaders(verifier)
     app.include_router(anomalies_router(settings, unscoped))
     # The regulator report download (docs/audit-trail.md); a scope narrows it, as it does the change search.
-    app.include_router(report_router(settings, verifier, sessions))
-    mount_explorer(app, settings, verifier, spark, sessions, aggregates=unscoped)
+    app.include_router(report_router(settings, verifier))
+    mount_explorer(app, settings, verifier, aggregates=unscoped)
     install_hardening(app, admission)
     # Outside admission, so that the access log records the 503s too.
     install_access_control(app, settings, authenticator)

@@ -11,11 +11,9 @@ events and timelines, while the per-actor aggregates serve unscoped readers only
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -39,9 +37,6 @@ from pipelines.serving.scoped_reads import (
 )  # fmt: skip
 from pipelines.serving.tokens import TokenVerifier
 
-if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
-    from pyspark.sql import SparkSession
-
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATIC_PREFIX = "/static"
 DEFAULT_LIMIT = 10
@@ -56,35 +51,6 @@ CONTENT_SECURITY_POLICY = (
 )
 STATIC_CACHE_CONTROL = "public, max-age=3600"
 PAGE_CACHE_CONTROL = "no-cache"
-
-
-class SessionSource:
-    """The server's Spark session, for report downloads: the one given, or one opened on first use.
-
-    Args:
-        settings: the lakehouse settings (to open a session when none is given).
-        spark: an open session, or None to open one the first time it is needed.
-    """
-
-    def __init__(self, settings: Settings, spark: SparkSession | None):
-        self._settings = settings
-        self._spark = spark
-        self._lock = threading.Lock()
-        self._stack = contextlib.ExitStack()
-
-    def get(self) -> SparkSession:
-        """Return the session, opening it on the first call when none was given."""
-        with self._lock:
-            if self._spark is None:
-                from pipelines.runtime.engine import open_session
-
-                self._spark = self._stack.enter_context(open_session(self._settings))
-            return self._spark
-
-    def close(self) -> None:
-        """Stop a session this source opened (a given one belongs to its caller)."""
-        with self._lock:
-            self._stack.close()
 
 
 def parse_urn(params: Mapping[str, str]) -> str:
@@ -230,40 +196,17 @@ def explorer_router(
     return router
 
 
-def mount_explorer(
-    app: FastAPI,
-    settings: Settings,
-    verifier: TokenVerifier,
-    spark: SparkSession | None,
-    sessions: SessionSource | None = None,
-    aggregates: TokenVerifier | None = None,
-) -> None:
+def mount_explorer(app: FastAPI, settings: Settings, verifier: TokenVerifier, aggregates: TokenVerifier | None = None) -> None:
     """Serve the explorer on `app`: the page at `/`, /static, the JSON endpoints and the security headers.
 
     Args:
         app: the API application.
         settings: the lakehouse settings.
         verifier: the token verifier the audit search uses.
-        spark: an open session for report downloads, or None to open one when the first is asked for.
-        sessions: the session source of the report downloads (default: one of `spark`); closed with the app.
         aggregates: the verifier of the per-actor activity endpoints (default: `verifier`).
     """
-    sessions = sessions or SessionSource(settings, spark)
     app.include_router(explorer_router(settings, verifier, aggregates))
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="explorer-static")
-    running = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(application: FastAPI) -> AsyncIterator[Any]:
-        # A session opened for report downloads lives as long as the server.
-        async with running(application) as state:
-            try:
-                yield state
-            finally:
-                sessions.close()
-
-    app.router.lifespan_context = lifespan
-
     app.add_middleware(SecurityHeaders)
 
 
