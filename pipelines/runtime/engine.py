@@ -31,31 +31,29 @@ INSTALL_HINT = (
 )
 
 
-class MissingEngineError(ConfigError):
-    """The Spark engine a command needs is not installed (the wheel's base dependencies leave it out)."""
-
-
 def is_missing_engine(exc: BaseException) -> bool:
     """True when `exc` is the failed import of a module only an engine extra brings."""
     return isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in ENGINE_MODULES
 
 
-def missing_engine_error(exc: ImportError, kind: str | None = None) -> MissingEngineError:
+def missing_engine_error(exc: ImportError, kind: str | None = None) -> ConfigError:
     """The error naming the extra to install, for the failed import `exc` of an engine module.
+
+    The wheel's base dependencies leave the engine out: a node that only serves needs none.
 
     Args:
         exc: the ImportError of the engine module.
         kind: the engine.kind that needed it, when known.
     """
     needed = f"engine.kind: {kind!r} needs" if kind else "this command needs"
-    return MissingEngineError(f"{needed} a Spark engine, which is not installed ({exc}): {INSTALL_HINT}")
+    return ConfigError(f"{needed} a Spark engine, which is not installed ({exc}): {INSTALL_HINT}")
 
 
 def require_engine(kind: str) -> None:
     """Import what engine `kind` opens sessions with.
 
     Raises:
-        MissingEngineError: naming the extra to install, when a module of it is missing.
+        ConfigError: naming the extra to install, when a module of it is missing.
     """
     for module in ENGINE_IMPORTS.get(kind, ()):
         try:
@@ -78,7 +76,7 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
     Raises:
         ConfigError: for an engine kind this function does not know, a Spark Connect endpoint that
             cannot be reached, or JVM Spark without the Delta jars.
-        MissingEngineError: when the engine is not installed (a base install without an engine extra).
+        ConfigError: also when the engine is not installed (a base install without an engine extra).
     """
     kind = settings.engine.kind
     require_engine(kind)
