@@ -2,7 +2,8 @@
 
 The subprocesses run with a finder ahead of the real ones that refuses the engine's modules (as a base
 install without `[local]` or `[connect]` does) and writes down every attempt: the serving answers must
-come from a process that never even tried to import them.
+come from a process that never even tried to import them. The in-process reads that replaced the
+server's Spark reads (timeline, as-of, report rows) are compared with those Spark reads on the same home.
 """
 
 from __future__ import annotations
@@ -73,8 +74,11 @@ def _environment(imports_log: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def home(spark, lakehouse):
-    """Published audit events of alice and her change events on a dataset and one of its fields; bronze
-    snapshots of PATCHED: UPSERTs at T0, the SDK's PATCH proposals at T1 and the T0 tags again (a copy)."""
+    """A home with alice's published audit and chained change events, and bronze snapshots of PATCHED.
+
+    Alice's change events touch ORDERS and one of its fields; PATCHED has UPSERTs at T0, the SDK's PATCH
+    proposals at T1 and, in a second batch, the T0 tags again (a copy of a version).
+    """
     proposals = upsert_proposals(PATCHED, T0, tags=["urn:li:tag:legacy", "urn:li:tag:gold"], owners=[], terms=[])
     folder = lakehouse.home.parent / "proposals"
     folder.mkdir(exist_ok=True)
