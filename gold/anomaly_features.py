@@ -10,8 +10,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from conf.errors import InputError
+from gold.serving_contract import BUCKET_MS
 
-BUCKET_MS = {"hour": 3_600_000, "day": 86_400_000}
 # Removals of the metadata that governs a dataset: who owns it, how it is classified, where it belongs.
 REMOVAL_CATEGORIES = ("OWNER", "TAG", "GLOSSARY_TERM", "DOMAIN")
 # Count features: summed per bucket, compared to the actor's own history and to the peers'.

@@ -5,12 +5,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from bronze.formats import USAGE_EVENT_TYPES
-from conf.tables import table_spec
+from gold.serving_contract import AUDIT_COLUMNS
 
-# The event types of the Audit Events Search API (DeletePolicyEvent included): one list, bronze's.
-EVENT_TYPES = USAGE_EVENT_TYPES
-LOGIN_EVENT_TYPES = ("LogInEvent", "FailedLogInEvent")
 LOGIN_SOURCES = (
     "PASSWORD_RESET",
     "PASSWORD_LOGIN",
@@ -23,8 +19,6 @@ LOGIN_SOURCES = (
 ORIGIN_USAGE = "usage"
 ORIGIN_CHANGE = "change"
 
-# The gold.audit_events columns in table order, as the registry declares them.
-AUDIT_COLUMNS = table_spec("gold.audit_events").column_names
 EVENT_KEY_COLUMNS = ("event_type", "actor_urn", "timestamp", "entity_urn", "aspect_name")
 
 

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from conf.errors import ConfigError, RequestError
 from conf.settings_sections import SEARCH_MAX_SIZE
-from gold.audit import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
+from gold.serving_contract import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
 from gold.scopes import UNSCOPED, Scope, scope_condition
 
 DAY_MS = 86_400_000

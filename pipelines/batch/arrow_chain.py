@@ -15,7 +15,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from gold.audit_chain import CHAINED_TABLES, GENESIS_DIGEST, BatchDigest, canonical_json_lines, new_link
-from pipelines.batch.audit_chain import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
+from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
 from pipelines.runtime.storage import delta_storage_options
 
 _LINK_COLUMN_TYPES = {"BIGINT": pa.int64(), "STRING": pa.string()}

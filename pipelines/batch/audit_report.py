@@ -16,15 +16,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING, Any
 
 from conf.errors import InputError
 from conf.settings import Settings
-from pipelines.batch.audit_chain import CHAIN_TABLE, head_digest
-from pipelines.runtime.io import read_table
+
+if TYPE_CHECKING:  # the API parses report requests without the engine; the rows need it
+    from pyspark.sql import SparkSession
 
 FORMATS = ("csv", "parquet", "html")
 EVENTS_TABLE = "silver.entity_change_events"
@@ -78,6 +76,13 @@ def summarize(value: str | None) -> str:
 
 def report_header(spark: SparkSession, settings: Settings, query: ReportQuery, scope_label: str = "(all)") -> dict[str, str]:
     """The report's header: window, filters, the reader's scope, the chain head digest and how to verify it."""
+    from pipelines.batch.audit_chain import head_digest
+
+    return header_for(query, head_digest(spark, settings), scope_label)
+
+
+def header_for(query: ReportQuery, chain_head: str, scope_label: str = "(all)") -> dict[str, str]:
+    """The report's header given the chain's head digest (`report_header` reads it with Spark)."""
     return {
         "report": "metadata changes: who changed what and when",
         "window_from_utc": _iso(query.from_ms),
@@ -85,7 +90,7 @@ def report_header(spark: SparkSession, settings: Settings, query: ReportQuery, s
         "actor_filter": query.actor or "(all)",
         "entity_filter": query.entity or "(all)",
         "scope": scope_label,
-        "chain_head_digest": head_digest(spark, settings),
+        "chain_head_digest": chain_head,
         "generated_at_utc": _iso(int(datetime.now(timezone.utc).timestamp() * 1000)),
         "verify": VERIFY_HINT,
     }
@@ -99,6 +104,11 @@ def report_rows(
     Args:
         scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
     """
+    from pyspark.sql import functions as F
+
+    from pipelines.batch.audit_chain import CHAIN_TABLE
+    from pipelines.runtime.io import read_table
+
     events_df = read_table(spark, settings, EVENTS_TABLE).filter(
         (F.col("event_time") >= F.lit(query.from_ms)) & (F.col("event_time") < F.lit(query.to_ms))
     )
@@ -113,19 +123,24 @@ def report_rows(
     )
     ordered = events_df.join(linked_df, "batch_id", "left_semi").orderBy("event_time", "event_id")
     for row in ordered.toLocalIterator():
-        yield {
-            "time_utc": _iso(row.event_time),
-            "actor": row.actor or "",
-            "entity": row.entity_urn or "",
-            "entity_type": row.entity_type or "",
-            "category": row.category or "",
-            "operation": row.operation or "",
-            "modifier": row.modifier or "",
-            "old_value_summary": summarize(row.old_value),
-            "new_value_summary": summarize(row.new_value),
-            "event_id": row.event_id,
-            "batch_id": row.batch_id,
-        }
+        yield report_row(row.asDict())
+
+
+def report_row(event: Mapping[str, Any]) -> dict[str, str]:
+    """One report row of a silver change event (its columns by name)."""
+    return {
+        "time_utc": _iso(event["event_time"]),
+        "actor": event["actor"] or "",
+        "entity": event["entity_urn"] or "",
+        "entity_type": event["entity_type"] or "",
+        "category": event["category"] or "",
+        "operation": event["operation"] or "",
+        "modifier": event["modifier"] or "",
+        "old_value_summary": summarize(event["old_value"]),
+        "new_value_summary": summarize(event["new_value"]),
+        "event_id": event["event_id"],
+        "batch_id": event["batch_id"],
+    }
 
 
 # A cell starting with one of these is a formula to a spreadsheet (OWASP "CSV injection").
@@ -242,22 +257,10 @@ def report_filename(query: ReportQuery) -> str:
     return f"audit-report-{start}-{end}.{query.format}"
 
 
-def report_download(
-    spark: SparkSession,
-    settings: Settings,
-    query: ReportQuery,
-    scratch: Path,
-    scope_sql: str | None = None,
-    scope_label: str = "(all)",
+def report_bytes(
+    query: ReportQuery, header: Mapping[str, str], rows: Iterator[Mapping[str, str]], scratch: Path
 ) -> Iterator[bytes]:
-    """Yield the report's bytes as it is produced (Parquet: written to `scratch` first, then sent and removed).
-
-    Args:
-        scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
-        scope_label: the reader's scope as the header names it (a scoped report is not the whole record).
-    """
-    header = report_header(spark, settings, query, scope_label)
-    rows = report_rows(spark, settings, query, scope_sql)
+    """Yield the bytes of a report in `query.format` as the rows come (Parquet: through `scratch`, removed after)."""
     if query.format == "parquet":
         try:
             write_parquet(header, rows, scratch)

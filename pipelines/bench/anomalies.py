@@ -11,19 +11,19 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 import typer
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from conf.settings import load_settings
 from conf.tables import table_spec
 from datagen.actor_activity import ANOMALY_KINDS, DAY_MS, simulate_activity
 from pipelines.bench.harness import measure, write_result
 from pipelines.cli.console import console
-from pipelines.runtime.io import append, read_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TARGETS = {"recall": 0.9, "precision": 0.8, "train_and_score_s": 300.0, "events": 10_000_000}
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -57,8 +57,11 @@ def run_anomalies_bench(*, seed: int, days: int = 28, scale: float = 1.0, work: 
     A larger history has more actors, not busier ones: an organisation grows by people and services,
     and an anomaly's size stays meaningful next to one actor's usual day.
     """
+    from pyspark.sql import functions as F
+
     from pipelines.batch.anomalies import score_window, train
     from pipelines.runtime.engine import open_session
+    from pipelines.runtime.io import append, read_table
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-anomalies-")) if work is None else work
     scratch.mkdir(parents=True, exist_ok=True)
@@ -118,6 +121,8 @@ def run_anomalies_bench(*, seed: int, days: int = 28, scale: float = 1.0, work: 
 
 def _as_silver_events(spark: SparkSession, events_file: Path):
     """Read the simulated events as silver change-event rows (the columns they do not set are null)."""
+    from pyspark.sql import functions as F
+
     events_df = spark.read.parquet(str(events_file))
     columns = []
     for name, kind in table_spec("silver.entity_change_events").column_types:

@@ -21,23 +21,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from conf.errors import ConfigError, InputError
 from conf.settings import Settings
 from conf.tables import table_location
-from gold.audit import to_audit_events_from_usage
 from gold.search import DAY_MS
 from pipelines.bench.harness import measure, process_tree, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
 from pipelines.bench.search_mix import MIXES, request_mix
 from pipelines.cli.commands.bench import bench_app
 from pipelines.runtime.engine import free_loopback_port
-from pipelines.runtime.io import append, read_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = ("inprocess", "spark")
@@ -57,6 +56,8 @@ USAGE_DOCUMENT_DDL = (
 
 def to_usage_rows(lines_df: DataFrame, batch_id: str) -> DataFrame:
     """Turn usage document lines (`value`) into rows with the bronze.usage_events columns."""
+    from pyspark.sql import functions as F
+
     doc = F.from_json(F.col("value"), USAGE_DOCUMENT_DDL)
     return lines_df.select(
         doc.getField("type").alias("event_type"),
@@ -84,6 +85,9 @@ def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) 
     Rows go to their event_date partition, sorted by time within each file. Returns the number of rows
     in the table.
     """
+    from gold.audit import to_audit_events_from_usage
+    from pipelines.runtime.io import append, read_table
+
     lines_df = spark.read.text(str(usage_dir))
     audit_df = to_audit_events_from_usage(to_usage_rows(lines_df, "bench"))
     append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, "gold.audit_events")

@@ -27,20 +27,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from conf.errors import InputError, LakehouseError
 from conf.settings import Settings, load_settings
 from conf.tables import table_spec
-from pipelines.bench.floors import measure_floors
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
-from pipelines.bench.micro_batches import run_micro_batches
-from pipelines.runtime.io import read_table
 from pipelines.cli.console import console
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # sail-cluster: Sail as its own process in local-cluster mode (a driver and workers over the network),
 # reached through Spark Connect with the `connect` profile: the remote engine on the same cores.
@@ -285,6 +283,8 @@ def read_mcl_files(spark: SparkSession, files: list[Path], batch_id: str, defaul
     Line numbers are file-order ordinals (monotonically increasing, not contiguous), which keeps the read
     parallel; the project's landing records exact line numbers.
     """
+    from pyspark.sql import functions as F
+
     frames = []
     for path in files:
         lines_df = spark.read.text(str(path)).withColumn("line_number", F.monotonically_increasing_id() + 1)
@@ -317,6 +317,8 @@ def read_mcl_files(spark: SparkSession, files: list[Path], batch_id: str, defaul
 
 
 def _land_own(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> None:
+    from pyspark.sql import functions as F
+
     from pipelines.runtime.io import append
 
     for index, batch_dir in enumerate(batch_dirs):
@@ -350,8 +352,11 @@ def _run_sail(
     micro: tuple[int, int, int] = (0, 0, 0),
     cluster: bool = False,
 ) -> dict[str, Any]:
+    from pipelines.bench.floors import measure_floors
+    from pipelines.bench.micro_batches import run_micro_batches
     from pipelines.runtime.engine import open_session, sail_connect_server
     from pipelines.batch.refine import refine
+    from pipelines.runtime.io import read_table
 
     settings = load_settings("local", home=folder / "home", env={})
     with contextlib.ExitStack() as stack:
@@ -400,6 +405,8 @@ def _event_ids(events_df: DataFrame) -> set[str]:
 
 
 def _run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
     from pipelines.runtime.engine import jvm_connect_server, open_session
     from silver.events import to_change_events
     from silver.state import (

@@ -11,18 +11,18 @@ import shutil
 import statistics
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings, load_settings
-from pipelines.batch.audit_chain import link_batches, verify_chain
 from pipelines.bench.harness import measure, write_result
 from pipelines.cli.commands.bench import bench_app
 from pipelines.runtime.engine import open_session
-from pipelines.runtime.io import append
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TARGET_ROWS = 10_000_000
 TARGET_SECONDS = 120.0
@@ -31,6 +31,10 @@ EVENT_TYPES = ("LogInEvent", "EntityEvent", "CreateAccessTokenEvent", "UpdateAsp
 
 def load_audit_rows(spark: SparkSession, settings: Settings, rows: int, batches: int) -> list[str]:
     """Append `rows` synthetic audit rows spread over `batches` batch ids; return the batch ids."""
+    from pyspark.sql import functions as F
+
+    from pipelines.runtime.io import append
+
     batch_ids = [f"bench-{i:04d}" for i in range(batches)]
     per_batch = -(-rows // batches)
     for index, batch_id in enumerate(batch_ids):
@@ -70,6 +74,8 @@ def bench_verify(
     keep: Path | None = typer.Option(None, "--keep", help="Build the lakehouse here and keep it (default: a temporary folder)."),
 ) -> None:
     """Measure `lakehouse verify` over generated audit rows and write the JSON result."""
+    from pipelines.batch.audit_chain import link_batches, verify_chain
+
     if batches > rows:
         raise InputError(f"--batches: {batches} is more than --rows {rows}")
     home = keep or Path(tempfile.mkdtemp(prefix="bench-verify-"))

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
 
 from conf.errors import ConfigError, LakehouseError
 from conf.settings import Settings, load_settings
 from pipelines.cli.console import print_error
-from pipelines.runtime.engine import java_message
+from pipelines.runtime.engine import is_missing_engine, java_message, missing_engine_error
 from pipelines.runtime.logs import configure_logging
+
+if TYPE_CHECKING:  # commands import the engine when they run: `--help`, serve, tokens start without it
+    from pyspark.sql import SparkSession
 
 # Each module exposes `register(app)`; the order is the order of `lakehouse --help`.
 COMMAND_MODULES = (
@@ -125,6 +127,12 @@ for _module in COMMAND_MODULES:
     importlib.import_module(_module).register(app)
 
 
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """The engine's own exception classes, of the engine modules this run imported (none: no engine error)."""
+    classes = (("pyspark.errors", "PySparkException"), ("py4j.protocol", "Py4JError"))
+    return tuple(getattr(sys.modules[module], name) for module, name in classes if module in sys.modules)
+
+
 def main() -> None:
     """Entry point of the `lakehouse` script: run the CLI, turning project errors into clean exits."""
     try:
@@ -135,9 +143,6 @@ def main() -> None:
     except LakehouseError as exc:
         print_error(exc)
         raise SystemExit(1) from None
-    except (PySparkException, Py4JError) as exc:
-        print_error(java_message(exc))
-        raise SystemExit(1) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except typer.Abort:
@@ -146,6 +151,14 @@ def main() -> None:
         # A usage error (missing or bad option): typer's own message, naming the option, without a traceback.
         exc.show()
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    except Exception as exc:
+        if is_missing_engine(exc):
+            print_error(missing_engine_error(exc))
+            raise SystemExit(2) from None
+        if not isinstance(exc, engine_errors()):
+            raise
+        print_error(java_message(exc))
+        raise SystemExit(1) from None
     raise SystemExit(result if isinstance(result, int) else 0)
 
 

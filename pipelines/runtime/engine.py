@@ -3,15 +3,63 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import socket
 from collections.abc import Iterator
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from conf.errors import ConfigError
 from conf.settings import Settings
 from pipelines.runtime.storage import storage_options
+
+if TYPE_CHECKING:  # imported by each engine when opened: a base install (no engine extra) serves in-process
+    from pyspark.sql import SparkSession
+
+# The top-level modules the engine extras bring: `[local]` all of them, `[connect]` the client's.
+ENGINE_MODULES = ("pyspark", "py4j", "pysail", "delta", "grpc", "grpc_status")
+# What each engine kind imports to open a session.
+ENGINE_IMPORTS = {
+    "local": ("pyspark.sql", "pysail.spark"),
+    "connect": ("pyspark.sql", "pyspark.sql.connect.client"),
+    "classic": ("pyspark.sql",),
+}
+INSTALL_HINT = (
+    "pip install 'metadata-audit-lakehouse[local]' for the embedded engine, or "
+    "pip install 'metadata-audit-lakehouse[connect]' and --profile connect with engine.connect_url for a "
+    "Spark Connect server (`lakehouse serve` with serve.engine: inprocess needs neither)"
+)
+
+
+def is_missing_engine(exc: BaseException) -> bool:
+    """True when `exc` is the failed import of a module only an engine extra brings."""
+    return isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in ENGINE_MODULES
+
+
+def missing_engine_error(exc: ImportError, kind: str | None = None) -> ConfigError:
+    """The error naming the extra to install, for the failed import `exc` of an engine module.
+
+    The wheel's base dependencies leave the engine out: a node that only serves needs none.
+
+    Args:
+        exc: the ImportError of the engine module.
+        kind: the engine.kind that needed it, when known.
+    """
+    needed = f"engine.kind: {kind!r} needs" if kind else "this command needs"
+    return ConfigError(f"{needed} a Spark engine, which is not installed ({exc}): {INSTALL_HINT}")
+
+
+def require_engine(kind: str) -> None:
+    """Import what engine `kind` opens sessions with.
+
+    Raises:
+        ConfigError: naming the extra to install, when a module of it is missing.
+    """
+    for module in ENGINE_IMPORTS.get(kind, ()):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise missing_engine_error(exc, kind) from None
 
 
 @contextlib.contextmanager
@@ -28,8 +76,10 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
     Raises:
         ConfigError: for an engine kind this function does not know, a Spark Connect endpoint that
             cannot be reached, or JVM Spark without the Delta jars.
+        ConfigError: also when the engine is not installed (a base install without an engine extra).
     """
     kind = settings.engine.kind
+    require_engine(kind)
     if kind == "local":
         opener = _local_session
     elif kind == "connect":
@@ -55,6 +105,7 @@ def _local_session(settings: Settings) -> Iterator[SparkSession]:
     # Object storage: the engine reads the same options (AWS_ENDPOINT_URL, ...) from its environment.
     os.environ.update(storage_options(settings))
     from pysail.spark import SparkConnectServer
+    from pyspark.sql import SparkSession
 
     server = SparkConnectServer(ip="127.0.0.1", port=0)
     server.start(background=True)
@@ -132,6 +183,8 @@ def check_reachable(connect_url: str, timeout: float = CONNECT_PROBE_SECONDS) ->
 
 @contextlib.contextmanager
 def _connect_session(settings: Settings) -> Iterator[SparkSession]:
+    from pyspark.sql import SparkSession
+
     check_reachable(settings.engine.connect_url)
     spark = SparkSession.builder.remote(settings.engine.connect_url).create()
     try:
@@ -143,6 +196,8 @@ def _connect_session(settings: Settings) -> Iterator[SparkSession]:
 
 @contextlib.contextmanager
 def _classic_session(settings: Settings) -> Iterator[SparkSession]:
+    from pyspark.sql import SparkSession
+
     builder = SparkSession.builder.appName("lakehouse")
     if settings.engine.master:
         builder = builder.master(settings.engine.master)

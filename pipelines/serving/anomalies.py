@@ -18,7 +18,7 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.runtime.storage import delta_storage_options, storage_for
-from gold.anomaly_features import BUCKET_MS
+from gold.serving_contract import BUCKET_MS
 from gold.auth import AUDIT_READ
 from pipelines.cli.args import parse_time_ms
 from pipelines.serving.tokens import TokenVerifier

@@ -11,17 +11,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from pyspark.sql import SparkSession
 from starlette.concurrency import run_in_threadpool
 
 from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
-from gold.audit import EVENT_TYPES
+from gold.serving_contract import EVENT_TYPES
 from gold.auth import AUDIT_READ
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
@@ -29,7 +28,7 @@ from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, encode_json, open_engine
 from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
-from pipelines.serving.explorer import SessionSource, mount_explorer
+from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.hardening import (
     authenticated_or_none,
     decode_json_body,
@@ -41,6 +40,9 @@ from pipelines.serving.identity import Authenticator
 from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter, TokenBuckets
 from pipelines.serving.scroll_key import load_scroll_key
 from pipelines.serving.workers import StoppableServer, default_workers, serve_workers
+
+if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
+    from pyspark.sql import SparkSession
 
 SEARCH_PATH = "/openapi/v1/events/audit/search"
 EMBEDDED_PUSHDOWN_ENV = "SAIL_PARQUET__PUSHDOWN_FILTERS"
@@ -139,8 +141,6 @@ def create_app(
     authenticator = Authenticator(settings)
     verifier = RateLimitedVerifier(authenticator, limiter)
     scroll_key = load_scroll_key(settings)
-    # One session for the timeline and the report downloads, opened on first use (none: no engine per download).
-    sessions = SessionSource(settings, spark)
     docs = serve_settings.api_docs  # Swagger UI and ReDoc load their scripts from a CDN: off unless asked for.
     app = FastAPI(
         title="Metadata audit lakehouse: Audit Events Search API",
@@ -221,8 +221,8 @@ def create_app(
     unscoped = UnscopedReaders(verifier)
     app.include_router(anomalies_router(settings, unscoped))
     # The regulator report download (docs/audit-trail.md); a scope narrows it, as it does the change search.
-    app.include_router(report_router(settings, verifier, sessions))
-    mount_explorer(app, settings, verifier, spark, sessions, aggregates=unscoped)
+    app.include_router(report_router(settings, verifier))
+    mount_explorer(app, settings, verifier, aggregates=unscoped)
     install_hardening(app, admission)
     # Outside admission, so that the access log records the 503s too.
     install_access_control(app, settings, authenticator)

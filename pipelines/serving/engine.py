@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
-from pyspark.sql import SparkSession
 
 from conf.errors import ConfigError
 from conf.settings import Settings
@@ -21,6 +20,9 @@ from pipelines.serving.matches import Matches, find_matches
 from pipelines.serving.rows import RowGroupCache, read_rows
 from pipelines.serving.search import search
 from pipelines.serving.snapshots import Snapshot, TableSnapshots, gone
+
+if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
+    from pyspark.sql import SparkSession
 
 ENGINES = ("inprocess", "spark")
 # The columns a page can show (raw_event only when the request includes it).

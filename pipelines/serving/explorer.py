@@ -11,9 +11,7 @@ events and timelines, while the per-actor aggregates serve unscoped readers only
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,7 +19,6 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pyspark.sql import SparkSession
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,11 +27,11 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from gold.auth import AUDIT_READ
 from gold.scopes import Principal
-from pipelines.batch.timeline import aspects_as_of, entity_history
 from pipelines.cli.args import parse_time_ms
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
+from pipelines.serving.as_of import read_aspects_as_of
 from conf.tables import table_location
-from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, search_changes
+from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, read_entity_history, search_changes
 from pipelines.serving.scoped_reads import (
     ChangeEventScope, EntityDomains, OutOfScopeError, change_event_scope, visible_history,
 )  # fmt: skip
@@ -54,35 +51,6 @@ CONTENT_SECURITY_POLICY = (
 )
 STATIC_CACHE_CONTROL = "public, max-age=3600"
 PAGE_CACHE_CONTROL = "no-cache"
-
-
-class SessionSource:
-    """The Spark session the timeline endpoints read with: the one given, or one opened on first use.
-
-    Args:
-        settings: the lakehouse settings (to open a session when none is given).
-        spark: an open session, or None to open one the first time it is needed.
-    """
-
-    def __init__(self, settings: Settings, spark: SparkSession | None):
-        self._settings = settings
-        self._spark = spark
-        self._lock = threading.Lock()
-        self._stack = contextlib.ExitStack()
-
-    def get(self) -> SparkSession:
-        """Return the session, opening it on the first call when none was given."""
-        with self._lock:
-            if self._spark is None:
-                from pipelines.runtime.engine import open_session
-
-                self._spark = self._stack.enter_context(open_session(self._settings))
-            return self._spark
-
-    def close(self) -> None:
-        """Stop a session this source opened (a given one belongs to its caller)."""
-        with self._lock:
-            self._stack.close()
 
 
 def parse_urn(params: Mapping[str, str]) -> str:
@@ -134,7 +102,7 @@ def entity_type_of(urn: str) -> str:
 
 
 def explorer_router(
-    settings: Settings, verifier: TokenVerifier, sessions: SessionSource, aggregates: TokenVerifier | None = None
+    settings: Settings, verifier: TokenVerifier, aggregates: TokenVerifier | None = None
 ) -> APIRouter:
     """Return the router of the page and its JSON endpoints.
 
@@ -160,7 +128,7 @@ def explorer_router(
         return change_event_scope(principal.scope, domains)
 
     def history(urn: str, principal: Principal) -> dict[str, Any]:
-        events = entity_history(sessions.get(), settings, urn)
+        events = read_entity_history(changes_location, urn)
         if not principal.scope.restricted:
             return {"urn": urn, "events": events}
         scope = scope_of(principal)
@@ -174,7 +142,7 @@ def explorer_router(
     def as_of(urn: str, at_ms: int, principal: Principal) -> dict[str, Any]:
         if principal.scope.restricted and not scope_of(principal).visible_entities([urn], [entity_type_of(urn)])[0]:
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
-        return {"urn": urn, "at": at_ms, "aspects": aspects_as_of(sessions.get(), settings, urn, at_ms)}
+        return {"urn": urn, "at": at_ms, "aspects": read_aspects_as_of(settings, urn, at_ms)}
 
     async def respond(work: Callable[[], Any]) -> JSONResponse:
         return JSONResponse(jsonable_encoder(await run_in_threadpool(work)))
@@ -228,40 +196,17 @@ def explorer_router(
     return router
 
 
-def mount_explorer(
-    app: FastAPI,
-    settings: Settings,
-    verifier: TokenVerifier,
-    spark: SparkSession | None,
-    sessions: SessionSource | None = None,
-    aggregates: TokenVerifier | None = None,
-) -> None:
+def mount_explorer(app: FastAPI, settings: Settings, verifier: TokenVerifier, aggregates: TokenVerifier | None = None) -> None:
     """Serve the explorer on `app`: the page at `/`, /static, the JSON endpoints and the security headers.
 
     Args:
         app: the API application.
         settings: the lakehouse settings.
         verifier: the token verifier the audit search uses.
-        spark: an open session for the timeline, or None to open one when the timeline is first asked for.
-        sessions: the session source shared with other endpoints (default: one of `spark`); closed with the app.
         aggregates: the verifier of the per-actor activity endpoints (default: `verifier`).
     """
-    sessions = sessions or SessionSource(settings, spark)
-    app.include_router(explorer_router(settings, verifier, sessions, aggregates))
+    app.include_router(explorer_router(settings, verifier, aggregates))
     app.mount(STATIC_PREFIX, StaticFiles(directory=STATIC_DIR), name="explorer-static")
-    running = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(application: FastAPI) -> AsyncIterator[Any]:
-        # A session opened for the timeline lives as long as the server.
-        async with running(application) as state:
-            try:
-                yield state
-            finally:
-                sessions.close()
-
-    app.router.lifespan_context = lifespan
-
     app.add_middleware(SecurityHeaders)
 
 

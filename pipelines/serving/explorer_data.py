@@ -25,7 +25,7 @@ DAILY_TABLE = "gold.actor_activity_daily"
 AUDIT_TABLE = "gold.audit_events"
 
 
-def _dataset(location: Location) -> ds.Dataset | None:
+def latest_dataset(location: Location) -> ds.Dataset | None:
     """The latest version of the Delta table at `location`, or None while it does not exist."""
     if not storage_for(location).has_files(location / "_delta_log"):
         return None
@@ -94,14 +94,14 @@ class ActivityReader:
         self._anomalies = table_location(settings, ANOMALIES_TABLE)
 
     def _daily_rows(self, since_ms: int | None, until_ms: int | None, actor: str | None = None) -> list[dict[str, Any]]:
-        dataset = _dataset(self._daily)
+        dataset = latest_dataset(self._daily)
         if dataset is None:
             return []
         condition = _and(days_filter(since_ms, until_ms), (ds.field("actor_urn") == actor) if actor else None)
         return dataset.to_table(filter=condition).to_pylist()
 
     def _audit_columns(self, columns: list[str], since_ms: int | None, until_ms: int | None, actor: str | None = None) -> pa.Table:
-        dataset = _dataset(self._audit)
+        dataset = latest_dataset(self._audit)
         if dataset is None:
             return pa.table({name: pa.array([], pa.string()) for name in columns})
         condition = _and(time_filter(since_ms, until_ms), (ds.field("actor_urn") == actor) if actor else None)
@@ -218,7 +218,7 @@ def search_changes(location: Path, query: ChangeQuery, scope: ds.Expression | No
         `{total, count, changes, nextCursor?}`: total counts every match (the cursor aside); nextCursor
         is present when more rows follow.
     """
-    dataset = _dataset(location)
+    dataset = latest_dataset(location)
     if dataset is None:
         return {"total": 0, "count": 0, "changes": []}
     table = dataset.to_table(columns=list(CHANGE_COLUMNS), filter=_and(change_filter(query), scope))
@@ -234,3 +234,24 @@ def search_changes(location: Path, query: ChangeQuery, scope: ds.Expression | No
     if ordered.num_rows > query.size:
         response["nextCursor"] = f"{rows[-1]['event_time']}:{rows[-1]['event_id']}"
     return response
+
+
+# The timeline's order: oldest first, then the change set's order key, category, operation, event id.
+HISTORY_ORDER = ("event_time", "source_order_key", "category", "operation", "event_id")
+
+
+def read_entity_history(location: Location, urn: str) -> list[dict[str, Any]]:
+    """The change events of `urn` and of its schema fields (their aspect's entity is `urn`), oldest first.
+
+    The rows and order of `pipelines.batch.timeline.entity_history`, read in-process from the latest
+    table version: every column, parameters as a dict, nulls first in each sort column as Spark orders.
+    """
+    dataset = latest_dataset(location)
+    if dataset is None:
+        return []
+    table = dataset.to_table(filter=(ds.field("entity_urn") == urn) | (ds.field("aspect_entity_urn") == urn))
+    ordered = table.sort_by([(column, "ascending", "at_start") for column in HISTORY_ORDER])
+    rows = ordered.to_pylist()
+    for row in rows:
+        row["parameters"] = None if row["parameters"] is None else dict(row["parameters"])
+    return rows

@@ -1,37 +1,106 @@
-"""The report download endpoint: the regulator report of `lakehouse report`, streamed over HTTP."""
+"""The report download endpoint: the regulator report of `lakehouse report`, read in-process and streamed.
+
+The rows are those `pipelines.batch.audit_report.report_rows` reads with Spark (the change events of the
+batches linked into the audit chain, in the window and filters, oldest first), read here with delta-rs one
+UTC day (`event_date` partition) with events at a time, so a download holds one day of events in memory,
+never the window. The header, the row shape and the formats are `pipelines.batch.audit_report`'s.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
+from conf.tables import table_location
+from gold.audit_chain import GENESIS_DIGEST
 from gold.auth import AUDIT_READ
-from pipelines.batch.audit_report import MEDIA_TYPES, ReportQuery, parse_report_query, report_download, report_filename
-from pipelines.serving.explorer import SessionSource
+from pipelines.batch.audit_report import (
+    EVENTS_TABLE, MEDIA_TYPES, ReportQuery, header_for, parse_report_query, report_bytes,
+    report_filename, report_row,
+)  # fmt: skip
+from pipelines.batch.chain_keys import CHAIN_TABLE
+from pipelines.serving.explorer_data import latest_dataset
 from pipelines.serving.scoped_reads import EntityDomains, change_event_scope
 from pipelines.serving.tokens import TokenVerifier
 
 REPORT_PATH = "/openapi/v1/audit/report"
+# The change-event columns a report row is made of.
+EVENT_COLUMNS = ("event_time", "event_id", "actor", "entity_urn", "entity_type", "category", "operation",
+                 "modifier", "old_value", "new_value", "batch_id")  # fmt: skip
 
 
-def report_router(settings: Settings, verifier: TokenVerifier, sessions: SessionSource) -> APIRouter:
+def chain_head(settings: Settings) -> str:
+    """The digest of the audit chain's newest link (all zeros for an empty chain), read with delta-rs."""
+    dataset = latest_dataset(table_location(settings, CHAIN_TABLE))
+    links = None if dataset is None else dataset.to_table(columns=["seq", "link_digest"])
+    if links is None or links.num_rows == 0:
+        return GENESIS_DIGEST
+    return links["link_digest"][pc.index(links["seq"], pc.max(links["seq"])).as_py()].as_py()
+
+
+def chained_batches(settings: Settings) -> list[str]:
+    """The change-event batches linked into the audit chain (a report shows only those)."""
+    dataset = latest_dataset(table_location(settings, CHAIN_TABLE))
+    if dataset is None:
+        return []
+    linked = dataset.to_table(columns=["batch_id"], filter=ds.field("table_key") == EVENTS_TABLE)
+    return pc.unique(linked["batch_id"]).to_pylist()
+
+
+def read_report_rows(settings: Settings, query: ReportQuery, scope: ds.Expression | None) -> Iterator[dict[str, str]]:
+    """Yield the report's rows oldest first (ties by event id), reading one UTC day of events at a time.
+
+    Args:
+        scope: an Arrow filter over the change events the reader may see (None: every row).
+    """
+    dataset = latest_dataset(table_location(settings, EVENTS_TABLE))
+    batches = chained_batches(settings)
+    if dataset is None or not batches:
+        return
+    condition = ds.field("batch_id").isin(batches)
+    if scope is not None:
+        condition &= scope
+    if query.actor:
+        condition &= ds.field("actor") == query.actor
+    if query.entity:
+        condition &= (ds.field("entity_urn") == query.entity) | (ds.field("aspect_entity_urn") == query.entity)
+    # The window's days that hold events, from the partition values of the files (empty days cost nothing).
+    in_window = (ds.field("event_time") >= query.from_ms) & (ds.field("event_time") < query.to_ms)
+    fragments = dataset.get_fragments(filter=condition & in_window & _days_filter(query.from_ms, query.to_ms))
+    days = sorted({ds.get_partition_keys(f.partition_expression).get("event_date") for f in fragments} - {None})
+    for day in days:
+        on_day = ds.field("event_date") == pa.scalar(day)
+        events = dataset.to_table(columns=list(EVENT_COLUMNS), filter=condition & in_window & on_day)
+        for event in events.sort_by([("event_time", "ascending"), ("event_id", "ascending")]).to_pylist():
+            yield report_row(event)
+
+
+def _days_filter(from_ms: int, to_ms: int) -> ds.Expression:
+    """The event_date partitions of [from_ms, to_ms) (UTC days)."""
+    first, last = (dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).date() for ms in (from_ms, to_ms - 1))
+    return (ds.field("event_date") >= pa.scalar(first)) & (ds.field("event_date") <= pa.scalar(last))
+
+
+def report_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
     """Return the router of the report download, authenticated like the audit search (audit-read).
 
     Downloads are data requests: each holds a query slot for its whole length (the hardening middleware),
-    and all read with the server's one session, so concurrent downloads neither start engines nor grow
-    the process beyond serve.query_slots reports at once.
+    so at most serve.query_slots reports are read at once.
 
     Args:
         settings: the lakehouse settings.
         verifier: the API's token verifier.
-        sessions: the server's session (opened on the first download when the server has none).
     """
     router = APIRouter()
     domains = EntityDomains(settings)
@@ -54,10 +123,11 @@ def report_router(settings: Settings, verifier: TokenVerifier, sessions: Session
         except InputError as exc:
             raise RequestError(str(exc)) from None
         # Resolved before the body starts, so that a failure is an error status, not a cut download.
-        scope_sql = (await run_in_threadpool(change_event_scope, principal.scope, domains)).spark_sql
+        scope = (await run_in_threadpool(change_event_scope, principal.scope, domains)).arrow
         scope_label = ", ".join(principal.scope.to_specs()) or "(all)"
+        header = header_for(query, await run_in_threadpool(chain_head, settings), scope_label)
         return StreamingResponse(
-            _stream(settings, sessions, query, scope_sql, scope_label),
+            _stream(settings, query, header, scope),
             media_type=MEDIA_TYPES[query.format],
             headers={
                 "Content-Disposition": f'attachment; filename="{report_filename(query)}"',
@@ -68,10 +138,7 @@ def report_router(settings: Settings, verifier: TokenVerifier, sessions: Session
     return router
 
 
-def _stream(
-    settings: Settings, sessions: SessionSource, query: ReportQuery, scope_sql: str | None, scope_label: str
-) -> Iterator[bytes]:
-    """The report's bytes, read with the server's session (Parquet: through a scratch file removed after)."""
+def _stream(settings: Settings, query: ReportQuery, header: dict[str, str], scope: ds.Expression | None) -> Iterator[bytes]:
+    """The report's bytes (Parquet: through a scratch file removed after)."""
     with tempfile.TemporaryDirectory(prefix="report-") as scratch:
-        scratch_file = Path(scratch) / "report.parquet"
-        yield from report_download(sessions.get(), settings, query, scratch_file, scope_sql, scope_label)
+        yield from report_bytes(query, header, read_report_rows(settings, query, scope), Path(scratch) / "report.parquet")

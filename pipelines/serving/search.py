@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
 from sqlglot import exp
 
 from conf.settings import Settings
@@ -20,6 +19,9 @@ from gold.search import (
     page_upper_bound,
     to_response,
 )
+
+if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
+    from pyspark.sql import SparkSession
 
 # Runs one SQL text on an engine and returns its rows as dicts.
 RunSql = Callable[[str], list[dict[str, Any]]]

@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         kind: str = typer.Option("ed25519", "--kind", help="ed25519 (verifiable with the stored public key) or hmac."),
     ) -> None:
         """Create a signing key at audit_chain.key_file (never replaces one) and print its key id."""
-        from pipelines.batch.audit_chain import create_key
+        from pipelines.batch.chain_keys import create_key
 
         key_id = create_key(state_of(ctx).settings, kind)
         error_console.print(f"key written; set audit_chain.signing: {kind} to sign new links with it")

@@ -6,9 +6,7 @@ import typer
 
 from conf.errors import InputError
 from conf.tables import TABLES, table_location, table_name
-from pipelines.batch.state_store import STATE_TABLE, fold_state_log
 from pipelines.cli.console import CSV_HELP, console, print_rows, print_table
-from pipelines.runtime.maintenance import maintenance_for
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +22,8 @@ def register(app: typer.Typer) -> None:
         """List every table with its row count, Delta version and location."""
         state = state_of(ctx)
         with state.session() as spark:
+            from pipelines.runtime.maintenance import maintenance_for
+
             maintenance = maintenance_for(state.settings, spark)
             rows = [
                 {
@@ -76,6 +76,9 @@ def register(app: typer.Typer) -> None:
         # Compaction and vacuum rewrite tables: one run at a time, as for the pipeline stages.
         opened = state.locked_session("lakehouse maintain", wait) if optimize or vacuum else state.session()
         with opened as spark:
+            from pipelines.batch.state_store import STATE_TABLE, fold_state_log
+            from pipelines.runtime.maintenance import maintenance_for
+
             maintenance = maintenance_for(state.settings, spark)
             for key in keys:
                 if optimize:

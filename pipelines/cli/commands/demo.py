@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import typer
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from conf.settings import Settings
 from conf.tables import TABLES, table_location, table_name
 from pipelines.cli.console import console, print_table
-from pipelines.runtime.io import read_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DAY_MS = 86_400_000
 
@@ -67,6 +68,10 @@ def register(app: typer.Typer) -> None:
 
 def show_summary(spark: SparkSession, settings: Settings) -> None:
     """Print table row counts, events by category, the last day's top actors and a sample audit search."""
+    from pyspark.sql import functions as F
+
+    from pipelines.runtime.io import read_table
+
     print_table(
         [
             {"table": table_name(settings, key), "rows": read_table(spark, settings, key).count()}

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from conf.errors import InputError
 from pipelines.cli.console import CSV_HELP, console, print_rows, print_table, print_text, progress_bars
-from pipelines.batch.jobs import JOB_STAGES, RunSummary, run_job
+
+if TYPE_CHECKING:  # the stages import the engine: imported when a command runs
+    from pipelines.batch.jobs import RunSummary
 
 SQL_DIALECTS = ("databricks", "duckdb", "trino", "snowflake", "spark")
 
@@ -42,6 +45,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(watch_loop(state.settings, metrics_port))
         if metrics_port is not None:
             raise InputError("--metrics-port: only with --watch (a batch run ends before any scrape)")
+        from pipelines.batch.jobs import JOB_STAGES
+
         summary = run_with_progress(state.settings, JOB_STAGES, path or None, wait, progress)
         print_summary(summary)
 
@@ -122,6 +127,8 @@ def _add_job_command(job_app: typer.Typer, stage: str, doc: str) -> None:
 
 def run_with_progress(settings, stages, paths, wait: float, show: bool) -> RunSummary:
     """Run `run_job` with a bar over the stages and one over the files being landed (when `show`)."""
+    from pipelines.batch.jobs import run_job
+
     with progress_bars(show) as progress:
         stage_task = progress.add_task("stages", total=len(stages)) if progress else None
         state = {"file_task": None}
