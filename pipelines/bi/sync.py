@@ -36,6 +36,7 @@ from psycopg import Connection, sql
 
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
+from pipelines.bi.access import apply_access
 from pipelines.bi.cluster import writer_conninfo
 from pipelines.bi.replica import (
     STATE_TABLE,
@@ -314,6 +315,7 @@ def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
                 sql.Identifier(index_name(table_key, columns)),
             ))  # fmt: skip
         create_views(conn, settings)
+        apply_access(conn, [table_key])
         _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
     return rows
 
@@ -364,7 +366,9 @@ def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableS
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (SYNC_LOCK_KEY,))
         try:
-            prepare_schemas(conn, settings)
+            if prepare_schemas(conn, settings):
+                with conn.transaction():
+                    apply_access(conn)
             versions = replica_versions(conn)
             return [sync_table(conn, conninfo, settings, key, versions.get(key)) for key in replicated_tables()]
         finally:
