@@ -11,7 +11,10 @@ commits since then from its Delta log and copies as little as the commits allow:
   in one transaction that waits at most `bi.lock_timeout_ms` for BI queries' locks.
 
 File rewrites that change no data (OPTIMIZE, compaction: dataChange false) copy nothing. Rows go in by
-COPY (CSV written by Arrow's C++ writer, streamed through psycopg 3), never by row-by-row INSERTs.
+COPY, never by row-by-row INSERTs: a full copy by binary COPY from Arrow (ADBC's PostgreSQL driver, in
+C++: PostgreSQL parses no text), over parallel streams; the changes of an append or a partition rewrite by
+CSV COPY (Arrow's C++ writer, streamed through psycopg 3) inside the transaction that also records the
+version.
 """
 
 from __future__ import annotations
@@ -139,13 +142,20 @@ def _partition_value(action: dict, spec_partitions: tuple[str, ...]) -> str | No
     return values.get(spec_partitions[0]) if spec_partitions else None
 
 
-def copy_ready(table: pa.Table | pa.RecordBatch, table_key: str, constants: dict[str, str | None] | None = None) -> pa.Table:
+def copy_ready(
+    table: pa.Table | pa.RecordBatch,
+    table_key: str,
+    constants: dict[str, str | None] | None = None,
+    json_type: pa.DataType = pa.string(),
+) -> pa.Table:
     """Arrange Arrow rows as the replica table's columns for COPY: maps, structs and arrays as JSON text.
 
     Args:
         table: rows with (some of) the table's columns.
         table_key: the registry key.
         constants: values of columns the rows do not carry (a data file's partition values).
+        json_type: the Arrow type of the JSON texts: plain strings for CSV, `pa.json_()` for a binary
+            COPY (ADBC then sends them as jsonb).
     """
     constants = constants or {}
     present = set(table.schema.names)
@@ -154,8 +164,8 @@ def copy_ready(table: pa.Table | pa.RecordBatch, table_key: str, constants: dict
         if name in present:
             column = table.column(name)
             if is_json_column(kind):
-                column = pa.array([_json_text(v) for v in column.to_pylist()], pa.string())
-            elif pa.types.is_string_view(column.type):  # the Delta scan's strings; Arrow's CSV writer wants plain ones
+                column = pa.array([_json_text(v) for v in column.to_pylist()], json_type)
+            elif pa.types.is_string_view(column.type):  # the Delta scan's strings; the writers want plain ones
                 column = column.cast(pa.large_string())
         else:
             column = pa.array([constants.get(name)] * table.num_rows, pa.string())
@@ -188,8 +198,10 @@ def copy_rows(conn: Connection, target: sql.Identifier, table_key: str, tables: 
     return rows
 
 
-def scan_rows(table: DeltaTable, table_key: str, predicate: str | None = None) -> Iterator[pa.Table]:
-    """The table's rows as of its loaded version (deletion vectors applied), in COPY-ready chunks."""
+def scan_rows(
+    table: DeltaTable, table_key: str, predicate: str | None = None, json_type: pa.DataType = pa.string()
+) -> Iterator[pa.Table]:
+    """The table's rows as of its loaded version (deletion vectors applied), in COPY-ready chunks (see copy_ready)."""
     present = [f.name for f in table.schema().fields if f.name in table_spec(table_key).column_names]
     reader = pa.RecordBatchReader.from_stream(table.scan(columns=present, predicate=predicate))
     pending: list[pa.RecordBatch] = []
@@ -197,26 +209,42 @@ def scan_rows(table: DeltaTable, table_key: str, predicate: str | None = None) -
         # The scan yields batches of about a thousand rows: COPY chunks of CHUNK_ROWS cost less per row.
         pending.append(batch)
         if sum(b.num_rows for b in pending) >= CHUNK_ROWS:
-            yield copy_ready(pa.Table.from_batches(pending), table_key)
+            yield copy_ready(pa.Table.from_batches(pending), table_key, json_type=json_type)
             pending = []
     if pending:
-        yield copy_ready(pa.Table.from_batches(pending), table_key)
+        yield copy_ready(pa.Table.from_batches(pending), table_key, json_type=json_type)
 
 
-def copy_parallel(conninfo: str, target: sql.Identifier, table_key: str, tables: Iterable[pa.Table], streams: int) -> int:
-    """COPY the chunks into `target` over `streams` connections at once, each committing its share.
+def copy_parallel(conninfo: str, target: tuple[str, str], tables: Iterable[pa.Table], streams: int) -> int:
+    """Binary-COPY the chunks into `target` (schema, table) over `streams` connections at once, each committing its share.
 
-    For a table no reader sees yet (a swap's new table): PostgreSQL parses each COPY stream in its own
-    backend, so the copy uses more than one core.
+    For a table no reader sees yet (a swap's new table). ADBC's PostgreSQL driver turns the Arrow chunks
+    into binary COPY in C++, so PostgreSQL parses no text (a CSV COPY of the audit table spent most of its
+    time there); each stream is parsed in its own backend, so the copy uses more than one core.
 
     Raises:
         whatever a stream raised (the other streams are stopped first).
     """
+    import adbc_driver_postgresql.dbapi as adbc
+
     chunks: queue.Queue = queue.Queue(maxsize=streams * 2)
 
     def stream() -> int:
-        with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():
-            return copy_rows(conn, target, table_key, iter(chunks.get, None))
+        first = chunks.get()
+        if first is None:
+            return 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield from first.to_batches()
+            for table in iter(chunks.get, None):
+                yield from table.cast(first.schema).to_batches()
+
+        with adbc.connect(conninfo) as conn:
+            with conn.cursor() as cursor:
+                rows = cursor.adbc_ingest(target[1], pa.RecordBatchReader.from_batches(first.schema, batches()),
+                                          mode="append", db_schema_name=target[0])  # fmt: skip
+            conn.commit()
+        return rows
 
     with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bi-copy") as pool:
         futures = [pool.submit(stream) for _ in range(streams)]
@@ -298,13 +326,14 @@ def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
     staged = replica_table(table_key, SWAP_SUFFIX)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staged))
     conn.execute(create_table_sql(table_key, SWAP_SUFFIX))
-    rows = copy_parallel(conninfo, staged, table_key, scan_rows(table, table_key), COPY_STREAMS)
+    spec = table_spec(table_key)
+    chunks = scan_rows(table, table_key, json_type=pa.json_())
+    rows = copy_parallel(conninfo, (spec.layer, spec.name + SWAP_SUFFIX), chunks, COPY_STREAMS)
     for statement in create_indexes_sql(table_key, SWAP_SUFFIX):
         conn.execute(statement)
     # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint bits
     # now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
     conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
-    spec = table_spec(table_key)
     with conn.transaction():
         conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(replica_table(table_key)))
