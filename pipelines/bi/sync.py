@@ -1,13 +1,14 @@
 """Keep the PostgreSQL replica in sync with gold, by Delta version.
 
 For each replicated table the replica records the Delta version it holds. A sync reads the table's
-commits since then from its Delta log and copies as little as the commits allow:
+commits since then from its Delta log (local or on object storage, through the storage layer) and copies
+as little as the commits allow:
 
 - commits that only added data files (appends, insert-only MERGEs): the rows of those files, appended;
 - commits that also removed files of a partitioned table (MERGE updates, replaceWhere): the partitions
   they touched are deleted and copied again from the table as of the new version;
 - anything else (the first copy, a schema change, a removed file of an unpartitioned table, a log that
-  was cleaned up, a table on object storage): a full copy into a new table, swapped in for the old one
+  was cleaned up): a full copy into a new table, swapped in for the old one
   in one transaction that waits at most `bi.lock_timeout_ms` for BI queries' locks.
 
 File rewrites that change no data (OPTIMIZE, compaction: dataChange false) copy nothing. Rows go in by
@@ -27,7 +28,6 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -37,6 +37,7 @@ import psycopg
 from deltalake import DeltaTable
 from psycopg import Connection, sql
 
+from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from pipelines.bi.access import apply_access
@@ -54,7 +55,7 @@ from pipelines.bi.replica import (
     replicated_tables,
     search_indexes,
 )
-from pipelines.runtime.storage import delta_storage_options
+from pipelines.runtime.storage import delta_storage_options, open_source, storage_for
 
 # One sync at a time per replica database (the server's own loop and a publish may both start one).
 SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
@@ -83,7 +84,14 @@ class TablePlan:
 
 @dataclass
 class TableSync:
-    """What a sync did to one table."""
+    """What a sync did to one table.
+
+    Attributes:
+        phases: seconds per phase: open (the Delta log: the version; the file list for a scan), plan
+            (reading the new commits), read (the new rows from Parquet or the scan), copy (COPY, the
+            indexes updated with it), delete (a partition rewrite's old rows), index (a swap's index
+            builds and VACUUM), swap (a swap's rename), commit.
+    """
 
     table_key: str
     from_version: int | None
@@ -91,13 +99,61 @@ class TableSync:
     mode: str
     rows: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
 
-def plan_changes(location: Path, spec_partitions: tuple[str, ...], from_version: int, to_version: int) -> TablePlan:
+class Phases:
+    """Seconds spent per named phase; a phase inside another is counted in the inner one only."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []
+
+    def add(self, name: str, seconds: float) -> None:
+        """Count `seconds` to phase `name` (and not to the phase it runs in)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        if self._inner:
+            self._inner[-1] += seconds
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as phase `name`."""
+        started = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            inner = self._inner.pop()
+            self.add(name, time.perf_counter() - started - inner)
+
+    def timed(self, name: str, items: Iterator) -> Iterator:
+        """Yield the items, counting the time spent producing each to phase `name`."""
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(items)
+            except StopIteration:
+                self.add(name, time.perf_counter() - started)
+                return
+            self.add(name, time.perf_counter() - started)
+            yield item
+
+    def total(self) -> float:
+        """All phases' seconds, rounded to the millisecond."""
+        return round(sum(self.seconds.values()), 3)
+
+    def rounded(self) -> dict[str, float]:
+        """The phases' seconds rounded to the millisecond."""
+        return {name: round(value, 3) for name, value in self.seconds.items()}
+
+
+def plan_changes(location: Location, spec_partitions: tuple[str, ...], from_version: int, to_version: int) -> TablePlan:
     """Read the Delta commits (from_version, to_version] and decide how to apply them.
 
+    The commits are read through the storage layer, so a table on object storage is planned as a local one.
+
     Args:
-        location: the table's local folder.
+        location: the table's folder (local or object storage).
         spec_partitions: the table's partition columns.
         from_version: the version the replica holds (NO_VERSION: none).
         to_version: the table's current version.
@@ -106,13 +162,15 @@ def plan_changes(location: Path, spec_partitions: tuple[str, ...], from_version:
         return TablePlan("none")
     if from_version == NO_VERSION or from_version > to_version or len(spec_partitions) > 1:
         return TablePlan("swap")
+    storage = storage_for(location)
     added: dict[str, dict[str, str | None]] = {}
     partitions: set[str | None] = set()
     for version in range(from_version + 1, to_version + 1):
-        commit = location / "_delta_log" / f"{version:020d}.json"
-        if not commit.exists():
+        try:
+            commit = storage.read_bytes(location / "_delta_log" / f"{version:020d}.json")
+        except FileNotFoundError:
             return TablePlan("swap")
-        for line in commit.read_text().splitlines():
+        for line in commit.decode().splitlines():
             action = json.loads(line)
             if "metaData" in action or "protocol" in action:
                 return TablePlan("swap")
@@ -276,13 +334,14 @@ def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures:
 
 
 def file_rows(files: Iterable[tuple[str, dict[str, str | None]]], table_key: str) -> Iterator[pa.Table]:
-    """The rows of added data files, their partition values filled in, in COPY-ready chunks."""
+    """The rows of added data files (local paths or object-storage URLs), their partition values filled in, in COPY-ready chunks."""
     names = set(table_spec(table_key).column_names)
     for path, partition_values in files:
-        parquet = pq.ParquetFile(path)
-        columns = [n for n in parquet.schema_arrow.names if n in names]
-        for batch in parquet.iter_batches(batch_size=65536, columns=columns):
-            yield copy_ready(batch, table_key, partition_values)
+        with open_source(path) as source:
+            parquet = pq.ParquetFile(source)
+            columns = [n for n in parquet.schema_arrow.names if n in names]
+            for batch in parquet.iter_batches(batch_size=65536, columns=columns):
+                yield copy_ready(batch, table_key, partition_values)
 
 
 def _partition_predicate(column: str, values: frozenset[str | None]) -> tuple[str, sql.Composed]:
@@ -321,20 +380,22 @@ def replica_versions(conn: Connection) -> dict[str, int]:
     return dict(rows.fetchall())
 
 
-def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable) -> int:
+def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable, phases: Phases) -> int:
     """Copy the whole table into a new replica table, then swap it in (and recreate the views) in one transaction."""
     staged = replica_table(table_key, SWAP_SUFFIX)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staged))
     conn.execute(create_table_sql(table_key, SWAP_SUFFIX))
     spec = table_spec(table_key)
-    chunks = scan_rows(table, table_key, json_type=pa.json_())
-    rows = copy_parallel(conninfo, (spec.layer, spec.name + SWAP_SUFFIX), chunks, COPY_STREAMS)
-    for statement in create_indexes_sql(table_key, SWAP_SUFFIX):
-        conn.execute(statement)
-    # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint bits
-    # now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
-    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
-    with conn.transaction():
+    with phases.phase("copy"):
+        chunks = phases.timed("read", scan_rows(table, table_key, json_type=pa.json_()))
+        rows = copy_parallel(conninfo, (spec.layer, spec.name + SWAP_SUFFIX), chunks, COPY_STREAMS)
+    with phases.phase("index"):
+        for statement in create_indexes_sql(table_key, SWAP_SUFFIX):
+            conn.execute(statement)
+        # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint
+        # bits now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
+    with phases.phase("swap"), conn.transaction():
         conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(replica_table(table_key)))
         conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(spec.name)))
@@ -350,35 +411,48 @@ def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
 
 
 def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, from_version: int | None) -> TableSync:
-    """Bring one replica table to its Delta table's current version (see the module docstring)."""
-    started = time.monotonic()
+    """Bring one replica table to its Delta table's current version (see the module docstring).
+
+    The table's version is read without its file list (`without_files`: the log since the last
+    checkpoint, not every file's add action); the files are listed only for a scan (a swap, a partition
+    rewrite). The time of each phase is kept in the result's `phases`.
+    """
+    phases = Phases()
     location = table_location(settings, table_key)
     options = delta_storage_options(location)
-    if not DeltaTable.is_deltatable(str(location), storage_options=options):
-        return TableSync(table_key, from_version, None, "missing")
-    table = DeltaTable(str(location), storage_options=options)
-    version = table.version()
-    # The commit plans read the Delta log as local files; a table on object storage is swapped whole.
-    local = options is None and location.exists()
+    with phases.phase("open"):
+        if not DeltaTable.is_deltatable(str(location), storage_options=options):
+            return TableSync(table_key, from_version, None, "missing", phases=phases.rounded())
+        version = DeltaTable(str(location), storage_options=options, without_files=True).version()
     spec = table_spec(table_key)
-    plan = plan_changes(location, spec.partitioned_by, NO_VERSION if from_version is None else from_version, version) if local else TablePlan("swap")
+    with phases.phase("plan"):
+        plan = plan_changes(location, spec.partitioned_by, NO_VERSION if from_version is None else from_version, version)
     if plan.mode == "none":
         if from_version != version:
-            with conn.transaction():
+            with phases.phase("commit"), conn.transaction():
                 _record_version(conn, table_key, version, "none", 0)
-        return TableSync(table_key, from_version, version, "none", seconds=round(time.monotonic() - started, 3))
+        return TableSync(table_key, from_version, version, "none", seconds=phases.total(), phases=phases.rounded())
+    if plan.mode != "append":
+        with phases.phase("open"):
+            table = DeltaTable(str(location), version=version, storage_options=options)
     if plan.mode == "swap":
-        rows = swap_table(conn, conninfo, settings, table_key, table)
+        rows = swap_table(conn, conninfo, settings, table_key, table, phases)
     else:
+        rows = removed = 0
+        target = replica_table(table_key)
         with conn.transaction():
-            rows = removed = 0
             if plan.mode == "partitions":
                 scan_filter, condition = _partition_predicate(spec.partitioned_by[0], plan.partitions)
-                removed = conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(replica_table(table_key), condition)).rowcount
-                rows += copy_rows(conn, replica_table(table_key), table_key, scan_rows(table, table_key, scan_filter))
-            rows += copy_rows(conn, replica_table(table_key), table_key, file_rows(plan.added_files, table_key))
+                with phases.phase("delete"):
+                    removed = conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(target, condition)).rowcount
+                with phases.phase("copy"):
+                    rows += copy_rows(conn, target, table_key, phases.timed("read", scan_rows(table, table_key, scan_filter)))
+            with phases.phase("copy"):
+                rows += copy_rows(conn, target, table_key, phases.timed("read", file_rows(plan.added_files, table_key)))
             _record_version(conn, table_key, version, plan.mode, rows, removed)
-    return TableSync(table_key, from_version, version, plan.mode, rows, round(time.monotonic() - started, 3))
+            committing = time.perf_counter()
+        phases.add("commit", time.perf_counter() - committing)
+    return TableSync(table_key, from_version, version, plan.mode, rows, phases.total(), phases.rounded())
 
 
 def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableSync]:
