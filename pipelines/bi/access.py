@@ -266,7 +266,9 @@ def save_role(conn: Connection, role: BiRole, password: str | None) -> None:
         conn.execute(sql.SQL(
             "INSERT INTO {} (role_name, scope, sensitive, updated_at) VALUES (%s, %s, %s, now()) ON CONFLICT (role_name) "
             "DO UPDATE SET scope = EXCLUDED.scope, sensitive = EXCLUDED.sensitive, updated_at = EXCLUDED.updated_at"
-        ).format(sql.Identifier(ACCESS_SCHEMA, ROLES_TABLE)), (role.name, json.dumps(scope_json(role.scope)), role.sensitive))  # fmt: skip
+        ).format(sql.Identifier(ACCESS_SCHEMA, ROLES_TABLE)),
+            (role.name, json.dumps(scope_json(role.scope)), role.sensitive),
+        )  # fmt: skip
         # SECURITY DEFINER: it reads every audit row (an entity's newest may be outside the scope); it takes
         # no argument and only this role may run it, so it tells the role nothing beyond its own domains.
         function = domain_function(role.name)

@@ -353,7 +353,7 @@ def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures:
 
 
 def file_rows(files: Iterable[tuple[str, dict[str, str | None]]], table_key: str) -> Iterator[pa.Table]:
-    """The rows of added data files (local paths or object-storage URLs), their partition values filled in, in COPY-ready chunks."""
+    """The rows of added data files (local paths or object-storage URLs), partition values filled in, as COPY-ready chunks."""
     names = set(table_spec(table_key).column_names)
     for path, partition_values in files:
         with open_source(path) as source:
