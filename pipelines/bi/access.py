@@ -41,6 +41,9 @@ from pipelines.runtime.views import VIEW_LAYER, load_views
 
 ACCESS_SCHEMA = "lakehouse_access"
 ROLES_TABLE = "bi_roles"
+# Each entity's domain: the one on its newest audit row (ties: no domain first), as the HTTP change search
+# reads it. Kept by the sync as audit rows arrive, so a domain-scoped query looks it up by domain.
+ENTITY_DOMAINS = "entity_domains"
 AUDIT_TABLE = "gold.audit_events"
 # The HTTP API's sensitive audit fields -> their gold.audit_events columns.
 SENSITIVE_COLUMNS = {"sourceIP": "source_ip", "userAgent": "user_agent", "rawUsageEvent": "raw_event"}
@@ -223,13 +226,52 @@ def _grant_table(conn: Connection, role: BiRole, table_key: str) -> None:
 
 
 def _domain_entities_sql(conn: Connection, domains: tuple[str, ...]) -> str:
-    """The urns of the entities whose newest audit row names one of `domains` (ties: no domain first)."""
-    newest = (
-        'SELECT DISTINCT ON (entity_urn) entity_urn, domain FROM gold.audit_events WHERE entity_urn IS NOT NULL '
+    """The urns of the entities whose newest audit row names one of `domains` (kept in ENTITY_DOMAINS)."""
+    literals = ", ".join(sql.Literal(d).as_string(conn) for d in domains) or "NULL"
+    return f"SELECT entity_urn FROM {ACCESS_SCHEMA}.{ENTITY_DOMAINS} WHERE domain IN ({literals})"
+
+
+def refresh_entity_domains(conn: Connection, entity_urns: set[str] | None) -> None:
+    """Bring the newest domain of entities up to date from the replica's gold.audit_events.
+
+    Kept only once a role has been saved (the table exists); inside the caller's transaction, so BI
+    queries see it change with the audit rows.
+
+    Args:
+        entity_urns: the entities with new audit rows (an append), or None to rebuild it (a copy of
+            the whole table, rewritten partitions).
+    """
+    table = sql.Identifier(ACCESS_SCHEMA, ENTITY_DOMAINS)
+    if conn.execute("SELECT to_regclass(%s)", (f"{ACCESS_SCHEMA}.{ENTITY_DOMAINS}",)).fetchone()[0] is None:
+        return
+    newest = sql.SQL(
+        'SELECT DISTINCT ON (entity_urn) entity_urn, "timestamp", domain FROM gold.audit_events WHERE {} '
         'ORDER BY entity_urn, "timestamp" DESC, domain ASC NULLS FIRST'
     )
-    literals = ", ".join(sql.Literal(d).as_string(conn) for d in domains) or "NULL"
-    return f"SELECT entity_urn FROM ({newest}) AS newest WHERE domain IN ({literals})"
+    if entity_urns is None:
+        conn.execute(sql.SQL("TRUNCATE {}").format(table))
+        conn.execute(sql.SQL("INSERT INTO {} {}").format(table, newest.format(sql.SQL("entity_urn IS NOT NULL"))))
+        return
+    urns = sorted(u for u in entity_urns if u is not None)
+    if urns:
+        conn.execute(sql.SQL(
+            'INSERT INTO {} {} ON CONFLICT (entity_urn) DO UPDATE SET "timestamp" = EXCLUDED."timestamp", domain = EXCLUDED.domain'
+        ).format(table, newest.format(sql.SQL("entity_urn = ANY(%s)"))), (urns,))  # fmt: skip
+
+
+def prepare_entity_domains(conn: Connection) -> None:
+    """Create and fill the newest domain of each entity when missing (the domain scopes' lookup)."""
+    table = sql.Identifier(ACCESS_SCHEMA, ENTITY_DOMAINS)
+    if conn.execute("SELECT to_regclass(%s)", (f"{ACCESS_SCHEMA}.{ENTITY_DOMAINS}",)).fetchone()[0] is not None:
+        return
+    # Unlogged as the replica it is derived from: emptied with it after a crash, rebuilt by the copy.
+    conn.execute(sql.SQL(
+        'CREATE UNLOGGED TABLE {} (entity_urn text PRIMARY KEY, "timestamp" bigint, domain text)'
+    ).format(table))  # fmt: skip
+    conn.execute(sql.SQL("CREATE INDEX ON {} (domain)").format(table))
+    conn.execute(sql.SQL("REVOKE ALL ON {} FROM PUBLIC").format(table))
+    if "gold.audit_events" in existing_tables(conn):
+        refresh_entity_domains(conn, None)
 
 
 def save_role(conn: Connection, role: BiRole, password: str | None) -> None:
@@ -251,6 +293,7 @@ def save_role(conn: Connection, role: BiRole, password: str | None) -> None:
     name = sql.Identifier(role.name)
     with conn.transaction():
         prepare_access_schema(conn)
+        prepare_entity_domains(conn)
         if not exists:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS").format(name))
         if password:
@@ -269,8 +312,9 @@ def save_role(conn: Connection, role: BiRole, password: str | None) -> None:
         ).format(sql.Identifier(ACCESS_SCHEMA, ROLES_TABLE)),
             (role.name, json.dumps(scope_json(role.scope)), role.sensitive),
         )  # fmt: skip
-        # SECURITY DEFINER: it reads every audit row (an entity's newest may be outside the scope); it takes
-        # no argument and only this role may run it, so it tells the role nothing beyond its own domains.
+        # SECURITY DEFINER: it reads the domains of every entity (an entity's newest audit row may be outside
+        # the scope); it takes no argument and only this role may run it, so it tells the role nothing beyond
+        # its own domains.
         function = domain_function(role.name)
         conn.execute(sql.SQL(
             "CREATE OR REPLACE FUNCTION {}() RETURNS SETOF text LANGUAGE sql STABLE SECURITY DEFINER "

@@ -40,7 +40,7 @@ from psycopg import Connection, sql
 from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
-from pipelines.bi.access import apply_access
+from pipelines.bi.access import AUDIT_TABLE, apply_access, refresh_entity_domains
 from pipelines.bi.cluster import writer_conninfo
 from pipelines.bi.replica import (
     STATE_TABLE,
@@ -89,8 +89,9 @@ class TableSync:
     Attributes:
         phases: seconds per phase: open (the Delta log: the version; the file list for a scan), plan
             (reading the new commits), read (the new rows from Parquet or the scan), copy (COPY, the
-            indexes updated with it), delete (a partition rewrite's old rows), index (a swap's index
-            builds and VACUUM), swap (a swap's rename), commit.
+            indexes updated with it), delete (a partition rewrite's old rows), domains (the newest domain
+            of the entities with new audit rows, once a BI role exists), index (a swap's index builds and
+            VACUUM), swap (a swap's rename), commit.
     """
 
     table_key: str
@@ -352,6 +353,14 @@ def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures:
             continue
 
 
+def _noting_entities(chunks: Iterator[pa.Table], entities: set[str]) -> Iterator[pa.Table]:
+    """Yield the chunks, adding the entity urns they carry (if any) to `entities`."""
+    for chunk in chunks:
+        if "entity_urn" in chunk.column_names:
+            entities.update(chunk.column("entity_urn").unique().to_pylist())
+        yield chunk
+
+
 def file_rows(files: Iterable[tuple[str, dict[str, str | None]]], table_key: str) -> Iterator[pa.Table]:
     """The rows of added data files (local paths or object-storage URLs), partition values filled in, as COPY-ready chunks."""
     names = set(table_spec(table_key).column_names)
@@ -424,6 +433,8 @@ def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
             ))  # fmt: skip
         create_views(conn, settings)
         apply_access(conn, [table_key])
+        if table_key == AUDIT_TABLE:
+            refresh_entity_domains(conn, None)
         _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
     return rows
 
@@ -465,8 +476,13 @@ def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
                     removed = conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(target, condition)).rowcount
                 with phases.phase("copy"):
                     rows += copy_rows(conn, target, table_key, phases.timed("read", scan_rows(table, table_key, scan_filter)))
+            entities: set[str] = set()
             with phases.phase("copy"):
-                rows += copy_rows(conn, target, table_key, phases.timed("read", file_rows(plan.added_files, table_key)))
+                new_rows = _noting_entities(file_rows(plan.added_files, table_key), entities)
+                rows += copy_rows(conn, target, table_key, phases.timed("read", new_rows))
+            if table_key == AUDIT_TABLE:
+                with phases.phase("domains"):
+                    refresh_entity_domains(conn, None if plan.mode == "partitions" else entities)
             _record_version(conn, table_key, version, plan.mode, rows, removed)
             committing = time.perf_counter()
         phases.add("commit", time.perf_counter() - committing)

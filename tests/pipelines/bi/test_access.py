@@ -183,6 +183,29 @@ def test_policies_survive_a_swap_and_views_recreated_with_it(roles):
     assert timeline == len(_expected(settings, "finance_bi")["silver.entity_change_events"])
 
 
+def test_an_entity_moved_to_another_domain_leaves_the_domain_scope_with_the_next_sync(roles):
+    from deltalake import write_deltalake
+
+    settings, port = roles
+    location = str(table_location(settings, "gold.audit_events"))
+    domains = _entity_domains(settings)
+    changes = _expected(settings, "finance_bi")["silver.entity_change_events"]
+    audit = DeltaTable(location).to_pyarrow_table()
+    moved = next(u for u, d in sorted(domains.items()) if d == FINANCE and u in _change_entities(settings, changes))
+    row = audit.filter(pa.compute.equal(audit["entity_urn"], moved)).slice(0, 1).to_pylist()[0]
+    row.update(event_id="moved-to-sales", timestamp=pa.compute.max(audit["timestamp"]).as_py() + 1, domain="urn:li:domain:sales")
+    write_deltalake(location, pa.Table.from_pylist([row], schema=audit.schema), mode="append")
+    assert {r.table_key: r.mode for r in sync_replica(settings)}["gold.audit_events"] == "append"
+    expected = _expected(settings, "finance_bi")
+    assert expected["silver.entity_change_events"] < changes  # the moved entity's change events left the scope
+    assert _seen(port, "finance_bi") == expected
+
+
+def _change_entities(settings: Settings, event_ids: set) -> set:
+    rows = _delta(settings, "silver.entity_change_events", ["event_id", "aspect_entity_urn"])
+    return {r["aspect_entity_urn"] for r in rows if r["event_id"] in event_ids}
+
+
 def test_roles_are_listed_and_removed(roles):
     settings, port = roles
     cli_overrides = [a for o in overrides(port) for a in ("--set", o)]
