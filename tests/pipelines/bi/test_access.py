@@ -120,6 +120,28 @@ def test_each_scoped_role_sees_exactly_the_rows_of_its_scope(roles):
     assert len(_expected(settings, "finance_bi")["gold.audit_events"]) < total
 
 
+def test_a_scoped_role_counts_the_audit_rows_the_in_process_search_engine_finds_for_its_scope(roles):
+    import time
+
+    from gold.scopes import parse_scope
+    from gold.search import SearchRequest
+    from pipelines.serving.engine import InProcessEngine
+
+    settings, port = roles
+    engine = InProcessEngine(settings)
+    now_ms = int(time.time() * 1000)
+    for role, (scope, _, _) in ROLES.items():
+        request = SearchRequest(start_time=0, end_time=now_ms, size=10000, include_raw=False, scope=parse_scope(scope))
+        response = engine.search(request, now_ms)
+        found = sorted((e["timestamp"], e["actorUrn"], e.get("entityUrn"), e["eventType"]) for e in response["usageEvents"])
+        with psycopg.connect(_login(port, role)) as conn:
+            seen = sorted(conn.execute(
+                'SELECT "timestamp", actor_urn, entity_urn, event_type FROM gold.audit_events WHERE "timestamp" < %s', (now_ms,)
+            ).fetchall())  # fmt: skip
+        assert response["total"] == len(found), "the page holds every match"
+        assert seen == found and found, role
+
+
 def test_the_gold_views_are_narrowed_as_their_tables(roles):
     settings, port = roles
     expected = _expected(settings, "postgres_datasets")["silver.entity_change_events"]
