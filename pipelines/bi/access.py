@@ -33,6 +33,7 @@ from pipelines.bi.replica import (
     READER_ROLE,
     REPLICA_SCHEMAS,
     STATE_TABLE,
+    SYNC_LOCK_KEY,
     SYNC_SCHEMA,
     replica_table,
     replicated_tables,
@@ -199,9 +200,13 @@ def apply_access(conn: Connection, table_keys: list[str] | tuple[str, ...] | Non
             _replace_policy(conn, table, READER_POLICY, READER_ROLE, None)
         for role in roles:
             _grant_table(conn, role, key)
+    created_views = {r[0] for r in conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'v'",
+        (VIEW_LAYER,),
+    )}  # fmt: skip
     for role in roles:
         views = set(readable_views(role))
-        for view in load_views():
+        for view in (v for v in load_views() if v.name in created_views):
             verb = "GRANT SELECT ON {} TO {}" if view.name in views else "REVOKE ALL ON {} FROM {}"
             conn.execute(sql.SQL(verb).format(sql.Identifier(VIEW_LAYER, view.name), sql.Identifier(role.name)))
 
@@ -292,6 +297,7 @@ def save_role(conn: Connection, role: BiRole, password: str | None) -> None:
         raise ConfigError(f"{role.name} password: not given; pass --password-file FILE or set LAKEHOUSE_BI_PASSWORD")
     name = sql.Identifier(role.name)
     with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SYNC_LOCK_KEY,))
         prepare_access_schema(conn)
         prepare_entity_domains(conn)
         if not exists:
@@ -335,6 +341,7 @@ def remove_role(conn: Connection, name: str) -> bool:
         return False
     role = sql.Identifier(name)
     with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SYNC_LOCK_KEY,))
         for key in existing_tables(conn):
             conn.execute(sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(sql.Identifier(f"scope_{name}"), replica_table(key)))
         conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(domain_function(name)))

@@ -24,6 +24,9 @@ from pipelines.runtime.views import VIEW_LAYER, ViewSpec, load_views, qualify_se
 
 READER_ROLE = "bi_reader"
 SYNC_SCHEMA = "lakehouse_sync"
+# One sync (or change of BI roles) at a time per replica database: the server's own loop, a publish and
+# `sql-role` may all start one.
+SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
 STATE_TABLE = "table_versions"
 REPLICA_SCHEMAS = ("gold", "silver")
 # The columns BI tools filter on (time, actor, entity, type) and the partition column deletes use; "a, b"

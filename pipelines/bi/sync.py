@@ -42,8 +42,10 @@ from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from pipelines.bi.access import AUDIT_TABLE, apply_access, refresh_entity_domains
 from pipelines.bi.cluster import writer_conninfo
+from pipelines.bi.phases import Phases
 from pipelines.bi.replica import (
     STATE_TABLE,
+    SYNC_LOCK_KEY,
     SYNC_SCHEMA,
     create_indexes_sql,
     create_table_sql,
@@ -57,8 +59,6 @@ from pipelines.bi.replica import (
 )
 from pipelines.runtime.storage import delta_storage_options, open_source, storage_for
 
-# One sync at a time per replica database (the server's own loop and a publish may both start one).
-SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
 SWAP_SUFFIX = "__sync"
 NO_VERSION = -1
 CSV_OPTIONS = pacsv.WriteOptions(include_header=False, batch_size=8192)
@@ -101,51 +101,6 @@ class TableSync:
     rows: int = 0
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
-
-
-class Phases:
-    """Seconds spent per named phase; a phase inside another is counted in the inner one only."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._inner: list[float] = []
-
-    def add(self, name: str, seconds: float) -> None:
-        """Count `seconds` to phase `name` (and not to the phase it runs in)."""
-        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
-        if self._inner:
-            self._inner[-1] += seconds
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time the block as phase `name`."""
-        started = time.perf_counter()
-        self._inner.append(0.0)
-        try:
-            yield
-        finally:
-            inner = self._inner.pop()
-            self.add(name, time.perf_counter() - started - inner)
-
-    def timed(self, name: str, items: Iterator) -> Iterator:
-        """Yield the items, counting the time spent producing each to phase `name`."""
-        while True:
-            started = time.perf_counter()
-            try:
-                item = next(items)
-            except StopIteration:
-                self.add(name, time.perf_counter() - started)
-                return
-            self.add(name, time.perf_counter() - started)
-            yield item
-
-    def total(self) -> float:
-        """All phases' seconds, rounded to the millisecond."""
-        return round(sum(self.seconds.values()), 3)
-
-    def rounded(self) -> dict[str, float]:
-        """The phases' seconds rounded to the millisecond."""
-        return {name: round(value, 3) for name, value in self.seconds.items()}
 
 
 def plan_changes(location: Location, spec_partitions: tuple[str, ...], from_version: int, to_version: int) -> TablePlan:
