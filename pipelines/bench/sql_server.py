@@ -5,7 +5,8 @@ bulk load), a managed PostgreSQL is started on a free loopback port and the repl
 roles, the initial copy with its indexes: the figure to compare with the 2-minute target at 10M rows).
 Then, `--micro-batches` times, 100 new audit events are committed to gold as one Delta version and the
 replica synced as publish does; the time from the commit until bi_reader sees the rows is the
-micro-batch figure. Last, `--clients` threads run the BI aggregation (events per actor per day over 30
+micro-batch figure, with the sync's time per phase (reading the Delta log, planning, reading the new
+file, COPY, commit). Last, `--clients` threads run the BI aggregation (events per actor per day over 30
 days) as bi_reader, `--queries` each, and its latency percentiles are kept.
 """
 
@@ -66,30 +67,53 @@ def append_micro_batch(location: Path, rows: int, tag: str) -> tuple[int, str]:
 
 
 def measure_micro_batches(settings, reader_conninfo: str, batches: int) -> dict[str, Any]:
-    """Commit `batches` micro-batches one after another; time each from commit to visible for bi_reader."""
+    """Commit `batches` micro-batches one after another; time each from commit to visible for bi_reader.
+
+    Each is synced by the function publish calls (`sync_replica`); the sync's phases are kept: those of
+    gold.audit_events, and each phase summed over every replicated table (the others have nothing new).
+    """
     import psycopg
 
-    from pipelines.bi.server import sync_after_publish
+    from pipelines.bi.sync import sync_replica
 
-    seconds, sync_seconds = [], []
+    seconds, sync_seconds, outside = [], [], []
+    audit_phases: list[dict[str, float]] = []
+    all_phases: list[dict[str, float]] = []
     location = table_location(settings, "gold.audit_events")
     with psycopg.connect(reader_conninfo, autocommit=True) as reader:
         for batch in range(batches):
             _, actor = append_micro_batch(location, MICRO_BATCH_ROWS, f"{time.time_ns()}-{batch}")
             committed = time.monotonic()
-            result = sync_after_publish(settings)
+            results = sync_replica(settings)
+            synced = time.monotonic() - committed
             count = reader.execute("SELECT count(*) FROM gold.audit_events WHERE actor_urn = %s", (actor,)).fetchone()[0]
             if count != MICRO_BATCH_ROWS:
                 raise RuntimeError(f"bench: micro-batch {batch}: bi_reader sees {count} of {MICRO_BATCH_ROWS} rows")
             seconds.append(time.monotonic() - committed)
-            sync_seconds.append(result.metrics.get("seconds", 0.0))
+            sync_seconds.append(synced)
+            outside.append(synced - sum(r.seconds for r in results))
+            audit_phases.append(next(r.phases for r in results if r.table_key == "gold.audit_events"))
+            summed: dict[str, float] = {}
+            for result in results:
+                for name, value in result.phases.items():
+                    summed[name] = summed.get(name, 0.0) + value
+            all_phases.append(summed)
     return {
         "batches": batches,
         "rows_each": MICRO_BATCH_ROWS,
         "visible_s": {"median": round(statistics.median(seconds), 3), "max": round(max(seconds), 3),
                       "runs": [round(s, 3) for s in seconds]},  # fmt: skip
         "sync_s_median": round(statistics.median(sync_seconds), 3),
+        # Connecting, the sync lock, checking the replica's tables and reading its versions.
+        "outside_tables_s_median": round(statistics.median(outside), 4),
+        "audit_events_phases_s_median": _median_phases(audit_phases),
+        "all_tables_phases_s_median": _median_phases(all_phases),
     }
+
+
+def _median_phases(runs: list[dict[str, float]]) -> dict[str, float]:
+    names = sorted({name for run in runs for name in run})
+    return {name: round(statistics.median(run.get(name, 0.0) for run in runs), 4) for name in names}
 
 
 def measure_bi_query(reader_conninfo: str, clients: int, queries: int) -> dict[str, Any]:
@@ -161,7 +185,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
             with measure() as copied:
                 results = prepare_replica(settings, password)
             payload["initial_copy"] = {**dataclasses.asdict(copied), "rows": sum(r.rows for r in results),
-                                       "tables": {r.table_key: {"mode": r.mode, "rows": r.rows, "seconds": r.seconds}
+                                       "tables": {r.table_key: {"mode": r.mode, "rows": r.rows, "seconds": r.seconds, "phases": r.phases}
                                                   for r in results}}  # fmt: skip
             reader = psycopg.conninfo.make_conninfo(host="127.0.0.1", port=port, dbname=DATABASE, user=READER_ROLE,
                                                     password=password)  # fmt: skip
@@ -200,5 +224,6 @@ def register(app: typer.Typer) -> None:
         copy, batch, query = payload["initial_copy"], payload["micro_batch"], payload["bi_query"]
         typer.echo(f"initial copy: {copy['rows']} rows in {copy['wall_s']} s")
         typer.echo(f"micro-batch of {MICRO_BATCH_ROWS}: visible after median {batch['visible_s']['median']} s, max {batch['visible_s']['max']} s")
+        typer.echo(f"micro-batch sync phases, gold.audit_events (median s): {batch['audit_events_phases_s_median']}")
         typer.echo(f"BI aggregation, {clients} clients: p95 {query['latency_s']['p95']} s, p50 {query['latency_s']['p50']} s")
         typer.echo(f"-> {path}")

@@ -24,6 +24,9 @@ from pipelines.runtime.views import VIEW_LAYER, ViewSpec, load_views, qualify_se
 
 READER_ROLE = "bi_reader"
 SYNC_SCHEMA = "lakehouse_sync"
+# One sync (or change of BI roles) at a time per replica database: the server's own loop, a publish and
+# `sql-role` may all start one.
+SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
 STATE_TABLE = "table_versions"
 REPLICA_SCHEMAS = ("gold", "silver")
 # The columns BI tools filter on (time, actor, entity, type) and the partition column deletes use; "a, b"
@@ -53,6 +56,7 @@ _SCALAR_TYPES = {
     "BINARY": "bytea",
 }
 JSON_TYPE_PREFIXES = ("MAP<", "STRUCT<", "ARRAY<")
+INVOKER_VIEWS_VERSION = 150000  # PostgreSQL 15: views with security_invoker
 
 
 @functools.cache
@@ -168,17 +172,25 @@ def view_select_sql(settings: Settings, view: ViewSpec) -> str:
 
 
 def create_views(conn: Connection, settings: Settings) -> None:
-    """(Re)create every gold view, in file-name order, inside the caller's transaction."""
+    """(Re)create every gold view, in file-name order, inside the caller's transaction.
+
+    From PostgreSQL 15 the views read with the rights of the role querying them (`security_invoker`), so
+    the tables' row-level security narrows them as it narrows the tables (a view otherwise reads as its owner).
+    """
+    invoker = sql.SQL(" WITH (security_invoker = true)" if conn.info.server_version >= INVOKER_VIEWS_VERSION else "")
     for view in load_views():
         name = sql.Identifier(VIEW_LAYER, view.name)
         conn.execute(sql.SQL("DROP VIEW IF EXISTS {} CASCADE").format(name))
-        conn.execute(sql.SQL("CREATE VIEW {} AS {}").format(name, sql.SQL(view_select_sql(settings, view))))
+        conn.execute(sql.SQL("CREATE VIEW {}{} AS {}").format(name, invoker, sql.SQL(view_select_sql(settings, view))))
 
 
-def prepare_schemas(conn: Connection, settings: Settings) -> None:
+def prepare_schemas(conn: Connection, settings: Settings) -> bool:
     """Create the schemas, the sync state table, every missing replica table (empty) and the views.
 
     Objects the connected role creates in these schemas later are readable by bi_reader (default privileges).
+
+    Returns:
+        Whether a table or the views were (re)created (their row-level security is then to be applied).
     """
     with conn.transaction():
         for schema in (*REPLICA_SCHEMAS, SYNC_SCHEMA):
@@ -207,8 +219,15 @@ def prepare_schemas(conn: Connection, settings: Settings) -> None:
                 # New, or declared with other columns since it was copied (a lakehouse upgrade): copy it whole.
                 conn.execute(sql.SQL("DELETE FROM {} WHERE table_key = %s").format(sql.Identifier(SYNC_SCHEMA, STATE_TABLE)), (key,))
         missing_views = [v.name for v in load_views() if f"{VIEW_LAYER}.{v.name}" not in existing]
+        if conn.info.server_version >= INVOKER_VIEWS_VERSION:
+            # Views made by an earlier version read as their owner, past the row-level security of scoped roles.
+            missing_views += [r[0] for r in conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+                "AND c.relkind = 'v' AND NOT coalesce('security_invoker=true' = ANY(c.reloptions), false)", (VIEW_LAYER,),
+            )]  # fmt: skip
         if created or missing_views:
             create_views(conn, settings)
+        return bool(created or missing_views)
 
 
 def prepare_reader(conn: Connection, password: str | None) -> None:

@@ -17,6 +17,7 @@ from psycopg import sql
 from conf.errors import ConfigError, LakehouseError, SourceUnavailable
 from conf.settings import Settings
 from conf.tables import table_location
+from pipelines.bi.access import apply_access
 from pipelines.bi.cluster import DATABASE, STATE_FILE, writer_conninfo
 from pipelines.bi.replica import prepare_reader, prepare_schemas, replicated_tables
 from pipelines.bi.sync import TableSync, replica_versions, sync_replica
@@ -45,6 +46,8 @@ def prepare_replica(settings: Settings, password: str | None) -> list[TableSync]
     with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
         prepare_schemas(conn, settings)
         prepare_reader(conn, password)
+        with conn.transaction():
+            apply_access(conn)
     return sync_replica(settings)
 
 

@@ -1,17 +1,21 @@
 """Keep the PostgreSQL replica in sync with gold, by Delta version.
 
 For each replicated table the replica records the Delta version it holds. A sync reads the table's
-commits since then from its Delta log and copies as little as the commits allow:
+commits since then from its Delta log (local or on object storage, through the storage layer) and copies
+as little as the commits allow:
 
 - commits that only added data files (appends, insert-only MERGEs): the rows of those files, appended;
 - commits that also removed files of a partitioned table (MERGE updates, replaceWhere): the partitions
   they touched are deleted and copied again from the table as of the new version;
 - anything else (the first copy, a schema change, a removed file of an unpartitioned table, a log that
-  was cleaned up, a table on object storage): a full copy into a new table, swapped in for the old one
+  was cleaned up): a full copy into a new table, swapped in for the old one
   in one transaction that waits at most `bi.lock_timeout_ms` for BI queries' locks.
 
 File rewrites that change no data (OPTIMIZE, compaction: dataChange false) copy nothing. Rows go in by
-COPY (CSV written by Arrow's C++ writer, streamed through psycopg 3), never by row-by-row INSERTs.
+COPY, never by row-by-row INSERTs: a full copy by binary COPY from Arrow (ADBC's PostgreSQL driver, in
+C++: PostgreSQL parses no text), over parallel streams; the changes of an append or a partition rewrite by
+CSV COPY (Arrow's C++ writer, streamed through psycopg 3) inside the transaction that also records the
+version.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -34,11 +37,15 @@ import psycopg
 from deltalake import DeltaTable
 from psycopg import Connection, sql
 
+from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
+from pipelines.bi.access import AUDIT_TABLE, apply_access, refresh_entity_domains
 from pipelines.bi.cluster import writer_conninfo
+from pipelines.bi.phases import Phases
 from pipelines.bi.replica import (
     STATE_TABLE,
+    SYNC_LOCK_KEY,
     SYNC_SCHEMA,
     create_indexes_sql,
     create_table_sql,
@@ -50,10 +57,8 @@ from pipelines.bi.replica import (
     replicated_tables,
     search_indexes,
 )
-from pipelines.runtime.storage import delta_storage_options
+from pipelines.runtime.storage import delta_storage_options, open_source, storage_for
 
-# One sync at a time per replica database (the server's own loop and a publish may both start one).
-SYNC_LOCK_KEY = 0x4C48_4249  # "LHBI"
 SWAP_SUFFIX = "__sync"
 NO_VERSION = -1
 CSV_OPTIONS = pacsv.WriteOptions(include_header=False, batch_size=8192)
@@ -79,7 +84,15 @@ class TablePlan:
 
 @dataclass
 class TableSync:
-    """What a sync did to one table."""
+    """What a sync did to one table.
+
+    Attributes:
+        phases: seconds per phase: open (the Delta log: the version; the file list for a scan), plan
+            (reading the new commits), read (the new rows from Parquet or the scan), copy (COPY, the
+            indexes updated with it), delete (a partition rewrite's old rows), domains (the newest domain
+            of the entities with new audit rows, once a BI role exists), index (a swap's index builds and
+            VACUUM), swap (a swap's rename), commit.
+    """
 
     table_key: str
     from_version: int | None
@@ -87,13 +100,16 @@ class TableSync:
     mode: str
     rows: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
 
-def plan_changes(location: Path, spec_partitions: tuple[str, ...], from_version: int, to_version: int) -> TablePlan:
+def plan_changes(location: Location, spec_partitions: tuple[str, ...], from_version: int, to_version: int) -> TablePlan:
     """Read the Delta commits (from_version, to_version] and decide how to apply them.
 
+    The commits are read through the storage layer, so a table on object storage is planned as a local one.
+
     Args:
-        location: the table's local folder.
+        location: the table's folder (local or object storage).
         spec_partitions: the table's partition columns.
         from_version: the version the replica holds (NO_VERSION: none).
         to_version: the table's current version.
@@ -102,13 +118,15 @@ def plan_changes(location: Path, spec_partitions: tuple[str, ...], from_version:
         return TablePlan("none")
     if from_version == NO_VERSION or from_version > to_version or len(spec_partitions) > 1:
         return TablePlan("swap")
+    storage = storage_for(location)
     added: dict[str, dict[str, str | None]] = {}
     partitions: set[str | None] = set()
     for version in range(from_version + 1, to_version + 1):
-        commit = location / "_delta_log" / f"{version:020d}.json"
-        if not commit.exists():
+        try:
+            commit = storage.read_bytes(location / "_delta_log" / f"{version:020d}.json")
+        except FileNotFoundError:
             return TablePlan("swap")
-        for line in commit.read_text().splitlines():
+        for line in commit.decode().splitlines():
             action = json.loads(line)
             if "metaData" in action or "protocol" in action:
                 return TablePlan("swap")
@@ -138,13 +156,20 @@ def _partition_value(action: dict, spec_partitions: tuple[str, ...]) -> str | No
     return values.get(spec_partitions[0]) if spec_partitions else None
 
 
-def copy_ready(table: pa.Table | pa.RecordBatch, table_key: str, constants: dict[str, str | None] | None = None) -> pa.Table:
+def copy_ready(
+    table: pa.Table | pa.RecordBatch,
+    table_key: str,
+    constants: dict[str, str | None] | None = None,
+    json_type: pa.DataType = pa.string(),
+) -> pa.Table:
     """Arrange Arrow rows as the replica table's columns for COPY: maps, structs and arrays as JSON text.
 
     Args:
         table: rows with (some of) the table's columns.
         table_key: the registry key.
         constants: values of columns the rows do not carry (a data file's partition values).
+        json_type: the Arrow type of the JSON texts: plain strings for CSV, `pa.json_()` for a binary
+            COPY (ADBC then sends them as jsonb).
     """
     constants = constants or {}
     present = set(table.schema.names)
@@ -153,8 +178,8 @@ def copy_ready(table: pa.Table | pa.RecordBatch, table_key: str, constants: dict
         if name in present:
             column = table.column(name)
             if is_json_column(kind):
-                column = pa.array([_json_text(v) for v in column.to_pylist()], pa.string())
-            elif pa.types.is_string_view(column.type):  # the Delta scan's strings; Arrow's CSV writer wants plain ones
+                column = pa.array([_json_text(v) for v in column.to_pylist()], json_type)
+            elif pa.types.is_string_view(column.type):  # the Delta scan's strings; the writers want plain ones
                 column = column.cast(pa.large_string())
         else:
             column = pa.array([constants.get(name)] * table.num_rows, pa.string())
@@ -187,8 +212,10 @@ def copy_rows(conn: Connection, target: sql.Identifier, table_key: str, tables: 
     return rows
 
 
-def scan_rows(table: DeltaTable, table_key: str, predicate: str | None = None) -> Iterator[pa.Table]:
-    """The table's rows as of its loaded version (deletion vectors applied), in COPY-ready chunks."""
+def scan_rows(
+    table: DeltaTable, table_key: str, predicate: str | None = None, json_type: pa.DataType = pa.string()
+) -> Iterator[pa.Table]:
+    """The table's rows as of its loaded version (deletion vectors applied), in COPY-ready chunks (see copy_ready)."""
     present = [f.name for f in table.schema().fields if f.name in table_spec(table_key).column_names]
     reader = pa.RecordBatchReader.from_stream(table.scan(columns=present, predicate=predicate))
     pending: list[pa.RecordBatch] = []
@@ -196,26 +223,42 @@ def scan_rows(table: DeltaTable, table_key: str, predicate: str | None = None) -
         # The scan yields batches of about a thousand rows: COPY chunks of CHUNK_ROWS cost less per row.
         pending.append(batch)
         if sum(b.num_rows for b in pending) >= CHUNK_ROWS:
-            yield copy_ready(pa.Table.from_batches(pending), table_key)
+            yield copy_ready(pa.Table.from_batches(pending), table_key, json_type=json_type)
             pending = []
     if pending:
-        yield copy_ready(pa.Table.from_batches(pending), table_key)
+        yield copy_ready(pa.Table.from_batches(pending), table_key, json_type=json_type)
 
 
-def copy_parallel(conninfo: str, target: sql.Identifier, table_key: str, tables: Iterable[pa.Table], streams: int) -> int:
-    """COPY the chunks into `target` over `streams` connections at once, each committing its share.
+def copy_parallel(conninfo: str, target: tuple[str, str], tables: Iterable[pa.Table], streams: int) -> int:
+    """Binary-COPY the chunks into `target` (schema, table) over `streams` connections at once, each committing its share.
 
-    For a table no reader sees yet (a swap's new table): PostgreSQL parses each COPY stream in its own
-    backend, so the copy uses more than one core.
+    For a table no reader sees yet (a swap's new table). ADBC's PostgreSQL driver turns the Arrow chunks
+    into binary COPY in C++, so PostgreSQL parses no text (a CSV COPY of the audit table spent most of its
+    time there); each stream is parsed in its own backend, so the copy uses more than one core.
 
     Raises:
         whatever a stream raised (the other streams are stopped first).
     """
+    import adbc_driver_postgresql.dbapi as adbc
+
     chunks: queue.Queue = queue.Queue(maxsize=streams * 2)
 
     def stream() -> int:
-        with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():
-            return copy_rows(conn, target, table_key, iter(chunks.get, None))
+        first = chunks.get()
+        if first is None:
+            return 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield from first.to_batches()
+            for table in iter(chunks.get, None):
+                yield from table.cast(first.schema).to_batches()
+
+        with adbc.connect(conninfo) as conn:
+            with conn.cursor() as cursor:
+                rows = cursor.adbc_ingest(target[1], pa.RecordBatchReader.from_batches(first.schema, batches()),
+                                          mode="append", db_schema_name=target[0])  # fmt: skip
+            conn.commit()
+        return rows
 
     with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bi-copy") as pool:
         futures = [pool.submit(stream) for _ in range(streams)]
@@ -234,6 +277,25 @@ def copy_parallel(conninfo: str, target: sql.Identifier, table_key: str, tables:
         return sum(future.result() for future in futures)
 
 
+def execute_parallel(conninfo: str, statements: list[sql.Composed], connections: int) -> None:
+    """Run the statements over `connections` connections at once (index builds of a table no reader sees yet).
+
+    Each b-tree build is sorted mostly by one backend; two at a time kept both cores busy (the five
+    audit indexes at 1M rows: 7.3 s one after another, 4.9 s two at a time).
+
+    Raises:
+        the first error of a statement (the others still run to their end).
+    """
+
+    def run(statement: sql.Composed) -> None:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(statement)
+
+    with ThreadPoolExecutor(max_workers=connections, thread_name_prefix="bi-index") as pool:
+        for future in [pool.submit(run, statement) for statement in statements]:
+            future.result()
+
+
 def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures: list[Future]) -> None:
     while True:
         for future in futures:
@@ -246,14 +308,23 @@ def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures:
             continue
 
 
+def _noting_entities(chunks: Iterator[pa.Table], entities: set[str]) -> Iterator[pa.Table]:
+    """Yield the chunks, adding the entity urns they carry (if any) to `entities`."""
+    for chunk in chunks:
+        if "entity_urn" in chunk.column_names:
+            entities.update(chunk.column("entity_urn").unique().to_pylist())
+        yield chunk
+
+
 def file_rows(files: Iterable[tuple[str, dict[str, str | None]]], table_key: str) -> Iterator[pa.Table]:
-    """The rows of added data files, their partition values filled in, in COPY-ready chunks."""
+    """The rows of added data files (local paths or object-storage URLs), partition values filled in, as COPY-ready chunks."""
     names = set(table_spec(table_key).column_names)
     for path, partition_values in files:
-        parquet = pq.ParquetFile(path)
-        columns = [n for n in parquet.schema_arrow.names if n in names]
-        for batch in parquet.iter_batches(batch_size=65536, columns=columns):
-            yield copy_ready(batch, table_key, partition_values)
+        with open_source(path) as source:
+            parquet = pq.ParquetFile(source)
+            columns = [n for n in parquet.schema_arrow.names if n in names]
+            for batch in parquet.iter_batches(batch_size=65536, columns=columns):
+                yield copy_ready(batch, table_key, partition_values)
 
 
 def _partition_predicate(column: str, values: frozenset[str | None]) -> tuple[str, sql.Composed]:
@@ -292,19 +363,21 @@ def replica_versions(conn: Connection) -> dict[str, int]:
     return dict(rows.fetchall())
 
 
-def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable) -> int:
+def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable, phases: Phases) -> int:
     """Copy the whole table into a new replica table, then swap it in (and recreate the views) in one transaction."""
     staged = replica_table(table_key, SWAP_SUFFIX)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staged))
     conn.execute(create_table_sql(table_key, SWAP_SUFFIX))
-    rows = copy_parallel(conninfo, staged, table_key, scan_rows(table, table_key), COPY_STREAMS)
-    for statement in create_indexes_sql(table_key, SWAP_SUFFIX):
-        conn.execute(statement)
-    # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint bits
-    # now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
-    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
     spec = table_spec(table_key)
-    with conn.transaction():
+    with phases.phase("copy"):
+        chunks = phases.timed("read", scan_rows(table, table_key, json_type=pa.json_()))
+        rows = copy_parallel(conninfo, (spec.layer, spec.name + SWAP_SUFFIX), chunks, COPY_STREAMS)
+    with phases.phase("index"):
+        execute_parallel(conninfo, create_indexes_sql(table_key, SWAP_SUFFIX), COPY_STREAMS)
+        # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint
+        # bits now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
+    with phases.phase("swap"), conn.transaction():
         conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(replica_table(table_key)))
         conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(spec.name)))
@@ -314,40 +387,61 @@ def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
                 sql.Identifier(index_name(table_key, columns)),
             ))  # fmt: skip
         create_views(conn, settings)
+        apply_access(conn, [table_key])
+        if table_key == AUDIT_TABLE:
+            refresh_entity_domains(conn, None)
         _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
     return rows
 
 
 def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, from_version: int | None) -> TableSync:
-    """Bring one replica table to its Delta table's current version (see the module docstring)."""
-    started = time.monotonic()
+    """Bring one replica table to its Delta table's current version (see the module docstring).
+
+    The table's version is read without its file list (`without_files`: the log since the last
+    checkpoint, not every file's add action); the files are listed only for a scan (a swap, a partition
+    rewrite). The time of each phase is kept in the result's `phases`.
+    """
+    phases = Phases()
     location = table_location(settings, table_key)
     options = delta_storage_options(location)
-    if not DeltaTable.is_deltatable(str(location), storage_options=options):
-        return TableSync(table_key, from_version, None, "missing")
-    table = DeltaTable(str(location), storage_options=options)
-    version = table.version()
-    # The commit plans read the Delta log as local files; a table on object storage is swapped whole.
-    local = options is None and location.exists()
+    with phases.phase("open"):
+        if not DeltaTable.is_deltatable(str(location), storage_options=options):
+            return TableSync(table_key, from_version, None, "missing", phases=phases.rounded())
+        version = DeltaTable(str(location), storage_options=options, without_files=True).version()
     spec = table_spec(table_key)
-    plan = plan_changes(location, spec.partitioned_by, NO_VERSION if from_version is None else from_version, version) if local else TablePlan("swap")
+    with phases.phase("plan"):
+        plan = plan_changes(location, spec.partitioned_by, NO_VERSION if from_version is None else from_version, version)
     if plan.mode == "none":
         if from_version != version:
-            with conn.transaction():
+            with phases.phase("commit"), conn.transaction():
                 _record_version(conn, table_key, version, "none", 0)
-        return TableSync(table_key, from_version, version, "none", seconds=round(time.monotonic() - started, 3))
+        return TableSync(table_key, from_version, version, "none", seconds=phases.total(), phases=phases.rounded())
+    if plan.mode != "append":
+        with phases.phase("open"):
+            table = DeltaTable(str(location), version=version, storage_options=options)
     if plan.mode == "swap":
-        rows = swap_table(conn, conninfo, settings, table_key, table)
+        rows = swap_table(conn, conninfo, settings, table_key, table, phases)
     else:
+        rows = removed = 0
+        target = replica_table(table_key)
         with conn.transaction():
-            rows = removed = 0
             if plan.mode == "partitions":
                 scan_filter, condition = _partition_predicate(spec.partitioned_by[0], plan.partitions)
-                removed = conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(replica_table(table_key), condition)).rowcount
-                rows += copy_rows(conn, replica_table(table_key), table_key, scan_rows(table, table_key, scan_filter))
-            rows += copy_rows(conn, replica_table(table_key), table_key, file_rows(plan.added_files, table_key))
+                with phases.phase("delete"):
+                    removed = conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(target, condition)).rowcount
+                with phases.phase("copy"):
+                    rows += copy_rows(conn, target, table_key, phases.timed("read", scan_rows(table, table_key, scan_filter)))
+            entities: set[str] = set()
+            with phases.phase("copy"):
+                new_rows = _noting_entities(file_rows(plan.added_files, table_key), entities)
+                rows += copy_rows(conn, target, table_key, phases.timed("read", new_rows))
+            if table_key == AUDIT_TABLE:
+                with phases.phase("domains"):
+                    refresh_entity_domains(conn, None if plan.mode == "partitions" else entities)
             _record_version(conn, table_key, version, plan.mode, rows, removed)
-    return TableSync(table_key, from_version, version, plan.mode, rows, round(time.monotonic() - started, 3))
+            committing = time.perf_counter()
+        phases.add("commit", time.perf_counter() - committing)
+    return TableSync(table_key, from_version, version, plan.mode, rows, phases.total(), phases.rounded())
 
 
 def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableSync]:
@@ -364,7 +458,9 @@ def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableS
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (SYNC_LOCK_KEY,))
         try:
-            prepare_schemas(conn, settings)
+            if prepare_schemas(conn, settings):
+                with conn.transaction():
+                    apply_access(conn)
             versions = replica_versions(conn)
             return [sync_table(conn, conninfo, settings, key, versions.get(key)) for key in replicated_tables()]
         finally:

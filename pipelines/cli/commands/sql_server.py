@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from conf.errors import ConfigError
-from pipelines.cli.console import print_error, print_table, print_text
+from pipelines.cli.console import print_error, print_json_lines, print_table, print_text
 
 PASSWORD_ENV = "LAKEHOUSE_BI_PASSWORD"
 
@@ -34,8 +34,10 @@ def reader_password(password_file: Path | None) -> str | None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add `sql-server`."""
+    """Add `sql-server` and the `sql-role` group."""
     from pipelines.cli.app import state_of
+
+    register_roles(app)
 
     @app.command("sql-server")
     def sql_server_command(
@@ -84,3 +86,65 @@ def register(app: typer.Typer) -> None:
         finally:
             if process is not None:
                 stop_server(settings, process)
+
+
+def register_roles(app: typer.Typer) -> None:
+    """Add `sql-role add|list|remove`: scoped BI login roles of the replica."""
+    from pipelines.cli.app import state_of
+
+    role_app = typer.Typer(help="Scoped BI roles of the sql-server replica (row-level security).", no_args_is_help=True)
+    app.add_typer(role_app, name="sql-role")
+
+    @role_app.command("add")
+    def role_add(
+        ctx: typer.Context,
+        name: str = typer.Argument(..., help="The PostgreSQL login role (lower-case letters, digits, _)."),
+        scope: list[str] = typer.Option(
+            [], "--scope", help="What it may see (repeatable): domain=URN, platform=NAME, entity-type=TYPE, prefix=URN."
+        ),
+        sensitive: bool = typer.Option(False, "--sensitive", help="Also read source IPs, user agents and raw events."),
+        password_file: Path | None = typer.Option(
+            None, "--password-file", dir_okay=False, help=f"File holding the role's password (else {PASSWORD_ENV})."
+        ),
+    ) -> None:
+        """Create or update a BI role: a LOGIN role reading the replica through row-level security policies
+        that apply the scope as the HTTP API does (the server must run, or bi.dsn be set)."""
+        import psycopg
+
+        from gold.scopes import parse_scope
+        from pipelines.bi.access import BiRole, check_role_name, save_role
+        from pipelines.bi.cluster import writer_conninfo
+
+        role = BiRole(check_role_name(name), parse_scope(scope), sensitive)
+        with psycopg.connect(writer_conninfo(state_of(ctx).settings), autocommit=True) as conn:
+            save_role(conn, role, reader_password(password_file))
+        print_text(f"BI role {name}: scope {' '.join(role.scope.to_specs()) or 'everything'}"
+                   f"{', sensitive columns' if sensitive else ''}")  # fmt: skip
+
+    @role_app.command("list")
+    def role_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="One JSON object per role.")) -> None:
+        """List the BI roles with their scopes."""
+        import psycopg
+
+        from pipelines.bi.access import bi_roles
+        from pipelines.bi.cluster import writer_conninfo
+
+        with psycopg.connect(writer_conninfo(state_of(ctx).settings), autocommit=True) as conn:
+            rows = [{"name": r.name, "scope": " ".join(r.scope.to_specs()), "sensitive": r.sensitive} for r in bi_roles(conn)]
+        if as_json:
+            print_json_lines(rows)
+        else:
+            print_table(rows, ["name", "scope", "sensitive"], title="BI roles")
+
+    @role_app.command("remove")
+    def role_remove(ctx: typer.Context, name: str = typer.Argument(..., help="The BI role to drop.")) -> None:
+        """Drop a BI role with its policies and grants."""
+        import psycopg
+
+        from pipelines.bi.access import remove_role
+        from pipelines.bi.cluster import writer_conninfo
+
+        with psycopg.connect(writer_conninfo(state_of(ctx).settings), autocommit=True) as conn:
+            if not remove_role(conn, name):
+                raise ConfigError(f"NAME: no BI role {name!r} (`lakehouse sql-role list`)")
+        print_text(f"BI role {name} removed")
