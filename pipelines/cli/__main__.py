@@ -2,4 +2,6 @@
 
 from pipelines.cli.app import main
 
-main()
+# Guarded: a process spawned by `lakehouse serve` (multiprocessing's spawn) imports this module again.
+if __name__ == "__main__":
+    main()

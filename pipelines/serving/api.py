@@ -26,7 +26,7 @@ from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, Sear
 from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
-from pipelines.serving.engine import SearchEngine, encode_json, open_engine
+from pipelines.serving.engine import SearchEngine, build_index_files, encode_json, open_engine
 from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
 from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.hardening import (
@@ -273,6 +273,8 @@ def serve(
         bounds = (settings.serve.query_slots, settings.serve.queue_depth, settings.serve.queue_timeout_seconds)
         worker_options = {k: v for k, v in config.items() if k not in ("host", "port", "log_level", "access_log")}
         with index_folder(worker_settings) as worker_settings:
+            if not build_index_files(worker_settings):
+                log.warning("serve: the search index was not built before the workers start; each builds what it misses")
             serve_workers(host, port, workers, lambda admission, buckets: create_app(worker_settings, admission=admission, rate_buckets=buckets), bounds,
                           worker_options)  # fmt: skip
         return

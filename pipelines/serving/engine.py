@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -13,7 +14,7 @@ from conf.errors import ConfigError
 from conf.settings import Settings
 from gold.search import RESULT_COLUMNS, SearchRequest, page_upper_bound, to_match_condition, to_page, to_response
 from pipelines.runtime.home import home_of
-from pipelines.runtime.storage import file_exists
+from pipelines.runtime.storage import Storage, file_exists, parse_location, register_storage
 from pipelines.serving.index import build_file_index
 from pipelines.serving.index_store import IndexStore
 from pipelines.serving.matches import Matches, find_matches
@@ -148,6 +149,32 @@ class SparkEngine:
         """Run a trivial query on the session."""
         self._spark.sql("SELECT 1").collect()
         return {"engine": self.name}
+
+
+def build_index_files(settings: Settings) -> bool:
+    """Build the index files of gold.audit_events' latest version into serve.index_dir, in a process of its own.
+
+    Building an index leaves freed memory on the builder's heap (about as much again as the index); built
+    by a spawned process that then exits, none of it stays with the server, and the workers only map the
+    files. Spawned, not forked: the Delta reader's runtime does not survive a fork.
+
+    Returns:
+        Whether the files were built (if not, each worker builds what it misses, as without this step).
+    """
+    if settings.serve.engine != "inprocess" or not settings.serve.index_dir:
+        return False
+    home = home_of(settings)
+    arguments = (str(home.table_locations["gold.audit_events"]), settings.serve.index_dir, home.storage_options)
+    builder = multiprocessing.get_context("spawn").Process(target=_index_latest, args=arguments, name="lakehouse-index")
+    builder.start()
+    builder.join()
+    return builder.exitcode == 0
+
+
+def _index_latest(location: str, index_dir: str, options: dict[str, str]) -> None:
+    """(The spawned builder) index every data file of the latest version of the table at `location`."""
+    register_storage(Storage(options), [parse_location(location)])
+    TableSnapshots(location, 0.0, build=IndexStore(index_dir).index_of)
 
 
 def open_engine(settings: Settings, spark: SparkSession | None = None) -> SearchEngine:
