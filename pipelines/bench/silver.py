@@ -43,6 +43,7 @@ from pipelines.bench.micro_batches import run_micro_batches
 from pipelines.bench.silver_remote import (
     BUCKET,
     CLUSTER_ENVIRONMENT,
+    CLUSTER_SPARK_CONF,
     S3Endpoint,
     cpu_probe,
     engine_server_cpu_seconds,
@@ -96,6 +97,9 @@ def register(app: typer.Typer) -> None:
         cluster_env: list[str] = typer.Option(
             [], "--cluster-env", help="SAIL_<NAME>=<VALUE> for the sail-cluster server, over the bench's defaults."
         ),
+        cluster_conf: list[str] = typer.Option(
+            [], "--cluster-conf", help="spark.sql.<name>=<value> for the sail-cluster session, over the bench's defaults."
+        ),
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
         seed: int = typer.Option(7, "--seed", help="Generator seed."),
         work: Path | None = typer.Option(None, "--work", help="Scratch folder (default: a temporary one, removed after)."),
@@ -111,15 +115,16 @@ def register(app: typer.Typer) -> None:
         micro_records: int = typer.Option(100, "--micro-records", min=1, help="Records per micro-batch."),
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
-        from pipelines.bench.silver_remote import parse_engine_choice, parse_environment, run_compared
+        from pipelines.bench.silver_remote import parse_engine_choice, parse_environment, parse_spark_conf, run_compared
 
         choices = [parse_engine_choice(text, ENGINES, storage) for text in engines]
         environment = parse_environment(cluster_env)
+        spark_conf = parse_spark_conf(cluster_conf)
         if len(choices) > 1 or runs > 1:
             compared = run_compared(
                 run_silver_bench, choices, runs, work, versions=versions, batches=batches, seed=seed,
                 baseline=baseline, floors=floors, micro_batches=micro_batches, micro_records=micro_records,
-                cluster_environment=environment,
+                cluster_environment=environment, cluster_spark_conf=spark_conf,
             )  # fmt: skip
             path = write_result(out, "silver-compare", compared)
             for label, median in compared["median"].items():
@@ -135,7 +140,7 @@ def register(app: typer.Typer) -> None:
         result = run_silver_bench(
             versions=versions, batches=batches, engine=engine, seed=seed, work=work, baseline=baseline, floors=floors,
             micro_batches=micro_batches, micro_records=micro_records, storage=choice.storage,
-            cluster_environment=environment,
+            cluster_environment=environment, cluster_spark_conf=spark_conf,
         )  # fmt: skip
         path = write_result(out, f"silver-{engine}" + ("" if choice.storage == "local" else f"-{choice.storage}"), result)
         refine = result["refine"]
@@ -171,6 +176,7 @@ def run_silver_bench(
     storage: str = "local",
     s3: S3Endpoint | None = None,
     cluster_environment: dict[str, str] | None = None,
+    cluster_spark_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
 
@@ -183,7 +189,8 @@ def run_silver_bench(
     state (`pipelines.bench.micro_batches`).
     With `storage="s3"`, the home and the input files are on an S3-protocol server (`s3`, or moto's server
     started for this run; `pipelines.bench.silver_remote`); `cluster_environment` goes to the sail-cluster
-    server over `silver_remote.CLUSTER_ENVIRONMENT`.
+    server over `silver_remote.CLUSTER_ENVIRONMENT`, `cluster_spark_conf` to its session over
+    `silver_remote.CLUSTER_SPARK_CONF`.
 
     Raises:
         InputError: for an unknown engine or storage, a batch count larger than the versions, or a step
@@ -225,6 +232,7 @@ def run_silver_bench(
                     folder, batch_dirs, collect_ids=baseline, floors=floors, micro=(micro_batches, micro_records, seed),
                     cluster=engine == "sail-cluster", s3=s3 if storage == "s3" else None,
                     cluster_environment={**CLUSTER_ENVIRONMENT, **(cluster_environment or {})},
+                    cluster_spark_conf={**CLUSTER_SPARK_CONF, **(cluster_spark_conf or {})},
                 )  # fmt: skip
         else:
             figures = _run_classic(folder, batch_dirs, collect_ids=baseline)
@@ -410,6 +418,7 @@ def _run_sail(
     cluster: bool = False,
     s3: S3Endpoint | None = None,
     cluster_environment: dict[str, str] | None = None,
+    cluster_spark_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     from pipelines.runtime.engine import open_session, sail_connect_server
     from pipelines.batch.refine import refine
@@ -433,7 +442,10 @@ def _run_sail(
             url = stack.enter_context(
                 sail_connect_server(settings, mode="local-cluster", workdir=str(folder), environment=cluster_environment)
             )
-            settings = load_settings("connect", home=home, env={}, overrides=[*overrides, f"engine.connect_url={url}"])
+            session_conf = [f"engine.spark_conf.{key}='{value}'" for key, value in (cluster_spark_conf or {}).items()]
+            settings = load_settings(
+                "connect", home=home, env={}, overrides=[*overrides, *session_conf, f"engine.connect_url={url}"]
+            )
         spark = stack.enter_context(open_session(settings))
         probes = contextlib.ExitStack()
         with probes:

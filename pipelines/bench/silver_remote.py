@@ -39,6 +39,7 @@ BUCKET = "lakehouse-bench"
 # compresses every shuffle stream with zstd by default: workers and compression only add work here.
 # Measured at 100k versions (docs/benchmarks.md#remote-engine).
 CLUSTER_ENVIRONMENT: dict[str, str] = {}
+CLUSTER_SPARK_CONF: dict[str, str] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +85,21 @@ def parse_environment(pairs: Sequence[str]) -> dict[str, str]:
             raise InputError(f"--cluster-env: {pair!r} is not SAIL_<NAME>=<VALUE>")
         environment[name] = value
     return environment
+
+
+def parse_spark_conf(pairs: Sequence[str]) -> dict[str, str]:
+    """`spark.sql.<name>=<value>` strings -> a mapping (for `--cluster-conf`).
+
+    Raises:
+        InputError: naming `--cluster-conf` and the item for one without `=` or not a spark.sql. setting.
+    """
+    conf = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name.startswith("spark.sql."):
+            raise InputError(f"--cluster-conf: {pair!r} is not spark.sql.<name>=<value>")
+        conf[name] = value
+    return conf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +259,7 @@ def run_compared(
     if runs < 1:
         raise InputError(f"--runs: {runs!r} must be at least 1")
     folder = Path(work) if work else Path(tempfile.mkdtemp(prefix="bench-silver-"))
+    folder.mkdir(parents=True, exist_ok=True)
     results = []
     try:
         with contextlib.ExitStack() as stack:
@@ -283,6 +300,11 @@ def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
         "client_cpu_s": median_of(lambda r: r["landing"]["cpu_s"] + r["refine"]["cpu_s"]),
         "engine_server_cpu_s": median_of(lambda r: _sum_or_none(r.get("engine_server_cpu_s"))),
         "s3_server_cpu_s": median_of(lambda r: _sum_or_none(r.get("s3_server_cpu_s"))),
+        # All three processes' CPU: on a busy machine the walls vary with the other work, this much less.
+        "all_cpu_s": median_of(
+            lambda r: r["landing"]["cpu_s"] + r["refine"]["cpu_s"] + (_sum_or_none(r.get("engine_server_cpu_s")) or 0)
+            + (_sum_or_none(r.get("s3_server_cpu_s")) or 0)
+        ),
     }
 
 
