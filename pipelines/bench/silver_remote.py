@@ -35,10 +35,11 @@ from pipelines.runtime.storage import Storage
 STORAGES = ("local", "s3")
 BUCKET = "lakehouse-bench"
 
-# Sail's local-cluster runner on the bench's 2 cores. Sail 0.7.2 starts 4 workers of 8 task slots and
-# compresses every shuffle stream with zstd by default: workers and compression only add work here.
-# Measured at 100k versions (docs/benchmarks.md#remote-engine).
-CLUSTER_ENVIRONMENT: dict[str, str] = {}
+# Sail's local-cluster runner on the bench's 2 cores. Sail 0.7.2 compresses every shuffle stream between
+# its workers with zstd: on one machine that is CPU spent for no bytes saved on a network. Without it the
+# server used 9.2 and 9.6 CPU-s for 100k versions on an S3 home against 10.9-11.3 with it (and with 1 or 2
+# workers, 2 or 4 task slots, or a default parallelism of 2, none of which changed it; docs/benchmarks.md).
+CLUSTER_ENVIRONMENT: dict[str, str] = {"SAIL_CLUSTER__SHUFFLE_BACKEND__FLIGHT__COMPRESSION": "none"}
 CLUSTER_SPARK_CONF: dict[str, str] = {}
 
 
