@@ -34,24 +34,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.errors import InputError, LakehouseError
-from conf.locations import ObjectLocation
 from conf.settings import Settings, load_settings
 from conf.tables import table_spec
 from pipelines.bench.floors import measure_floors
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
 from pipelines.bench.micro_batches import run_micro_batches
 from pipelines.bench.silver_remote import (
-    BUCKET,
     CLUSTER_ENVIRONMENT,
     CLUSTER_SPARK_CONF,
+    OtherProcessesCpu,
     S3Endpoint,
-    cpu_probe,
-    engine_server_cpu_seconds,
+    bench_home,
     parse_engine_choice,
-    remove_prefix,
+    parse_environment,
+    parse_spark_conf,
+    print_compared,
+    run_compared,
     s3_server,
-    stage_input,
-    storage_overrides,
 )
 from pipelines.runtime.io import read_table
 from pipelines.cli.console import console
@@ -115,8 +114,6 @@ def register(app: typer.Typer) -> None:
         micro_records: int = typer.Option(100, "--micro-records", min=1, help="Records per micro-batch."),
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
-        from pipelines.bench.silver_remote import parse_engine_choice, parse_environment, parse_spark_conf, run_compared
-
         choices = [parse_engine_choice(text, ENGINES, storage) for text in engines]
         environment = parse_environment(cluster_env)
         spark_conf = parse_spark_conf(cluster_conf)
@@ -126,14 +123,7 @@ def register(app: typer.Typer) -> None:
                 baseline=baseline, floors=floors, micro_batches=micro_batches, micro_records=micro_records,
                 cluster_environment=environment, cluster_spark_conf=spark_conf,
             )  # fmt: skip
-            path = write_result(out, "silver-compare", compared)
-            for label, median in compared["median"].items():
-                console.print(
-                    f"{label}: land + refine {median['pipeline_wall_s']} s (land {median['landing_wall_s']} s, refine "
-                    f"{median['refine_wall_s']} s; median of {median['runs']}), {compared['ratio_to_first'][label]}x "
-                    f"the first"
-                )
-            console.print(f"-> {path}")
+            print_compared(compared, write_result(out, "silver-compare", compared))
             return
         (choice,) = choices
         engine = choice.engine
@@ -423,21 +413,10 @@ def _run_sail(
     from pipelines.runtime.engine import open_session, sail_connect_server
     from pipelines.batch.refine import refine
 
-    home: Path | str = folder / "home"
-    overrides: list[str] = []
-    land_from: list[Any] = list(batch_dirs)
-    prefix = None
-    if s3 is not None:
-        # A prefix of its own per run: the runs of a comparison share one server.
-        prefix = ObjectLocation("s3", BUCKET, f"run-{time.time_ns()}")
-        land_from = stage_input(s3, batch_dirs, prefix / "input")
-        home, overrides = str(prefix / "home"), storage_overrides(s3, folder / "local")
-    settings = load_settings("local", home=home, env={}, overrides=overrides)
-    server_cpu: dict[str, float] = {}
-    s3_cpu: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
-        if prefix is not None:
-            stack.callback(remove_prefix, s3, prefix)
+        home, overrides, land_from = stack.enter_context(bench_home(folder, batch_dirs, s3))
+        settings = load_settings("local", home=home, env={}, overrides=overrides)
+        other_cpu = OtherProcessesCpu(cluster=cluster, s3=s3)
         if cluster:
             url = stack.enter_context(
                 sail_connect_server(settings, mode="local-cluster", workdir=str(folder), environment=cluster_environment)
@@ -447,21 +426,10 @@ def _run_sail(
                 "connect", home=home, env={}, overrides=[*overrides, *session_conf, f"engine.connect_url={url}"]
             )
         spark = stack.enter_context(open_session(settings))
-        probes = contextlib.ExitStack()
-        with probes:
-            if cluster:
-                probes.enter_context(cpu_probe(engine_server_cpu_seconds, server_cpu, "landing"))
-            if s3 is not None:
-                probes.enter_context(cpu_probe(s3.cpu_seconds, s3_cpu, "landing"))
-            with measure() as landing:
-                mode = _land(spark, settings, land_from)
+        with other_cpu.measure("landing"), measure() as landing:
+            mode = _land(spark, settings, land_from)
         per_batch = []
-        probes = contextlib.ExitStack()
-        with probes, measure() as total:
-            if cluster:
-                probes.enter_context(cpu_probe(engine_server_cpu_seconds, server_cpu, "refine"))
-            if s3 is not None:
-                probes.enter_context(cpu_probe(s3.cpu_seconds, s3_cpu, "refine"))
+        with other_cpu.measure("refine"), measure() as total:
             for _ in batch_dirs:
                 with measure() as one:
                     result = refine(spark, settings, max_batches=1)
@@ -491,8 +459,8 @@ def _run_sail(
         "event_ids": event_ids,
         "floors": floor_figures,
         "micro_batches": micro_figures,
-        "engine_server_cpu_s": server_cpu,
-        "s3_server_cpu_s": s3_cpu,
+        "engine_server_cpu_s": other_cpu.engine_server,
+        "s3_server_cpu_s": other_cpu.s3_server,
     }
 
 

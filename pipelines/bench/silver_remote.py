@@ -227,13 +227,59 @@ def _own_cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def cpu_probe(read: Callable[[], float], into: dict[str, float], name: str) -> Iterator[None]:
-    """Record in `into[name]` how much `read()` (a CPU-seconds counter) grew over the block."""
-    before = read()
+def bench_home(
+    folder: Path, batch_dirs: Sequence[Path], s3: S3Endpoint | None
+) -> Iterator[tuple[Path | str, list[str], list[Path | ObjectLocation]]]:
+    """The home of one run, its settings overrides and the batches to land from; an S3 home is removed after.
+
+    On S3 the run gets a prefix of its own (the runs of a comparison share one server), with the input
+    copied under it first.
+    """
+    if s3 is None:
+        yield folder / "home", [], list(batch_dirs)
+        return
+    prefix = ObjectLocation("s3", BUCKET, f"run-{time.time_ns()}")
     try:
-        yield
+        land_from = stage_input(s3, batch_dirs, prefix / "input")
+        yield str(prefix / "home"), storage_overrides(s3, folder / "local"), list(land_from)
     finally:
-        into[name] = round(read() - before, 3)
+        remove_prefix(s3, prefix)
+
+
+class OtherProcessesCpu:
+    """CPU seconds of the processes beside this one, per step: the sail-cluster server and the S3 server."""
+
+    def __init__(self, *, cluster: bool, s3: S3Endpoint | None):
+        self.cluster = cluster
+        self.s3 = s3
+        self.engine_server: dict[str, float] = {}
+        self.s3_server: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def measure(self, step: str) -> Iterator[None]:
+        """Record under `step` how much CPU each server used over the block."""
+        counters = [
+            *([(engine_server_cpu_seconds, self.engine_server)] if self.cluster else []),
+            *([(self.s3.cpu_seconds, self.s3_server)] if self.s3 is not None else []),
+        ]
+        before = [read() for read, _ in counters]
+        try:
+            yield
+        finally:
+            for (read, into), started in zip(counters, before):
+                into[step] = round(read() - started, 3)
+
+
+def print_compared(compared: dict[str, Any], path: Path) -> None:
+    """One line per engine: its median walls and its ratio to the first engine."""
+    from pipelines.cli.console import console
+
+    for label, median in compared["median"].items():
+        console.print(
+            f"{label}: land + refine {median['pipeline_wall_s']} s (land {median['landing_wall_s']} s, refine "
+            f"{median['refine_wall_s']} s; median of {median['runs']}), {compared['ratio_to_first'][label]}x the first"
+        )
+    console.print(f"-> {path}")
 
 
 def run_compared(
