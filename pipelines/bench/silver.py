@@ -45,9 +45,8 @@ from pipelines.bench.silver_remote import (
     OtherProcessesCpu,
     S3Endpoint,
     bench_home,
+    parse_assignments,
     parse_engine_choice,
-    parse_environment,
-    parse_spark_conf,
     print_compared,
     run_compared,
     s3_server,
@@ -115,8 +114,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
         choices = [parse_engine_choice(text, ENGINES, storage) for text in engines]
-        environment = parse_environment(cluster_env)
-        spark_conf = parse_spark_conf(cluster_conf)
+        environment = parse_assignments(cluster_env, "--cluster-env", "SAIL_")
+        spark_conf = parse_assignments(cluster_conf, "--cluster-conf", "spark.sql.")
         if len(choices) > 1 or runs > 1:
             compared = run_compared(
                 run_silver_bench, choices, runs, work, versions=versions, batches=batches, seed=seed,

@@ -73,34 +73,19 @@ def parse_engine_choice(text: str, engines: Sequence[str], default_storage: str)
     return EngineChoice(engine, storage)
 
 
-def parse_environment(pairs: Sequence[str]) -> dict[str, str]:
-    """`NAME=VALUE` strings -> a mapping (for `--cluster-env`).
+def parse_assignments(pairs: Sequence[str], option: str, prefix: str) -> dict[str, str]:
+    """`<prefix><name>=<value>` strings -> a mapping, e.g. `--cluster-env SAIL_...=...`, `--cluster-conf spark.sql....=...`.
 
     Raises:
-        InputError: naming `--cluster-env` and the item for one without `=` or not naming a SAIL_ variable.
+        InputError: naming the option and the item for one without `=` or whose name does not start with `prefix`.
     """
-    environment = {}
+    assigned = {}
     for pair in pairs:
         name, equals, value = pair.partition("=")
-        if not equals or not name.startswith("SAIL_"):
-            raise InputError(f"--cluster-env: {pair!r} is not SAIL_<NAME>=<VALUE>")
-        environment[name] = value
-    return environment
-
-
-def parse_spark_conf(pairs: Sequence[str]) -> dict[str, str]:
-    """`spark.sql.<name>=<value>` strings -> a mapping (for `--cluster-conf`).
-
-    Raises:
-        InputError: naming `--cluster-conf` and the item for one without `=` or not a spark.sql. setting.
-    """
-    conf = {}
-    for pair in pairs:
-        name, equals, value = pair.partition("=")
-        if not equals or not name.startswith("spark.sql."):
-            raise InputError(f"--cluster-conf: {pair!r} is not spark.sql.<name>=<value>")
-        conf[name] = value
-    return conf
+        if not equals or not name.startswith(prefix):
+            raise InputError(f"{option}: {pair!r} is not {prefix}<name>=<value>")
+        assigned[name] = value
+    return assigned
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 
 from conf.errors import InputError
 from pipelines.bench.silver import ENGINES
-from pipelines.bench.silver_remote import EngineChoice, parse_engine_choice, parse_environment
+from pipelines.bench.silver_remote import EngineChoice, parse_assignments, parse_engine_choice
 from tests.pipelines.cli.test_cli import run_cli
 
 
@@ -80,7 +80,8 @@ def test_an_unknown_engine_or_storage_is_refused_naming_it(text, message):
 
 
 def test_cluster_variables_are_sail_names_with_values():
-    assert parse_environment(["SAIL_CLUSTER__WORKER_TASK_SLOTS=2"]) == {"SAIL_CLUSTER__WORKER_TASK_SLOTS": "2"}
+    pairs = ["SAIL_CLUSTER__WORKER_TASK_SLOTS=2", "SAIL_MODE=local=x"]
+    assert parse_assignments(pairs, "--cluster-env", "SAIL_") == {"SAIL_CLUSTER__WORKER_TASK_SLOTS": "2", "SAIL_MODE": "local=x"}
     for bad in ("SAIL_CLUSTER__WORKER_TASK_SLOTS", "PATH=/bin"):
-        with pytest.raises(InputError, match=f"--cluster-env: '{bad}'"):
-            parse_environment([bad])
+        with pytest.raises(InputError, match=f"--cluster-env: '{bad}' is not SAIL_<name>=<value>"):
+            parse_assignments([bad], "--cluster-env", "SAIL_")
