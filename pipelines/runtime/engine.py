@@ -308,14 +308,14 @@ def sail_connect_server(
 
     sail = shutil.which("sail") or os.path.join(os.path.dirname(sys.executable), "sail")
     port = free_loopback_port()
-    environment = {
+    server_environment = {
         **os.environ, "RUST_LOG": "error", **sail_environment(settings), **storage_options(settings), "SAIL_MODE": mode,
         **(environment or {}),
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="sail-server-") as scratch, tempfile.TemporaryFile(mode="w+") as log:
         process = subprocess.Popen(
             [sail, "spark", "server", "--ip", "127.0.0.1", "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=workdir or scratch,
+            stdout=log, stderr=subprocess.STDOUT, env=server_environment, cwd=workdir or scratch,
         )  # fmt: skip
         try:
             _wait_for_port(process, port, log, time.monotonic() + startup_timeout, "Sail Spark Connect server")
