@@ -35,6 +35,18 @@ from conf.errors import InputError, LakehouseError
 from conf.settings import Settings, load_settings
 from conf.tables import table_spec
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
+from pipelines.bench.silver_remote import (
+    CLUSTER_ENVIRONMENT,
+    CLUSTER_SPARK_CONF,
+    OtherProcessesCpu,
+    S3Endpoint,
+    bench_home,
+    parse_assignments,
+    parse_engine_choice,
+    print_compared,
+    run_compared,
+    s3_server,
+)
 from pipelines.cli.console import console
 
 if TYPE_CHECKING:
@@ -68,11 +80,22 @@ def register(app: typer.Typer) -> None:
     def bench_silver_command(
         versions: int = typer.Option(..., "--versions", min=100, help="Aspect versions to generate (about)."),
         batches: int = typer.Option(1, "--batches", min=1, help="Land them as this many equal batches."),
-        engine: str = typer.Option(
-            "sail", "--engine",
+        engines: list[str] = typer.Option(
+            ["sail"], "--engine",
             help="sail (embedded, Delta + MERGE), sail-cluster (sail spark server in local-cluster mode, its own "
-            "process, through Spark Connect) or classic (JVM local[2], Parquet).",
-        ),  # fmt: skip
+            "process, through Spark Connect) or classic (JVM local[2], Parquet); ENGINE:STORAGE names the home's "
+            "storage too (sail-cluster:s3). Repeat to compare engines in one run (the first is the reference).",
+        ),
+        storage: str = typer.Option(
+            "local", "--storage", help="local (a folder) or s3 (moto's S3 server on loopback) for the home and input."
+        ),
+        runs: int = typer.Option(1, "--runs", min=1, help="Run each engine this many times, in alternating order."),
+        cluster_env: list[str] = typer.Option(
+            [], "--cluster-env", help="SAIL_<NAME>=<VALUE> for the sail-cluster server, over the bench's defaults."
+        ),
+        cluster_conf: list[str] = typer.Option(
+            [], "--cluster-conf", help="spark.sql.<name>=<value> for the sail-cluster session, over the bench's defaults."
+        ),
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
         seed: int = typer.Option(7, "--seed", help="Generator seed."),
         work: Path | None = typer.Option(None, "--work", help="Scratch folder (default: a temporary one, removed after)."),
@@ -88,11 +111,25 @@ def register(app: typer.Typer) -> None:
         micro_records: int = typer.Option(100, "--micro-records", min=1, help="Records per micro-batch."),
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
+        choices = [parse_engine_choice(text, ENGINES, storage) for text in engines]
+        environment = parse_assignments(cluster_env, "--cluster-env", "SAIL_")
+        spark_conf = parse_assignments(cluster_conf, "--cluster-conf", "spark.sql.")
+        if len(choices) > 1 or runs > 1:
+            compared = run_compared(
+                run_silver_bench, choices, runs, work, versions=versions, batches=batches, seed=seed,
+                baseline=baseline, floors=floors, micro_batches=micro_batches, micro_records=micro_records,
+                cluster_environment=environment, cluster_spark_conf=spark_conf,
+            )  # fmt: skip
+            print_compared(compared, write_result(out, "silver-compare", compared))
+            return
+        (choice,) = choices
+        engine = choice.engine
         result = run_silver_bench(
             versions=versions, batches=batches, engine=engine, seed=seed, work=work, baseline=baseline, floors=floors,
-            micro_batches=micro_batches, micro_records=micro_records,
+            micro_batches=micro_batches, micro_records=micro_records, storage=choice.storage,
+            cluster_environment=environment, cluster_spark_conf=spark_conf,
         )  # fmt: skip
-        path = write_result(out, f"silver-{engine}", result)
+        path = write_result(out, f"silver-{engine}" + ("" if choice.storage == "local" else f"-{choice.storage}"), result)
         refine = result["refine"]
         console.print(
             f"{result['versions']} versions in {result['batches']} batch(es) on {engine}: refine {refine['wall_s']} s "
@@ -123,6 +160,10 @@ def run_silver_bench(
     floors: bool = False,
     micro_batches: int = 0,
     micro_records: int = 100,
+    storage: str = "local",
+    s3: S3Endpoint | None = None,
+    cluster_environment: dict[str, str] | None = None,
+    cluster_spark_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
 
@@ -133,13 +174,17 @@ def run_silver_bench(
     and `floors_cpu` the CPU time of the same jobs.
     With `micro_batches` (sail only), that many batches of `micro_records` records then run against the
     state (`pipelines.bench.micro_batches`).
+    With `storage="s3"`, the home and the input files are on an S3-protocol server (`s3`, or moto's server
+    started for this run; `pipelines.bench.silver_remote`); `cluster_environment` goes to the sail-cluster
+    server over `silver_remote.CLUSTER_ENVIRONMENT`, `cluster_spark_conf` to its session over
+    `silver_remote.CLUSTER_SPARK_CONF`.
 
     Raises:
-        InputError: for an unknown engine or a batch count larger than the versions.
+        InputError: for an unknown engine or storage, a batch count larger than the versions, or a step
+            measured on one engine or storage only asked of another.
         BaselineMismatch: when the baseline and the pipeline derive different event ids.
     """
-    if engine not in ENGINES:
-        raise InputError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    parse_engine_choice(f"{engine}:{storage}", ENGINES, storage)
     if batches < 1 or batches > versions:
         raise InputError(f"--batches: {batches!r} must be between 1 and --versions ({versions})")
     folder = Path(work) if work else Path(tempfile.mkdtemp(prefix="bench-silver-"))
@@ -163,12 +208,19 @@ def run_silver_bench(
             raise InputError(f"--floors: measured on the sail engine only, not on {engine!r}")
         if micro_batches and engine not in ("sail", "sail-cluster"):
             raise InputError(f"--micro-batches: measured on the sail engine only, not on {engine!r}")
+        if storage != "local" and (floors or micro_batches):
+            raise InputError(f"--floors and --micro-batches: measured on a local home only, not on {storage!r}")
         load_before = os.getloadavg()
         if engine in ("sail", "sail-cluster"):
-            figures = _run_sail(
-                folder, batch_dirs, collect_ids=baseline, floors=floors, micro=(micro_batches, micro_records, seed),
-                cluster=engine == "sail-cluster",
-            )
+            with contextlib.ExitStack() as stack:
+                if storage == "s3" and s3 is None:
+                    s3 = stack.enter_context(s3_server(folder))
+                figures = _run_sail(
+                    folder, batch_dirs, collect_ids=baseline, floors=floors, micro=(micro_batches, micro_records, seed),
+                    cluster=engine == "sail-cluster", s3=s3 if storage == "s3" else None,
+                    cluster_environment={**CLUSTER_ENVIRONMENT, **(cluster_environment or {})},
+                    cluster_spark_conf={**CLUSTER_SPARK_CONF, **(cluster_spark_conf or {})},
+                )  # fmt: skip
         else:
             figures = _run_classic(folder, batch_dirs, collect_ids=baseline)
         load_after = os.getloadavg()
@@ -184,6 +236,7 @@ def run_silver_bench(
             "generation": dataclasses.asdict(generation),
             "landing": dataclasses.asdict(figures["landing"]),
             "landing_mode": figures["landing_mode"],
+            "storage": storage,
             "refine": dataclasses.asdict(refine),
             "events": events,
             "versions_per_s": round(generated / refine.wall_s, 1) if refine.wall_s else None,
@@ -196,6 +249,9 @@ def run_silver_bench(
             "targets": TARGETS,
             # Other work on the machine shows here: the figures are only comparable at a low load.
             "load_average_1m": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+            # CPU seconds of the other processes on the same cores, per step: the sail-cluster server with its
+            # workers, and the S3 server (moto: Python, its own cost, not the engine's).
+            **{key: figures[key] for key in ("engine_server_cpu_s", "s3_server_cpu_s") if figures.get(key)},
             **compared,
             **(
                 {
@@ -351,6 +407,9 @@ def _run_sail(
     floors: bool = False,
     micro: tuple[int, int, int] = (0, 0, 0),
     cluster: bool = False,
+    s3: S3Endpoint | None = None,
+    cluster_environment: dict[str, str] | None = None,
+    cluster_spark_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     from pipelines.bench.floors import measure_floors
     from pipelines.bench.micro_batches import run_micro_batches
@@ -358,16 +417,23 @@ def _run_sail(
     from pipelines.batch.refine import refine
     from pipelines.runtime.io import read_table
 
-    settings = load_settings("local", home=folder / "home", env={})
     with contextlib.ExitStack() as stack:
+        home, overrides, land_from = stack.enter_context(bench_home(folder, batch_dirs, s3))
+        settings = load_settings("local", home=home, env={}, overrides=overrides)
+        other_cpu = OtherProcessesCpu(cluster=cluster, s3=s3)
         if cluster:
-            url = stack.enter_context(sail_connect_server(settings, mode="local-cluster", workdir=str(folder)))
-            settings = load_settings("connect", home=folder / "home", env={}, overrides=[f"engine.connect_url={url}"])
+            url = stack.enter_context(
+                sail_connect_server(settings, mode="local-cluster", workdir=str(folder), environment=cluster_environment)
+            )
+            session_conf = [f"engine.spark_conf.{key}='{value}'" for key, value in (cluster_spark_conf or {}).items()]
+            settings = load_settings(
+                "connect", home=home, env={}, overrides=[*overrides, *session_conf, f"engine.connect_url={url}"]
+            )
         spark = stack.enter_context(open_session(settings))
-        with measure() as landing:
-            mode = _land(spark, settings, batch_dirs)
+        with other_cpu.measure("landing"), measure() as landing:
+            mode = _land(spark, settings, land_from)
         per_batch = []
-        with measure() as total:
+        with other_cpu.measure("refine"), measure() as total:
             for _ in batch_dirs:
                 with measure() as one:
                     result = refine(spark, settings, max_batches=1)
@@ -397,6 +463,8 @@ def _run_sail(
         "event_ids": event_ids,
         "floors": floor_figures,
         "micro_batches": micro_figures,
+        "engine_server_cpu_s": other_cpu.engine_server,
+        "s3_server_cpu_s": other_cpu.s3_server,
     }
 
 

@@ -6,7 +6,7 @@ import contextlib
 import importlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from conf.errors import ConfigError
@@ -329,19 +329,25 @@ def _wait_for_port(process, port: int, log, deadline: float, what: str) -> None:
 
 @contextlib.contextmanager
 def sail_connect_server(
-    settings: Settings, mode: str = "local-cluster", workdir: str | None = None, startup_timeout: float = 60.0
+    settings: Settings,
+    mode: str = "local-cluster",
+    workdir: str | None = None,
+    startup_timeout: float = 60.0,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """Run Sail as a Spark Connect server in its own process on loopback (`sail spark server`).
 
-    The server gets `sail_environment(settings)` and `SAIL_MODE` in its environment, as a remote Sail
-    deployment must; in `local-cluster` mode it starts a driver and workers that exchange data over
-    the network (the runner Sail uses on Kubernetes).
+    The server gets `sail_environment(settings)`, the home's object-storage options
+    (`storage_options(settings)`: an `s3://` home is read and written by the server itself) and
+    `SAIL_MODE` in its environment, as a remote Sail deployment must; in `local-cluster` mode it starts a
+    driver and workers that exchange data over the network (the runner Sail uses on Kubernetes).
 
     Args:
         settings: the settings whose Sail environment the server starts with.
         mode: `SAIL_MODE`: `local` (one process, threads) or `local-cluster`.
         workdir: the server's working directory (default: a new temporary one).
         startup_timeout: seconds to wait for the server's port.
+        environment: more variables for the server, over the others (e.g. `SAIL_CLUSTER__WORKER_TASK_SLOTS`).
 
     Yields:
         The `sc://` URL of the server; it is killed when the block ends.
@@ -357,11 +363,14 @@ def sail_connect_server(
 
     sail = shutil.which("sail") or os.path.join(os.path.dirname(sys.executable), "sail")
     port = free_loopback_port()
-    environment = {**os.environ, "RUST_LOG": "error", **sail_environment(settings), "SAIL_MODE": mode}
+    server_environment = {
+        **os.environ, "RUST_LOG": "error", **sail_environment(settings), **storage_options(settings), "SAIL_MODE": mode,
+        **(environment or {}),
+    }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="sail-server-") as scratch, tempfile.TemporaryFile(mode="w+") as log:
         process = subprocess.Popen(
             [sail, "spark", "server", "--ip", "127.0.0.1", "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=workdir or scratch,
+            stdout=log, stderr=subprocess.STDOUT, env=server_environment, cwd=workdir or scratch,
         )  # fmt: skip
         try:
             _wait_for_port(process, port, log, time.monotonic() + startup_timeout, "Sail Spark Connect server")
