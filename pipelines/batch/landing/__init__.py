@@ -36,7 +36,7 @@ from pipelines.batch.landing.batch import (
     scratch_folder,
 )
 from pipelines.batch.landing.discovery import list_input_files
-from pipelines.batch.landing.files import FileDigest, LineScanner, count_lines, file_digest
+from pipelines.batch.landing.files import FileDigest, RangeReader, count_lines, file_digest
 from pipelines.batch.landing.model import (
     ALREADY_LANDED,
     DATA_TABLES,
@@ -65,7 +65,7 @@ __all__ = [
     "FileDigest",
     "FileResult",
     "LandingReport",
-    "LineScanner",
+    "RangeReader",
     "ProgressCallback",
     "check_batch_id",
     "count_lines",
