@@ -18,7 +18,7 @@ from conf.locations import Location, ObjectLocation, parse_location
 from conf.settings import Settings
 from pipelines.batch.landing.engine_files import content_hashes, engine_hashable
 from pipelines.batch.landing.files import READ_CHUNK, READ_ERRORS, error_text, file_digest, open_text
-from pipelines.batch.landing.model import ALREADY_LANDED, LANDED, LEDGER_TABLE, UNDETECTED, FilePlan
+from pipelines.batch.landing.model import ALREADY_LANDED, LEDGER_TABLE, UNDETECTED, FilePlan
 from pipelines.runtime.io import read_table
 from pipelines.runtime.storage import storage_for
 
@@ -100,7 +100,7 @@ def plan_files(
         settings: the lakehouse settings.
         files: (path, named explicitly) per file, as `list_input_files` gives them.
         kind: the kind forced on every file, or None to detect each file's kind.
-        hasher: where the digest of a file the engine cannot read (`engine_files.engine_hashable`) is
+        hasher: where the digest of a file the engine does not hash (`engine_files.engine_hashable`) is
             computed in Python, beside the Spark work.
 
     Returns:
@@ -114,7 +114,7 @@ def plan_files(
     for row in ledger_df.collect():
         landed_kinds.setdefault(row.source_file, {})[row.content_hash] = row.kind
     sizes = {path: _stored_size(path) for path, _ in files}
-    # The engine hashes the batch's files in parallel (one read of their bytes); none of it runs here.
+    # The engine hashes the batch's files in one job, in parallel; only what it cannot hash is read here.
     hashes = content_hashes(spark, [(path, size) for path, size in sizes.items() if engine_hashable(path, size)])
     plans = []
     for index, (path, explicit) in enumerate(files):

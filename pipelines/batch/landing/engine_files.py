@@ -13,6 +13,7 @@ a path it would take as a glob pattern, and a larger file.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from pyspark.sql import functions as F
 
 from conf.locations import Location
 
+log = logging.getLogger("lakehouse.landing")
 # The engine reads a path as a glob pattern: with one of these in it, it may read another file, or none.
 GLOB_CHARACTERS = re.compile(r"[*?\[\]{}\\]")
 # Larger files are hashed in Python: each read partition a file spans holds all of its bytes (see above).
@@ -72,17 +74,22 @@ def content_hashes(spark: SparkSession, files: Sequence[tuple[Location, int]]) -
 
     Returns:
         path -> hex SHA-256, the same digest as hashlib's over the file's bytes. The engine lists no row
-        for an empty file: its digest is that of no bytes.
+        for an empty file: its digest is that of no bytes. A file missing here (the engine's read failed)
+        is for the caller to hash.
     """
     hashes = {path: EMPTY_SHA256 for path, size in files if size == 0}
     for group in read_groups([path for path, size in files if size > 0]):
         by_key = {path_key(path): path for path in group}
-        rows = (
-            spark.read.format("binaryFile")
-            .load([str(path) for path in group])
-            .select(engine_path_key(F.col("path")).alias("key"), F.sha2(F.col("content"), 256).alias("sha256"))
-            .collect()
-        )
+        try:
+            rows = (
+                spark.read.format("binaryFile")
+                .load([str(path) for path in group])
+                .select(engine_path_key(F.col("path")).alias("key"), F.sha2(F.col("content"), 256).alias("sha256"))
+                .collect()
+            )
+        except Exception as exc:  # noqa: BLE001 - reading them in Python gives the file's own error, if any
+            log.warning("the engine could not hash %d files (%s); hashing them in Python", len(group), exc)
+            continue
         for row in rows:
             if row.key in by_key:
                 hashes[by_key[row.key]] = row.sha256

@@ -14,7 +14,7 @@ import gzip
 import hashlib
 import io
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -120,22 +120,19 @@ def count_lines(path: Location) -> int | None:
     return breaks + (last not in (b"", b"\n"))
 
 
-class RangeReader:
-    """Reads a few bytes at chosen offsets of a file as stored (ranged reads on object storage), not the rest."""
+def read_at(path: Location, size: int) -> Callable[[int, int], bytes]:
+    """Return `read(offset, length)`, which reads only the bytes asked for of a file of `size` bytes.
 
-    def __init__(self, path: Location):
-        self._handle = open_raw(path)
+    `read` gives up to `length` bytes from `offset`, fewer at the end of the file: one ranged request on
+    object storage, whatever the file's size.
+    """
+    storage = storage_for(path)
 
-    def __enter__(self) -> RangeReader:
-        return self
+    def read(offset: int, length: int) -> bytes:
+        length = min(length, size - offset)
+        return storage.read_range(path, offset, length) if length > 0 else b""
 
-    def __exit__(self, *exc_info) -> None:
-        self._handle.close()
-
-    def read_at(self, offset: int, length: int) -> bytes:
-        """Up to `length` bytes from `offset` (fewer at the end of the file)."""
-        self._handle.seek(offset)
-        return self._handle.read(length)
+    return read
 
 
 @dataclass(frozen=True)
@@ -166,13 +163,12 @@ def number_lines(path: Location, out: Location) -> NumberedCopy:
         return write_numbered_lines(path, target)
 
 
-def write_numbered_lines(path: Location, target: TextIO, prefix: str = "") -> NumberedCopy:
-    """Write a JSON-lines file's lines to `target` as `<prefix><line>\\t<line text>` lines.
+def write_numbered_lines(path: Location, target: TextIO) -> NumberedCopy:
+    """Write a JSON-lines file's lines to `target` as `<line>\\t<line text>` lines.
 
     Args:
         path: the input file (plain or gzip).
         target: the numbered copy, open for writing text.
-        prefix: written before each line number (several files in one copy: `<file index>\\t`).
 
     Returns:
         How many lines were written and, for a file that could not be read to its end, why.
@@ -199,14 +195,14 @@ def write_numbered_lines(path: Location, target: TextIO, prefix: str = "") -> Nu
             # Blocks end at a line break, so no UTF-8 sequence is cut in two.
             lines = text.decode("utf-8", "replace").split("\n")
             target.write(
-                "".join(f"{prefix}{number + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(lines, 1))
+                "".join(f"{number + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(lines, 1))
             )
             number += len(lines)
         tail = b"".join(pending).decode("utf-8", "replace")
         if error is not None:
             return NumberedCopy(lines=number, lines_read=number, error=error, cut_text=tail)
         if tail:
-            target.write(f"{prefix}{number + 1}\t{tail.removesuffix(chr(13))}\n")
+            target.write(f"{number + 1}\t{tail.removesuffix(chr(13))}\n")
             number += 1
     return NumberedCopy(lines=number, lines_read=number)
 

@@ -28,7 +28,7 @@ from conf.errors import InputError, LakehouseError
 from conf.locations import Location
 from conf.settings import Settings
 from pipelines.batch.landing.engine_files import GLOB_CHARACTERS
-from pipelines.batch.landing.files import NumberedCopy, RangeReader, convert_file_sink, is_gzip, number_lines
+from pipelines.batch.landing.files import NumberedCopy, convert_file_sink, is_gzip, number_lines, read_at
 from pipelines.batch.landing.model import FAMILIES, LANDED, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
 from pipelines.runtime.storage import storage_for
 
@@ -252,8 +252,7 @@ def _file_order(plan: FilePlan, summary: list) -> list[tuple[int, int]] | None:
     if is_gzip(plan.path):
         # Not splittable: the engine decompresses it front to back, in one partition.
         return [(p.partition, p.rows) for p in parts] if len(parts) == 1 else None
-    with RangeReader(plan.path) as reader:
-        order = order_partitions(parts, reader.read_at, plan.size)
+    order = order_partitions(parts, read_at(plan.path, plan.size), plan.size)
     if order is None:
         return None
     rows = {p.partition: p.rows for p in parts}

@@ -434,7 +434,7 @@ def test_the_cli_lands_lists_quarantine_and_recovers_from_a_kill(spark, tmp_path
 
 
 def test_the_engine_hashes_files_as_hashlib_does(spark, tmp_path):
-    from pipelines.batch.landing import RangeReader, file_digest
+    from pipelines.batch.landing import file_digest, read_at
     from pipelines.batch.landing.engine_files import content_hashes
 
     text = b"first\r\n\n{\"a\": \"caf\xc3\xa9\"}\nlast without break"
@@ -453,10 +453,10 @@ def test_the_engine_hashes_files_as_hashlib_does(spark, tmp_path):
     hashes = content_hashes(spark, [(path, len(data)) for path, data in files.items()])
     assert hashes == {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
     assert file_digest(tmp_path / "lines.txt").sha256 == hashlib.sha256(text).hexdigest()
-    with RangeReader(tmp_path / "lines.txt") as reader:
-        assert (reader.read_at(8, 8), reader.read_at(0, 5), reader.read_at(len(text) - 5, 99)) == (
-            b'{"a": "c', b"first", b"break"
-        )
+    reader = read_at(tmp_path / "lines.txt", len(text))
+    assert (reader(8, 8), reader(0, 5), reader(len(text) - 5, 99), reader(len(text), 9)) == (
+        b'{"a": "c', b"first", b"break", b""
+    )
 
 
 def test_split_reads_and_undecodable_files_get_exact_line_numbers(spark, settings, tmp_path):
