@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
@@ -100,8 +100,8 @@ def plan_files(
         settings: the lakehouse settings.
         files: (path, named explicitly) per file, as `list_input_files` gives them.
         kind: the kind forced on every file, or None to detect each file's kind.
-        hasher: where the digest of a file the engine does not hash (`engine_files.engine_hashable`) is
-            computed in Python, beside the Spark work.
+        hasher: the thread where the hashes no skip decision needs are computed beside the staging: by
+            the engine, or here for a file it does not hash (`engine_files.engine_hashable`).
 
     Returns:
         One plan per file, in order; files not to land have their status and a note.
@@ -114,15 +114,20 @@ def plan_files(
     for row in ledger_df.collect():
         landed_kinds.setdefault(row.source_file, {})[row.content_hash] = row.kind
     sizes = {path: _stored_size(path) for path, _ in files}
-    # The engine hashes the batch's files in one job, in parallel; only what it cannot hash is read here.
-    hashes = content_hashes(spark, [(path, size) for path, size in sizes.items() if engine_hashable(path, size)])
+    hashable = {path for path, size in sizes.items() if engine_hashable(path, size)}
+    # The hash decides whether a file whose path landed before is skipped: the engine computes those now.
+    # Other files' hashes only go to the ledger: the engine computes them beside the staging.
+    hashes = content_hashes(spark, [(path, sizes[path]) for path in sorted(hashable, key=str) if str(path) in landed_kinds])
+    later = [(path, sizes[path]) for path in sorted(hashable, key=str) if str(path) not in landed_kinds]
+    later_hashes = hasher.submit(content_hashes, spark, later) if later else None
     plans = []
     for index, (path, explicit) in enumerate(files):
         plan = FilePlan(index=index, path=path, kind=kind, explicit=explicit, size=sizes[path])
         if path in hashes:
             plan.content_hash = hashes[path]
         else:
-            plan.digest_future = hasher.submit(file_digest, path)
+            # The hashing thread runs one task at a time: the engine's batch job before these.
+            plan.hash_future = hasher.submit(_content_hash, path, later_hashes if path in hashable else None)
         previous = landed_kinds.get(str(path))
         if previous and plan.sha256() in previous:
             plan.kind = previous[plan.sha256()]
@@ -145,6 +150,12 @@ def plan_files(
                 plan.status, plan.note = UNDETECTED, message
         plans.append(plan)
     return plans
+
+
+def _content_hash(path: Location, engine_hashes: Future | None) -> str:
+    """A file's hex SHA-256: the engine's (from the batch's hash job), else computed here."""
+    computed = engine_hashes.result() if engine_hashes is not None else {}
+    return computed[path] if path in computed else file_digest(path).sha256
 
 
 def _stored_size(path: Location) -> int:

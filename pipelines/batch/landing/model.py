@@ -143,7 +143,7 @@ class FilePlan:
     status: str = LANDED
     note: str | None = None
     size: int = 0  # bytes stored
-    digest_future: Future | None = None  # of a FileDigest, for a file whose hash the engine did not compute
+    hash_future: Future | None = None  # of the hex SHA-256, when it is computed beside the staging
     content_hash: str | None = None
     family: str | None = None  # the table the file's records land in
     staged: Location | None = None
@@ -158,9 +158,9 @@ class FilePlan:
     numbered: NumberedCopy | None = None
 
     def sha256(self) -> str:
-        """The file's content hash: the engine's, else the Python digest's (waiting for it)."""
+        """The file's content hash (hex SHA-256), waiting for it when it is computed beside the staging."""
         if self.content_hash is None:
-            self.content_hash = self.digest_future.result().sha256
+            self.content_hash = self.hash_future.result()
         return self.content_hash
 
     @property
