@@ -141,6 +141,16 @@ class Storage:
 
         return bytes(obstore.get(self._store(location), location.key).bytes())
 
+    def read_range(self, location: Location, start: int, length: int) -> bytes:
+        """`length` bytes of a file from byte `start`, which must lie inside it (one ranged read of an object)."""
+        if isinstance(location, Path):
+            with open(location, "rb") as handle:
+                handle.seek(start)
+                return handle.read(length)
+        import obstore
+
+        return bytes(obstore.get_range(self._store(location), location.key, start=start, length=length))
+
     def open_read(self, location: Location) -> BinaryIO:
         """Open a file for reading its bytes (seekable; objects are read in ranges as asked for)."""
         if isinstance(location, Path):

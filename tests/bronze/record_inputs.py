@@ -35,7 +35,9 @@ def usage(**overrides) -> dict:
 
 def lines_df(spark, lines: list[str], file_index: int = 0, source_file: str = "in.jsonl"):
     """Line rows numbered 1.. (as a reader that numbers lines gives them)."""
-    rows = [(file_index, source_file, None, None, number, text) for number, text in enumerate(lines, 1)]
+    rows = [(file_index, source_file, None, None, None, number, text) for number, text in enumerate(lines, 1)]
     return spark.createDataFrame(
-        rows, "file_index int, source_file string, mid bigint, line_crc bigint, line_number bigint, value string"
+        rows,
+        "file_index int, source_file string, mid bigint, line_crc bigint, line_bytes bigint, line_number bigint, "
+        "value string",
     )

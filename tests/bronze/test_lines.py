@@ -10,6 +10,7 @@ import pytest
 
 from bronze.lines import (
     LINE_COLUMNS,
+    ReadPartition,
     line_offsets,
     order_partitions,
     to_lines,
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.pure
 def test_a_byte_order_mark_before_the_first_record_is_not_part_of_it(pure_spark, tmp_path: Path):
     path = tmp_path / "bom.mcl.jsonl"
     path.write_text("\ufeff" + json.dumps(mcl()) + "\n" + json.dumps(mcl(aspectName="globalTags", aspect={"value": "{}"})) + "\n", encoding="utf-8")
-    read_df = to_lines(pure_spark.read.text(str(path)), 0, str(path))
+    read_df = to_lines(pure_spark.read.option("lineSep", "\n").text(str(path)), 0, str(path))
     numbered_df = to_numbered_lines(lines_df(pure_spark, ["1\t\ufeff" + json.dumps(mcl())]).select("value"), 0, str(path))
     for staged_df in (read_df, numbered_df):
         staged = parse_snapshot_lines(staged_df, "mcl", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT).collect()
@@ -37,9 +38,10 @@ def test_line_numbers_of_a_text_read_follow_the_file(pure_spark, tmp_path: Path)
     lines = [json.dumps(usage(timestamp=1700000000000 + i, userAgent="a" * (i % 300))) for i in range(12000)]
     lines[10] = ""
     lines[7000] = "   "
+    lines[20] += "\r"  # a CRLF line break
     path = tmp_path / "usage.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    read_df = to_lines(pure_spark.read.text(str(path)), 3, str(path))
+    read_df = to_lines(pure_spark.read.option("lineSep", "\n").text(str(path)), 3, str(path))
     assert read_df.columns == list(LINE_COLUMNS)
     # Staged once, as landing does: a second read of the text may split it differently.
     parse_usage_lines(read_df, max_record_bytes=LIMIT).write.parquet(str(tmp_path / "staged"))
@@ -47,47 +49,64 @@ def test_line_numbers_of_a_text_read_follow_the_file(pure_spark, tmp_path: Path)
     summary = to_partition_summary(staged_df).collect()
     assert {r.file_index for r in summary} == {3}
     assert (sum(r.rows for r in summary), sum(r.records_read for r in summary)) == (len(lines), len(lines) - 2)
-    parts = [(r.partition, r.rows, r.first_crc, r.last_crc) for r in summary]
-    order = order_partitions(parts, crc_reader(lines))
-    rows = {p[0]: p[1] for p in parts}
+    parts = [ReadPartition(*(r[k] for k in PARTITION_FIELDS)) for r in summary]
+    stored = path.read_bytes()
+    order = order_partitions(parts, byte_reader(stored), len(stored))
+    rows = {p.partition: p.rows for p in parts}
     numbered_df = with_line_numbers(staged_df, line_offsets({3: [(p, rows[p]) for p in order]}))
     got = {r.line_number: (r.blank, r.timestamp) for r in numbered_df.select("line_number", "blank", "timestamp").collect()}
     expected = {n: (not text.strip(), json.loads(text)["timestamp"] if text.strip() else None) for n, text in enumerate(lines, 1)}
     assert got == expected
 
 
-def crc_reader(lines: list[str]):
-    """crc_at over in-memory lines, refusing to go back (as the file scanner does)."""
-    asked = []
-
-    def crc_at(number: int):
-        assert not asked or number >= asked[-1], "crc_at went back"
-        asked.append(number)
-        return zlib.crc32(lines[number - 1].encode()) if number <= len(lines) else None
-
-    return crc_at
+PARTITION_FIELDS = ("partition", "rows", "bytes", "first_crc", "first_bytes", "last_crc", "last_bytes")
 
 
-def part(partition: int, lines: list[str], first: int, rows: int) -> tuple[int, int, int, int]:
-    return (partition, rows, zlib.crc32(lines[first - 1].encode()), zlib.crc32(lines[first + rows - 2].encode()))
+def byte_reader(stored: bytes):
+    """read_at over in-memory bytes, counting the bytes read."""
+
+    def read_at(offset: int, length: int) -> bytes:
+        read_at.read += min(length, max(len(stored) - offset, 0))
+        return stored[offset : offset + length]
+
+    read_at.read = 0
+    return read_at
 
 
-def test_order_partitions_puts_partitions_in_file_order_or_gives_up():
-    lines = [f"line {n}" for n in range(1, 11)]
+def part(partition: int, lines: list[bytes], first: int, rows: int) -> ReadPartition:
+    """The summary of a partition holding lines first..first+rows-1 (1-based) of `lines`."""
+    held = lines[first - 1 : first - 1 + rows]
+    return ReadPartition(
+        partition, rows, sum(len(line) + 1 for line in held), zlib.crc32(held[0]), len(held[0]),
+        zlib.crc32(held[-1]), len(held[-1]),
+    )  # fmt: skip
+
+
+def test_order_partitions_puts_partitions_in_file_order_from_the_bytes_at_their_bounds_or_gives_up():
+    lines = [f"line {n}".encode() for n in range(1, 11)]
+    stored = b"\n".join(lines) + b"\n"
+    size = len(stored)
     # The engine numbered the second half of the file as partition 0.
-    assert order_partitions([part(0, lines, 6, 5), part(1, lines, 1, 5)], crc_reader(lines)) == [1, 0]
+    assert order_partitions([part(0, lines, 6, 5), part(1, lines, 1, 5)], byte_reader(stored), size) == [1, 0]
     shuffled = [part(7, lines, 4, 2), part(2, lines, 1, 3), part(5, lines, 6, 5)]
-    assert order_partitions(shuffled, crc_reader(lines)) == [2, 7, 5]
+    reader = byte_reader(stored)
+    assert order_partitions(shuffled, reader, size) == [2, 7, 5]
+    assert reader.read < 3 * size, "only the bytes at the partitions' bounds are read"
     # Same first line, told apart by the last one.
-    tied = ["x", "a", "x", "b", "c"]
-    assert order_partitions([part(0, tied, 3, 3), part(1, tied, 1, 2)], crc_reader(tied)) == [1, 0]
-    same = ["x", "y", "x", "y"]
-    assert order_partitions([part(0, same, 1, 2), part(1, same, 3, 2)], crc_reader(same)) is None
-    # Partitions that do not tile the file: a line missing, a line too many, a foreign line.
-    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 4)], crc_reader(lines)) is None
-    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 5)], crc_reader(lines[:9] + ["line 10"])) == [0, 1]
-    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 4)], crc_reader(lines[:9])) == [0, 1]
-    assert order_partitions([part(0, lines, 1, 5), (1, 5, zlib.crc32(b"other"), 0)], crc_reader(lines)) is None
+    tied = [b"x", b"a", b"x", b"b", b"c"]
+    tied_stored = b"\n".join(tied)  # no line feed after the last line
+    assert order_partitions([part(0, tied, 3, 3), part(1, tied, 1, 2)], byte_reader(tied_stored), len(tied_stored)) == [1, 0]
+    same = [b"x", b"y", b"x", b"y"]
+    same_stored = b"\n".join(same) + b"\n"
+    assert order_partitions([part(0, same, 1, 2), part(1, same, 3, 2)], byte_reader(same_stored), len(same_stored)) is None
+    # Partitions that do not tile the file: a line missing, a line too many, a foreign line, a CRLF break.
+    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 4)], byte_reader(stored), size) is None
+    shorter = b"\n".join(lines[:9]) + b"\n"
+    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 5)], byte_reader(shorter), len(shorter)) is None
+    other = ReadPartition(1, 5, 30, zlib.crc32(b"other"), 5, 0, 0)
+    assert order_partitions([part(0, lines, 1, 5), other], byte_reader(stored), size) is None
+    crlf = stored.replace(b"line 6\n", b"line 6\r\n")
+    assert order_partitions([part(0, lines, 1, 5), part(1, lines, 6, 5)], byte_reader(crlf), len(crlf)) is None
 
 
 def test_line_offsets_count_the_lines_before_each_partition():

@@ -5,17 +5,16 @@ One call of `land_paths` is one batch:
      (`writes.discard_uncommitted_batches`). A landing marks its batch (`writes.mark_landing_begun`) before
      it writes anything and unmarks it once committed, so the tables are only looked at when a marker
      was left behind;
-  2. every file is planned (`discovery`): a file landed before with the same path and content hash is
-     skipped;
+  2. every file is planned (`discovery`): its content hash is computed by the engine (`engine_files`), and a
+     file landed before with the same path and content hash is skipped;
   3. each file is parsed and validated once and staged as Parquet under `<home>/_scratch/land/<batch>`
-     (`staging`; gzip is read directly; file-sink arrays are first streamed into numbered JSON lines by
-     `files`). Line numbers of a text read come from the row id within each read partition, with the
-     partitions put in file order by checking their first and last lines against the file (the embedded
-     engine may number them out of order); a file that does not check out, that the engine cannot read
-     (not UTF-8, a damaged gzip: the lines before the damage land), or whose path the engine would take as
-     a glob pattern, is numbered in Python instead, and so are small JSON-lines files of one kind, into one
-     shared copy staged by one engine job (`staging.stage_small_files`). The lines staged must be as many
-     as the file has, or the landing stops;
+     (`staging`). JSON-lines files (gzip too) are read as text by the engine, those of one kind in one
+     job; line numbers come from the row id within each read partition, with the partitions put in file
+     order from the bytes at their bounds (the embedded engine may number them out of order). A file the
+     engine cannot read (not UTF-8, a damaged gzip: the lines before the damage land), whose path it
+     would take as a glob pattern, or whose partitions do not cover its bytes exactly, is numbered in
+     Python instead (`files`), and so are file-sink arrays (streamed into numbered JSON lines) and MCE
+     lines. The lines staged from such a copy must be as many as it has, or the landing stops;
   4. the batch's landable rows lose their duplicates (within the batch, then against the table, on the
      record hash) and are appended to bronze.aspect_snapshots / bronze.usage_events, quarantined records
      to bronze.quarantine (`writes`);
@@ -23,8 +22,9 @@ One call of `land_paths` is one batch:
      committed (pipelines.runtime.progress.committed_batches), so a crash before it leaves rows step 1 removes.
 
 Modules: `batch` (land_paths, batch ids, list_quarantined), `model` (statuses, tables, the per-file plan
-and the report), `discovery` (input files, kinds, files landed before), `files` (reading input files in
-Python), `staging` (parse, validate, stage as Parquet) and `writes` (the Delta writes).
+and the report), `discovery` (input files, kinds, files landed before), `engine_files` (content hashes by
+the engine), `files` (reading input files in Python), `staging` (parse, validate, stage as Parquet) and
+`writes` (the Delta writes).
 """
 
 from pipelines.batch.landing.batch import (
@@ -36,7 +36,7 @@ from pipelines.batch.landing.batch import (
     scratch_folder,
 )
 from pipelines.batch.landing.discovery import list_input_files
-from pipelines.batch.landing.files import FileDigest, LineScanner, count_lines, file_digest
+from pipelines.batch.landing.files import FileDigest, count_lines, file_digest, read_at
 from pipelines.batch.landing.model import (
     ALREADY_LANDED,
     DATA_TABLES,
@@ -65,7 +65,6 @@ __all__ = [
     "FileDigest",
     "FileResult",
     "LandingReport",
-    "LineScanner",
     "ProgressCallback",
     "check_batch_id",
     "count_lines",
@@ -76,5 +75,6 @@ __all__ = [
     "list_quarantined",
     "mark_landing_begun",
     "new_batch_id",
+    "read_at",
     "scratch_folder",
 ]

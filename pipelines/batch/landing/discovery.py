@@ -1,30 +1,24 @@
-"""Finding a batch's input files and planning each one: its kind (detected from its first lines, or
-forced), and whether it landed before (the same path and content hash in bronze.landed_files)."""
+"""Finding a batch's input files and planning each one: its content hash (computed by the engine), its kind
+(detected from its first lines, or forced), and whether it landed before (the same path and content hash
+in bronze.landed_files)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
 from pyspark.sql import SparkSession
 
-from bronze.formats import DETECTION_LINES, EMPTY, FILE_SINK, detect_kind
+from bronze.formats import DETECTION_LINES, EMPTY, detect_kind
 from conf.errors import ConfigError, InputError
 from conf.locations import Location, ObjectLocation, parse_location
 from conf.settings import Settings
-from pipelines.batch.landing.files import (
-    READ_CHUNK,
-    READ_ERRORS,
-    count_lines,
-    error_text,
-    file_digest,
-    is_gzip,
-    open_text,
-)
-from pipelines.batch.landing.model import ALREADY_LANDED, LANDED, LEDGER_TABLE, UNDETECTED, FilePlan
+from pipelines.batch.landing.engine_files import content_hashes, engine_hashable
+from pipelines.batch.landing.files import READ_CHUNK, READ_ERRORS, error_text, file_digest, open_text
+from pipelines.batch.landing.model import ALREADY_LANDED, LEDGER_TABLE, UNDETECTED, FilePlan
 from pipelines.runtime.io import read_table
 from pipelines.runtime.storage import storage_for
 
@@ -99,14 +93,15 @@ def plan_files(
     kind: str | None,
     hasher: ThreadPoolExecutor,
 ) -> list[FilePlan]:
-    """Plan each file of the batch: its kind, and whether it is landed already.
+    """Plan each file of the batch: its content hash, its kind, and whether it is landed already.
 
     Args:
         spark: the session.
         settings: the lakehouse settings.
         files: (path, named explicitly) per file, as `list_input_files` gives them.
         kind: the kind forced on every file, or None to detect each file's kind.
-        hasher: where each file's digest (and a gzip file's line count) is computed beside the Spark work.
+        hasher: the thread where the hashes no skip decision needs are computed beside the staging: by
+            the engine, or here for a file it does not hash (`engine_files.engine_hashable`).
 
     Returns:
         One plan per file, in order; files not to land have their status and a note.
@@ -118,15 +113,24 @@ def plan_files(
     ledger_df = read_table(spark, settings, LEDGER_TABLE).select("source_file", "content_hash", "kind").distinct()
     for row in ledger_df.collect():
         landed_kinds.setdefault(row.source_file, {})[row.content_hash] = row.kind
+    sizes = {path: _stored_size(path) for path, _ in files}
+    hashable = {path for path, size in sizes.items() if engine_hashable(path, size)}
+    # The hash decides whether a file whose path landed before is skipped: the engine computes those now.
+    # Other files' hashes only go to the ledger: the engine computes them beside the staging.
+    hashes = content_hashes(spark, [(path, sizes[path]) for path in sorted(hashable, key=str) if str(path) in landed_kinds])
+    later = [(path, sizes[path]) for path in sorted(hashable, key=str) if str(path) not in landed_kinds]
+    later_hashes = hasher.submit(content_hashes, spark, later) if later else None
     plans = []
     for index, (path, explicit) in enumerate(files):
-        # Reading a large file takes seconds; it runs beside the Spark work unless the skip decision needs it.
-        plan = FilePlan(
-            index=index, path=path, kind=kind, explicit=explicit, digest_future=hasher.submit(file_digest, path)
-        )
+        plan = FilePlan(index=index, path=path, kind=kind, explicit=explicit, size=sizes[path])
+        if path in hashes:
+            plan.content_hash = hashes[path]
+        else:
+            # The hashing thread runs one task at a time: the engine's batch job before these.
+            plan.hash_future = hasher.submit(_content_hash, path, later_hashes if path in hashable else None)
         previous = landed_kinds.get(str(path))
-        if previous and plan.digest_future.result().sha256 in previous:
-            plan.kind = previous[plan.digest_future.result().sha256]
+        if previous and plan.sha256() in previous:
+            plan.kind = previous[plan.sha256()]
             plan.status, plan.note = ALREADY_LANDED, "same path and content hash as a landed file"
         elif kind is None:
             try:
@@ -144,11 +148,20 @@ def plan_files(
                     raise InputError(f"{path}: {message}")
                 # Inside a folder, a file that is no input (a manifest, a README) is reported, not fatal.
                 plan.status, plan.note = UNDETECTED, message
-        if plan.status == LANDED and plan.kind not in (EMPTY, FILE_SINK) and is_gzip(path):
-            # Counting a gzip file's lines means decompressing it: only for files that land, beside the Spark work.
-            plan.lines_future = hasher.submit(count_lines, path)
         plans.append(plan)
     return plans
+
+
+def _content_hash(path: Location, engine_hashes: Future | None) -> str:
+    """A file's hex SHA-256: the engine's (from the batch's hash job), else computed here."""
+    computed = engine_hashes.result() if engine_hashes is not None else {}
+    return computed[path] if path in computed else file_digest(path).sha256
+
+
+def _stored_size(path: Location) -> int:
+    """A file's size in bytes (0 when it is gone: reading it then says so)."""
+    stored = storage_for(path).stat(path)
+    return stored.size if stored else 0
 
 
 def detect_file_kind(path: Location) -> str | None:

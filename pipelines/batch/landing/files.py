@@ -1,5 +1,6 @@
-"""Reading input files in Python, beside the engine: hashes and line counts, the CRC of a line, numbered
-copies of files the engine cannot number, and file-sink arrays streamed into lines.
+"""Reading input files in Python, beside the engine: the bytes at the bounds of the engine's read partitions,
+hashes of files the engine cannot hash, numbered copies of files the engine cannot number, and file-sink
+arrays streamed into lines.
 
 Every reader here takes a `.gz` file as its decompressed text, and a damaged gzip as the text before the
 damage (with the reason it stopped).
@@ -7,14 +8,13 @@ damage (with the reason it stopped).
 
 from __future__ import annotations
 
-import bisect
 import codecs
 import contextlib
 import gzip
 import hashlib
 import io
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -85,7 +85,7 @@ def file_digest(path: Location, block_size: int = 16 << 20) -> FileDigest:
 
     Args:
         path: the file.
-        block_size: bytes per block (the unit `LineScanner` seeks by).
+        block_size: bytes per block read.
     """
     digest = hashlib.sha256()
     counts = []
@@ -120,90 +120,19 @@ def count_lines(path: Location) -> int | None:
     return breaks + (last not in (b"", b"\n"))
 
 
-class LineScanner:
-    """Reads a file forward and gives the CRC-32 of the lines asked for, as the engine splits lines.
+def read_at(path: Location, size: int) -> Callable[[int, int], bytes]:
+    """Return `read(offset, length)`, which reads only the bytes asked for of a file of `size` bytes.
 
-    With a FileDigest of a plain file it seeks to the block holding a far line instead of reading up to it.
+    `read` gives up to `length` bytes from `offset`, fewer at the end of the file: one ranged request on
+    object storage, whatever the file's size.
     """
+    storage = storage_for(path)
 
-    def __init__(self, path: Location, digest: FileDigest | None = None):
-        self._handle = open_binary(path)
-        self._buf = b""
-        self._line = 1  # the line number of self._buf[0]
-        self._eof = False
-        self._block_size = digest.block_size if digest else 0
-        # Lines that start before each block: a line break at the end of block b-1 starts a line in b.
-        self._breaks_before = []
-        seen = 0
-        for count in digest.newlines if digest else ():
-            self._breaks_before.append(seen)
-            seen += count
+    def read(offset: int, length: int) -> bytes:
+        length = min(length, size - offset)
+        return storage.read_range(path, offset, length) if length > 0 else b""
 
-    def __enter__(self) -> LineScanner:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._handle.close()
-
-    def crc_at(self, number: int) -> int | None:
-        """The CRC-32 of line `number` (without its line break), None past the end; never go back."""
-        if number < self._line:
-            raise InputError(f"number: line {number} is behind the scanner (at line {self._line})")
-        self._seek_towards(number)
-        self._skip(number - self._line)
-        end = self._buf.find(b"\n")
-        while end == -1 and not self._eof:
-            self._read_more()
-            end = self._buf.find(b"\n")
-        if end == -1 and not self._buf:
-            return None
-        line = self._buf if end == -1 else self._buf[:end]
-        return zlib.crc32(line[:-1] if line.endswith(b"\r") else line)
-
-    def _seek_towards(self, number: int) -> None:
-        """Jump ahead to the last block where a line at most `number` starts, when that is ahead."""
-        # Block b starts inside line breaks_before[b] + 1; the next line starts in it (or b starts it).
-        block = bisect.bisect_right(self._breaks_before, number - 2) - 1
-        if block <= 0 or self._breaks_before[block] + 1 <= self._line:
-            return
-        self._handle.seek(block * self._block_size - 1)
-        starts_a_line = self._handle.read(1) == b"\n"
-        self._buf = b""
-        self._eof = False
-        self._line = self._breaks_before[block] + 1
-        if not starts_a_line:
-            self._skip(1)  # the rest of the line the block starts inside
-
-    def _skip(self, count: int) -> None:
-        while count > 0:
-            newlines = self._buf.count(b"\n")
-            if newlines >= count:
-                position = -1
-                for _ in range(count):
-                    position = self._buf.find(b"\n", position + 1)
-                self._buf = self._buf[position + 1 :]
-                self._line += count
-                return
-            if newlines:
-                self._buf = self._buf[self._buf.rfind(b"\n") + 1 :]
-                self._line += newlines
-                count -= newlines
-            if self._eof:
-                if self._buf:  # a last line without a line break
-                    self._buf = b""
-                    self._line += 1
-                    count -= 1
-                if count > 0:
-                    return
-            else:
-                self._read_more()
-
-    def _read_more(self) -> None:
-        chunk = self._handle.read(4 * READ_CHUNK)
-        if chunk:
-            self._buf += chunk
-        else:
-            self._eof = True
+    return read
 
 
 @dataclass(frozen=True)
@@ -234,13 +163,12 @@ def number_lines(path: Location, out: Location) -> NumberedCopy:
         return write_numbered_lines(path, target)
 
 
-def write_numbered_lines(path: Location, target: TextIO, prefix: str = "") -> NumberedCopy:
-    """Write a JSON-lines file's lines to `target` as `<prefix><line>\\t<line text>` lines.
+def write_numbered_lines(path: Location, target: TextIO) -> NumberedCopy:
+    """Write a JSON-lines file's lines to `target` as `<line>\\t<line text>` lines.
 
     Args:
         path: the input file (plain or gzip).
         target: the numbered copy, open for writing text.
-        prefix: written before each line number (several files in one copy: `<file index>\\t`).
 
     Returns:
         How many lines were written and, for a file that could not be read to its end, why.
@@ -267,14 +195,14 @@ def write_numbered_lines(path: Location, target: TextIO, prefix: str = "") -> Nu
             # Blocks end at a line break, so no UTF-8 sequence is cut in two.
             lines = text.decode("utf-8", "replace").split("\n")
             target.write(
-                "".join(f"{prefix}{number + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(lines, 1))
+                "".join(f"{number + i}\t{line.removesuffix(chr(13))}\n" for i, line in enumerate(lines, 1))
             )
             number += len(lines)
         tail = b"".join(pending).decode("utf-8", "replace")
         if error is not None:
             return NumberedCopy(lines=number, lines_read=number, error=error, cut_text=tail)
         if tail:
-            target.write(f"{prefix}{number + 1}\t{tail.removesuffix(chr(13))}\n")
+            target.write(f"{number + 1}\t{tail.removesuffix(chr(13))}\n")
             number += 1
     return NumberedCopy(lines=number, lines_read=number)
 

@@ -142,8 +142,8 @@ class FilePlan:
     explicit: bool = False  # named on its own, not found in a folder
     status: str = LANDED
     note: str | None = None
-    digest_future: Future | None = None  # of a FileDigest
-    lines_future: Future | None = None  # of the line count of a gzip file (plain files: in the digest)
+    size: int = 0  # bytes stored
+    hash_future: Future | None = None  # of the hex SHA-256, when it is computed beside the staging
     content_hash: str | None = None
     family: str | None = None  # the table the file's records land in
     staged: Location | None = None
@@ -156,6 +156,12 @@ class FilePlan:
     # `path`, provenance under `source_name` with the line numbers the copy gives (the offsets).
     source_name: str | None = None
     numbered: NumberedCopy | None = None
+
+    def sha256(self) -> str:
+        """The file's content hash (hex SHA-256), waiting for it when it is computed beside the staging."""
+        if self.content_hash is None:
+            self.content_hash = self.hash_future.result()
+        return self.content_hash
 
     @property
     def source(self) -> str:

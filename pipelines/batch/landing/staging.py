@@ -1,58 +1,46 @@
-"""Staging one planned file: parse and validate its records (bronze.records) and write them as Parquet
+"""Staging planned files: parse and validate their records (bronze.records) and write them as Parquet
 under the batch's scratch folder, counting what was read and quarantined.
 
-JSON-lines files are read by the engine when it can number their lines exactly (its read partitions are
-put in file order by checking their first and last lines against the file); otherwise, and for
-file-sink arrays, a numbered copy written in Python is staged instead. The lines staged must be as many as
-the file has, or the landing stops.
+JSON-lines files are read as text by the engine, several of one kind in one job (`stage_text_reads`).
+Their lines are numbered from the row id within each read partition once the partitions are in file
+order: a gzip file is one partition; the partitions of a plain file are put in file order, and checked
+to cover its bytes exactly, from the bytes at their bounds alone (`bronze.lines.order_partitions`).
+What the engine cannot read (bytes that are not UTF-8, a damaged gzip: the lines before the damage land;
+a path it would take as a glob pattern), file-sink arrays and MCE lines are numbered in Python, and that
+numbered copy is staged instead; the lines staged must then be as many as the copy has, or the landing
+stops.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-import re
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from bronze.formats import EMPTY, FILE_SINK, MCE, MCL, MCP, USAGE
-from bronze.lines import (
-    order_partitions,
-    to_lines,
-    to_numbered_lines,
-    to_numbered_lines_of_files,
-    to_partition_summary,
-)
+from bronze.lines import ReadPartition, order_partitions, to_lines, to_numbered_lines, to_partition_summary
 from bronze.records import parse_snapshot_lines, parse_usage_lines
 from bronze.snapshots import expand_snapshot_line
 from conf.errors import InputError, LakehouseError
 from conf.locations import Location
 from conf.settings import Settings
-from pipelines.batch.landing.files import (
-    FileDigest,
-    LineScanner,
-    NumberedCopy,
-    convert_file_sink,
-    is_gzip,
-    number_lines,
-    open_output_text,
-    write_numbered_lines,
-)
+from pipelines.batch.landing.engine_files import GLOB_CHARACTERS
+from pipelines.batch.landing.files import NumberedCopy, convert_file_sink, is_gzip, number_lines, read_at
 from pipelines.batch.landing.model import FAMILIES, LANDED, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
 from pipelines.runtime.storage import storage_for
 
 log = logging.getLogger("lakehouse.landing")
-# The engine reads a path as a glob pattern: with one of these in it, it may read another file, or none.
-_GLOB_CHARACTERS = re.compile(r"[*?\[\]{}\\]")
-# Files up to this size are staged together with the batch's other small files of their kind (one engine
-# job for all of them), in groups of up to SMALL_FILES_BATCH_BYTES.
-SMALL_FILE_BYTES = 4 << 20
-SMALL_FILES_BATCH_BYTES = 64 << 20
+# JSON-lines files of one kind are read as text together, in jobs of up to this many bytes and files (a
+# longer union of reads makes a plan deep enough to crash the engine's planner: 300 did, 100 did not).
+TEXT_READS_BATCH_BYTES = 1 << 30
+TEXT_READS_BATCH_FILES = 64
 
 
 def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Location) -> None:
-    """Parse, validate and stage one file; fill in its counts and the file order of its read partitions.
+    """Parse, validate and stage one file that `stage_text_reads` did not stage, in Python; fill in its counts.
 
     Raises:
         InputError: for a file named explicitly of which not one line can be read.
@@ -72,15 +60,10 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
     if plan.kind == MCE:
         _stage_snapshot_lines(spark, settings, plan, scratch, numbered)
         return
-    ordered = _stage_engine_read(spark, settings, plan, scratch)
-    if ordered is None:
-        # Number the lines here (undecodable bytes become U+FFFD; a damaged gzip gives the lines before
-        # the damage) and stage the numbered copy, which has a safe name, instead.
-        copy = number_lines(plan.path, numbered)
-        check_line_count(plan.path, copy.lines, "lines read", None if copy.error else _file_lines(plan))
-        _stage_copy(spark, settings, plan, scratch, numbered, copy)
-        ordered = []
-    plan.partitions = ordered
+    # A JSON-lines file the engine's text read could not number (`stage_text_reads`): its lines are
+    # numbered here (undecodable bytes become U+FFFD; a damaged gzip gives the lines before the damage)
+    # and the numbered copy, which has a safe name, is staged instead.
+    _stage_copy(spark, settings, plan, scratch, numbered, number_lines(plan.path, numbered))
 
 
 def _stage_snapshot_lines(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path, numbered: Path) -> None:
@@ -91,7 +74,6 @@ def _stage_snapshot_lines(spark: SparkSession, settings: Settings, plan: FilePla
     """
     lines_path = numbered.with_suffix(".lines")
     copy = number_lines(plan.path, lines_path)
-    check_line_count(plan.path, copy.lines, "lines read", None if copy.error else _file_lines(plan))
     limit = settings.ingest.max_record_bytes
     written = 0
     with open(lines_path, encoding="utf-8") as source, open(numbered, "w", encoding="utf-8") as target:
@@ -105,33 +87,6 @@ def _stage_snapshot_lines(spark: SparkSession, settings: Settings, plan: FilePla
                     plan.rejected.append((int(number), record[:limit], reason))
     lines_path.unlink()
     _stage_copy(spark, settings, plan, scratch, numbered, dataclasses.replace(copy, lines=written))
-
-
-def _stage_engine_read(
-    spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Location
-) -> list[tuple[int, int]] | None:
-    """Stage a JSON-lines file as the engine reads it; return its read partitions in file order.
-
-    Returns:
-        (partition, rows) in file order, or None when the engine's read cannot be used and the caller
-        must number the lines itself: a path the engine would take as a glob pattern, a file it cannot
-        read (bytes that are not UTF-8, a gzip it cannot decompress), or a read that is not exactly the
-        file's lines (another count, e.g. a lone carriage return splits a line; partitions, or a first
-        and last line, that do not match the file).
-    """
-    source = str(plan.path)
-    if _GLOB_CHARACTERS.search(source):
-        return None
-    try:
-        summary = _stage_lines(settings, plan, scratch, to_lines(spark.read.text(source), plan.index, source))
-    except Exception as exc:  # noqa: BLE001 - the Python pass reads what can be read and says why the rest cannot
-        # Logged, so that a failure unrelated to the file (which the Python pass then meets again) is
-        # seen with its first cause.
-        log.warning("%s: the engine could not read it (%s); numbering its lines in Python", source, exc)
-        return None
-    if sum(int(r.rows) for r in summary) != _file_lines(plan):
-        return None
-    return _file_order(plan.path, summary, plan.digest_future.result())
 
 
 def _stage_copy(
@@ -163,13 +118,6 @@ def _stage_copy(
 def _family_of(kind: str) -> str:
     """The bronze table a file of this kind lands in."""
     return USAGE_TABLE if kind == USAGE else SNAPSHOTS_TABLE
-
-
-def _file_lines(plan: FilePlan) -> int | None:
-    """How many lines the plan's file has (decompressed); None when that is unknown (a damaged gzip)."""
-    if plan.lines_future is not None:
-        return plan.lines_future.result()
-    return plan.digest_future.result().lines
 
 
 def check_line_count(path: Location, got: int, what: str, expected: int | None) -> None:
@@ -219,90 +167,98 @@ def _stage_plans_lines(settings: Settings, plans: list[FilePlan], staged: Locati
     return summary
 
 
-def stage_small_files(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Location) -> None:
-    """Stage the batch's small JSON-lines files of each family and kind together, with one engine job.
+def stage_text_reads(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Location) -> None:
+    """Stage the batch's JSON-lines files as the engine reads them as text, a job per kind and chunk of files.
 
-    A micro-batch of watch mode holds a few small files; staging each on its own costs an engine job per
-    file. Their lines are numbered in Python into one copy (`<file index>\\t<line>\\t<record>`) instead,
-    which is staged once; each plan's counts come from its own rows. Plans staged here have `staged` set;
-    the others (large, gzip, file-sink, already numbered, or alone of their kind) are left to `stage_file`.
-
-    Raises:
-        LakehouseError: when the lines staged for a file are not the lines it has (nothing is committed).
+    A micro-batch of watch mode holds a few small files: one job stages all of them; each plan's counts
+    come from its own rows. A job that fails (a file whose bytes are not UTF-8, a damaged gzip) or gives
+    a file whose read partitions cannot be put in file order is run again file by file; a file that fails
+    alone is left to `stage_file`, which numbers its lines in Python. Plans staged here have `staged` and
+    `partitions` set; the others (file-sink, MCE, already numbered, or unreadable by the engine) are left
+    to `stage_file`.
     """
     groups: dict[str, list[FilePlan]] = {}
     for plan in plans:
-        if _is_small_lines_file(plan):
+        if _is_text_read_file(plan):
             groups.setdefault(plan.kind, []).append(plan)
-    for kind, group in groups.items():
-        for chunk in _chunks(group, SMALL_FILES_BATCH_BYTES):
-            if len(chunk) > 1:
-                _stage_together(spark, settings, chunk, scratch, f"small-{kind}-{chunk[0].index:05d}")
+    for group in groups.values():
+        for chunk in _chunks(group, TEXT_READS_BATCH_BYTES, TEXT_READS_BATCH_FILES):
+            if not _stage_text_read(spark, settings, chunk, scratch) and len(chunk) > 1:
+                for plan in chunk:
+                    _stage_text_read(spark, settings, [plan], scratch)
 
 
-def _is_small_lines_file(plan: FilePlan) -> bool:
+def _is_text_read_file(plan: FilePlan) -> bool:
     return (
         plan.status == LANDED
         and plan.kind in (MCL, MCP, USAGE)
         and plan.numbered is None
-        and not is_gzip(plan.path)
-        and _size(plan) <= SMALL_FILE_BYTES
+        and plan.size > 0
+        and not GLOB_CHARACTERS.search(str(plan.path))
     )
 
 
-def _chunks(plans: list[FilePlan], max_bytes: int) -> list[list[FilePlan]]:
+def _chunks(plans: list[FilePlan], max_bytes: int, max_files: int) -> list[list[FilePlan]]:
+    """Consecutive plans in chunks of up to `max_bytes` (a larger file alone) and `max_files` files."""
     chunks: list[list[FilePlan]] = [[]]
     size = 0
     for plan in plans:
-        plan_size = _size(plan)
-        if chunks[-1] and size + plan_size > max_bytes:
+        if chunks[-1] and (size + plan.size > max_bytes or len(chunks[-1]) == max_files):
             chunks.append([])
             size = 0
         chunks[-1].append(plan)
-        size += plan_size
+        size += plan.size
     return chunks
 
 
-def _stage_together(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Location, name: str) -> None:
-    copy_path = scratch / "input" / f"{name}.txt"
-    lines: dict[int, int] = {}
-    with open_output_text(copy_path) as target:
-        for plan in plans:
-            plan.family = _family_of(plan.kind)
-            copy = write_numbered_lines(plan.path, target, prefix=f"{plan.index}\t")
-            if copy.error is not None:
-                # A plain file that fails to read is an I/O error, not bad input: the batch stops.
-                raise LakehouseError(f"{plan.path}: cannot be read to its end ({copy.error}); the batch is not committed")
-            check_line_count(plan.path, copy.lines, "lines read", _file_lines(plan))
-            lines[plan.index] = copy.lines
-    text_df = spark.read.option("lineSep", "\n").text(str(copy_path))
-    lines_df = to_numbered_lines_of_files(text_df, {plan.index: plan.source for plan in plans})
-    summary = _stage_plans_lines(settings, plans, scratch / dict(FAMILIES)[plans[0].family] / name, lines_df)
+def _stage_text_read(spark: SparkSession, settings: Settings, plans: list[FilePlan], scratch: Location) -> bool:
+    """Stage files read as text by the engine in one job and order their partitions; False when one cannot be.
+
+    On False nothing of the job stays staged.
+    """
+    family = _family_of(plans[0].kind)
+    staged = scratch / dict(FAMILIES)[family] / f"text-{plans[0].index:05d}-{len(plans)}"
+    # Lines end at line feeds only, as the file's lines are counted and numbered everywhere else.
+    reads = [to_lines(spark.read.option("lineSep", "\n").text(str(p.path)), p.index, p.source) for p in plans]
+    lines_df = functools.reduce(DataFrame.unionByName, reads)
     for plan in plans:
-        staged_lines = sum(int(r.rows) for r in summary if int(r.file_index) == plan.index)
-        check_line_count(plan.path, staged_lines, "lines staged", lines[plan.index])
+        plan.family = family
+    try:
+        summary = _stage_plans_lines(settings, plans, staged, lines_df)
+    except Exception as exc:  # noqa: BLE001 - each file is read again alone; the Python pass says why one cannot be
+        # Logged, so that a failure unrelated to the files (which the Python pass then meets again) is
+        # seen with its first cause.
+        log.warning("%s: the engine could not read it (%s)", ", ".join(p.source for p in plans), exc)
+        storage_for(staged).remove_tree(staged)
+        return False
+    orders = {plan.index: _file_order(plan, [r for r in summary if int(r.file_index) == plan.index]) for plan in plans}
+    if unordered := [plan.source for plan in plans if orders[plan.index] is None]:
+        log.warning("%s: the engine's read partitions do not cover the file's lines exactly", ", ".join(unordered))
+        storage_for(staged).remove_tree(staged)
+        for plan in plans:
+            plan.staged = None
+        return False
+    for plan in plans:
+        plan.partitions = orders[plan.index]
+    return True
 
 
-def _file_order(path: Location, summary: list, digest: FileDigest) -> list[tuple[int, int]] | None:
+def _file_order(plan: FilePlan, summary: list) -> list[tuple[int, int]] | None:
     """The read partitions of a text-read file as (partition, rows) in file order; None if unverifiable."""
-    parts = [(int(r.partition), int(r.rows), r.first_crc, r.last_crc) for r in summary if r.partition is not None]
-    if len(parts) <= 1 and not digest.newlines:
-        # A gzip file is read as one partition, front to back; checking its last line means decompressing it.
-        return [(p[0], p[1]) for p in parts]
-    with LineScanner(path, digest) as scanner:
-        order = order_partitions(parts, scanner.crc_at)
+    parts = [
+        ReadPartition(int(r.partition), int(r.rows), int(r.bytes), r.first_crc, r.first_bytes, r.last_crc, r.last_bytes)
+        for r in summary
+    ]
+    if is_gzip(plan.path):
+        # Not splittable: the engine decompresses it front to back, in one partition.
+        return [(p.partition, p.rows) for p in parts] if len(parts) == 1 else None
+    order = order_partitions(parts, read_at(plan.path, plan.size), plan.size)
     if order is None:
         return None
-    rows = {p[0]: p[1] for p in parts}
+    rows = {p.partition: p.rows for p in parts}
     return [(partition, rows[partition]) for partition in order]
 
 
 def has_staged_files(folder: Location) -> bool:
     """Whether a staging folder holds any Parquet file (writing no rows may write no file)."""
     return storage_for(folder).has_files(folder, ".parquet")
-
-
-def _size(plan: FilePlan) -> int:
-    """The size in bytes of a plan's file."""
-    stored = storage_for(plan.path).stat(plan.path)
-    return stored.size if stored else 0

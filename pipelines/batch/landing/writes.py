@@ -82,8 +82,7 @@ def write_batch(
     """
     landing = [p for p in plans if p.status == LANDED]
     for plan in landing:
-        if plan.content_hash is None:
-            plan.content_hash = plan.digest_future.result().sha256
+        plan.sha256()
     if not landing:
         return [_result(p, 0) for p in plans]
     offsets = line_offsets({p.index: p.partitions for p in landing if p.partitions})

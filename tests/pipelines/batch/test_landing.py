@@ -6,9 +6,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
-import random
 import shutil
-import zlib
 import signal
 from collections import Counter
 from pathlib import Path
@@ -435,46 +433,30 @@ def test_the_cli_lands_lists_quarantine_and_recovers_from_a_kill(spark, tmp_path
     assert bronze_contents(spark, make_settings(crashed_home)) == bronze_contents(spark, make_settings(home))
 
 
-def test_the_line_scanner_splits_lines_as_the_engine_does(tmp_path):
-    from pipelines.batch.landing import LineScanner, file_digest
+def test_the_engine_hashes_files_as_hashlib_does(spark, tmp_path):
+    from pipelines.batch.landing import file_digest, read_at
+    from pipelines.batch.landing.engine_files import content_hashes
 
     text = b"first\r\n\n{\"a\": \"caf\xc3\xa9\"}\nlast without break"
-    plain = tmp_path / "lines.txt"
-    plain.write_bytes(text)
-    packed = tmp_path / "lines.txt.gz"
-    packed.write_bytes(gzip.compress(text))
-    expected = [zlib.crc32(b"first"), zlib.crc32(b""), zlib.crc32('{"a": "caf\u00e9"}'.encode()),
-                zlib.crc32(b"last without break")]
-    for path in (plain, packed):
-        with LineScanner(path) as scanner:
-            assert [scanner.crc_at(n) for n in (1, 2, 3, 4, 5, 9)] == [*expected, None, None]
-        with LineScanner(path, file_digest(path, block_size=4)) as scanner:
-            assert (scanner.crc_at(3), scanner.crc_at(4), scanner.crc_at(5)) == (*expected[2:], None)
-            with pytest.raises(InputError, match="line 1 is behind the scanner"):
-                scanner.crc_at(1)
-    assert file_digest(plain).sha256 == hashlib.sha256(text).hexdigest()
-    # Line breaks at bytes 6, 7 and 22 of 41.
-    assert file_digest(plain, block_size=8).newlines == (2, 0, 1, 0, 0, 0)
-    assert file_digest(packed, block_size=8).newlines == ()
-
-
-def test_the_line_scanner_seeks_to_the_right_line_whatever_the_block_size(tmp_path):
-    from pipelines.batch.landing import LineScanner, file_digest
-
-    rng = random.Random(7)
-    path = tmp_path / "lines.txt"
-    for _ in range(300):
-        lines = [f"{i}:{'x' * rng.choice([0, 1, 5, 30])}".encode() if rng.random() < 0.9 else b""
-                 for i in range(rng.randint(0, 200))]
-        data = rng.choice([b"\n", b"\r\n"]).join(lines) + (b"\n" if lines and rng.random() < 0.7 else b"")
+    files = {
+        tmp_path / "lines.txt": text,
+        tmp_path / "lines.txt.gz": gzip.compress(text),
+        tmp_path / "empty.jsonl": b"",
+        tmp_path / "with space.jsonl": b"\xff not utf-8\n",
+        # The same name in another folder: read apart from the first.
+        tmp_path / "again" / "lines.txt": text + b"\n",
+        tmp_path / "large.jsonl": b"".join(b'{"n": %d}\n' % n for n in range(1_500_000)),
+    }
+    for path, data in files.items():
+        path.parent.mkdir(exist_ok=True)
         path.write_bytes(data)
-        # As the engine splits: on line breaks, without a line after a final break.
-        split = data.split(b"\n")
-        wanted = [zlib.crc32(line.removesuffix(b"\r")) for line in (split[:-1] if split[-1] == b"" else split)]
-        asks = sorted(rng.sample(range(1, len(lines) + 3), rng.randint(1, min(6, len(lines) + 2))))
-        with LineScanner(path, file_digest(path, block_size=rng.choice([1, 2, 3, 16, 64, 1 << 20]))) as scanner:
-            got = [scanner.crc_at(n) for n in asks]
-        assert got == [wanted[n - 1] if n <= len(wanted) else None for n in asks], (data[:60], asks)
+    hashes = content_hashes(spark, [(path, len(data)) for path, data in files.items()])
+    assert hashes == {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+    assert file_digest(tmp_path / "lines.txt").sha256 == hashlib.sha256(text).hexdigest()
+    reader = read_at(tmp_path / "lines.txt", len(text))
+    assert (reader(8, 8), reader(0, 5), reader(len(text) - 5, 99), reader(len(text), 9)) == (
+        b'{"a": "c', b"first", b"break", b""
+    )
 
 
 def test_split_reads_and_undecodable_files_get_exact_line_numbers(spark, settings, tmp_path):
@@ -522,18 +504,17 @@ def test_small_files_of_a_kind_are_staged_together_with_each_files_own_lines(spa
     from concurrent.futures import ThreadPoolExecutor
 
     from pipelines.batch.landing.discovery import list_input_files, plan_files
-    from pipelines.batch.landing.staging import stage_small_files
+    from pipelines.batch.landing.staging import stage_text_reads
 
     with ThreadPoolExecutor(max_workers=1) as hasher:
         plans = plan_files(spark, settings, list_input_files([inputs]), None, hasher)
-        stage_small_files(spark, settings, plans, tmp_path / "scratch")
+        stage_text_reads(spark, settings, plans, tmp_path / "scratch")
     folders = {plan.path.name: plan.staged for plan in plans}
-    assert folders["a.mcl.jsonl"] == folders["b.mcl.jsonl"] == folders["c.mcl.jsonl"] is not None
+    assert folders["a.mcl.jsonl"] == folders["b.mcl.jsonl"] == folders["c.mcl.jsonl"] == folders["f.mcl.jsonl.gz"]
     assert folders["d.usage.jsonl"] == folders["e.usage.jsonl"] not in (None, folders["a.mcl.jsonl"])
-    assert folders["f.mcl.jsonl.gz"] is None, "gzip files are staged on their own"
     assert {p.path.name: (p.records_read, p.records_quarantined) for p in plans if p.staged} == {
         "a.mcl.jsonl": (3, 1), "b.mcl.jsonl": (2, 1), "c.mcl.jsonl": (2, 0), "d.usage.jsonl": (2, 1),
-        "e.usage.jsonl": (1, 0),
+        "e.usage.jsonl": (1, 0), "f.mcl.jsonl.gz": (1, 0),
     }  # fmt: skip
 
     report = land_paths(spark, settings, [inputs])
