@@ -101,8 +101,8 @@ class S3Endpoint:
 
 
 @contextlib.contextmanager
-def s3_server(log_dir: Path, startup_timeout: float = 30.0) -> Iterator[S3Endpoint]:
-    """Run `moto_server` on a free loopback port with one bucket (`BUCKET`); stop it when the block ends.
+def s3_server(log_dir: Path, startup_timeout: float = 30.0, bucket: str = BUCKET) -> Iterator[S3Endpoint]:
+    """Run `moto_server` on a free loopback port with one bucket (`bucket`); stop it when the block ends.
 
     Raises:
         InputError: when moto's server is not installed or does not start in time (its log tail is in the message).
@@ -128,7 +128,7 @@ def s3_server(log_dir: Path, startup_timeout: float = 30.0) -> Iterator[S3Endpoi
                 time.sleep(0.1)
         endpoint = f"http://127.0.0.1:{port}"
         # moto takes any credentials; creating a bucket is one unsigned PUT.
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT"), timeout=30).close()
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"), timeout=30).close()
         yield S3Endpoint(
             options={
                 "AWS_ENDPOINT_URL": endpoint,

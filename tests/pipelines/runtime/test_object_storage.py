@@ -5,9 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +14,8 @@ import pytest
 from conf.errors import ConcurrencyError
 from conf.locations import ObjectLocation, parse_location
 from conf.settings import load_settings
+from pipelines.bench.silver_remote import s3_server
 from pipelines.bench.watch import mcl_lines, start_watch, stop, wait_for, watch_log_records
-from pipelines.runtime.engine import free_loopback_port
 from pipelines.runtime.lease import Lease
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.storage import Storage
@@ -50,40 +47,8 @@ class S3Server:
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory) -> Iterator[S3Server]:
     """`moto_server` on a free loopback port with one bucket, for the whole module."""
-    import boto3
-
-    port = free_loopback_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-    }
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start: {log.read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        client = boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )
-        client.create_bucket(Bucket=BUCKET)
-        yield S3Server(endpoint, env)
-    finally:
-        stop(server)
+    with s3_server(tmp_path_factory.mktemp("moto"), bucket=BUCKET) as endpoint:
+        yield S3Server(endpoint.options["AWS_ENDPOINT_URL"], endpoint.options)
 
 
 def _put(s3: S3Server, key: str, data: bytes) -> None:
