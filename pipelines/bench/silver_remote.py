@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -105,9 +104,10 @@ def s3_server(log_dir: Path, startup_timeout: float = 30.0, bucket: str = BUCKET
     """Run `moto_server` on a free loopback port with one bucket (`bucket`); stop it when the block ends.
 
     Raises:
-        InputError: when moto's server is not installed or does not start in time (its log tail is in the message).
+        InputError: when moto's server is not installed.
+        ConfigError: when it does not start in time (its log tail is in the message).
     """
-    from pipelines.runtime.engine import free_loopback_port
+    from pipelines.runtime.engine import free_loopback_port, wait_for_port
 
     executable = Path(sys.executable).with_name("moto_server")
     if not executable.exists():
@@ -117,15 +117,8 @@ def s3_server(log_dir: Path, startup_timeout: float = 30.0, bucket: str = BUCKET
     with log_path.open("wb") as log:
         server = subprocess.Popen([str(executable), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise InputError(f"--storage s3: moto_server did not start: {log_path.read_text()[-2000:]}") from None
-                time.sleep(0.1)
+        with log_path.open() as log:
+            wait_for_port(server, port, log, time.monotonic() + startup_timeout, "moto_server")
         endpoint = f"http://127.0.0.1:{port}"
         # moto takes any credentials; creating a bucket is one unsigned PUT.
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"), timeout=30).close()

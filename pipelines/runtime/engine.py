@@ -300,7 +300,7 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SPARK_HOME": spark_home}
         )
         try:
-            _wait_for_port(process, port, log, time.monotonic() + startup_timeout, "JVM Spark Connect server")
+            wait_for_port(process, port, log, time.monotonic() + startup_timeout, "JVM Spark Connect server")
             yield f"sc://127.0.0.1:{port}"
         finally:
             process.terminate()
@@ -311,8 +311,18 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
                 process.wait()
 
 
-def _wait_for_port(process, port: int, log, deadline: float, what: str) -> None:
-    """Return once something listens on the loopback port, or raise with the process's log tail."""
+def wait_for_port(process, port: int, log, deadline: float, what: str) -> None:
+    """Return once something listens on the loopback port, or raise with the process's log tail.
+
+    Args:
+        process: the server's process (its exit ends the wait).
+        log: the server's output, a text file open for reading.
+        deadline: the `time.monotonic()` by which it must listen.
+        what: the server, as the error names it.
+
+    Raises:
+        ConfigError: when the process exits or the deadline passes first.
+    """
     import time
 
     while True:
@@ -373,7 +383,7 @@ def sail_connect_server(
             stdout=log, stderr=subprocess.STDOUT, env=server_environment, cwd=workdir or scratch,
         )  # fmt: skip
         try:
-            _wait_for_port(process, port, log, time.monotonic() + startup_timeout, "Sail Spark Connect server")
+            wait_for_port(process, port, log, time.monotonic() + startup_timeout, "Sail Spark Connect server")
             yield f"sc://127.0.0.1:{port}"
         finally:
             process.kill()
