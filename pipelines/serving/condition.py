@@ -89,12 +89,16 @@ def compile_file_count(condition: exp.Expression) -> Callable[[FileIndex], int]:
             column = index.columns[one_column[0]]
             codes = column.codes_of(one_column[1])
             return int(column.value_counts[codes].sum()) if codes else 0
-        mask = evaluate(index, 0, index.size)
-        if isinstance(mask, bool):
-            return index.size if mask else 0
-        return int(np.count_nonzero(mask))
+        return count_matching(evaluate(index, 0, index.size), index.size)
 
     return count
+
+
+def count_matching(mask: np.ndarray | bool, size: int) -> int:
+    """How many of `size` positions a mask (or a bool standing for all or none of them) selects."""
+    if isinstance(mask, bool):
+        return size if mask else 0
+    return int(np.count_nonzero(mask))
 
 
 def _values_of_one_column(condition: exp.Expression) -> tuple[str, list[str]] | None:

@@ -20,7 +20,7 @@ from pipelines.serving.index_store import IndexStore
 from pipelines.serving.matches import Matches, find_matches
 from pipelines.serving.rows import RowGroupCache, read_rows
 from pipelines.serving.search import search
-from pipelines.serving.snapshots import Snapshot, TableSnapshots, gone
+from pipelines.serving.snapshots import Snapshot, TableSnapshots, gone, open_snapshot
 
 if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
     from pyspark.sql import SparkSession
@@ -174,7 +174,7 @@ def build_index_files(settings: Settings) -> bool:
 def _index_latest(location: str, index_dir: str, options: dict[str, str]) -> None:
     """(The spawned builder) index every data file of the latest version of the table at `location`."""
     register_storage(Storage(options), [parse_location(location)])
-    TableSnapshots(location, 0.0, build=IndexStore(index_dir).index_of)
+    open_snapshot(location, build=IndexStore(index_dir).index_of)
 
 
 def open_engine(settings: Settings, spark: SparkSession | None = None) -> SearchEngine:

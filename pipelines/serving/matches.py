@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 from sqlglot import exp
 
-from pipelines.serving.condition import compile_condition, compile_file_count
+from pipelines.serving.condition import compile_condition, compile_file_count, count_matching
 from pipelines.serving.index import TIME_COLUMN, FileIndex
 from pipelines.serving.snapshots import Snapshot
 
@@ -64,20 +64,15 @@ class FileMatches:
     @cached_property
     def total(self) -> int:
         """The matching rows of the window."""
-        mask = self.mask
-        if isinstance(mask, bool):
-            return self.hi - self.lo if mask else 0
-        return int(np.count_nonzero(mask))
+        return count_matching(self.mask, self.hi - self.lo)
 
     @cached_property
     def below_upper(self) -> int:
         """The matching rows below the page's upper bound."""
         if self.upper == self.hi:
             return self.total
-        mask = self.mask
-        if isinstance(mask, bool):
-            return self.upper - self.lo if mask else 0
-        return int(np.count_nonzero(mask[: self.upper - self.lo]))
+        below = self.upper - self.lo
+        return count_matching(self.mask if isinstance(self.mask, bool) else self.mask[:below], below)
 
     @property
     def newest_time(self) -> int:
@@ -183,7 +178,7 @@ def find_matches(snapshot: Snapshot, condition: exp.Expression, start_ms: int, e
         upper_ms: the page's exclusive upper time bound (`gold.search.page_upper_bound`).
     """
     window, filters = split_window(condition)
-    evaluate, in_window, filtered = compile_condition(condition), compile_condition(window), compile_condition(filters)
+    evaluate, in_window = compile_condition(condition), compile_condition(window)
     count_file, filters_key = compile_file_count(filters), filters.sql()
     files = []
     for data_file in snapshot.files_between(start_ms, end_ms):
@@ -192,12 +187,10 @@ def find_matches(snapshot: Snapshot, condition: exp.Expression, start_ms: int, e
         if hi == lo:
             continue
         upper = min(hi, max(lo, index.between(start_ms, upper_ms)[1]))
-        if lo == 0 and hi == index.size and in_window(index, lo, hi) is True:
-            # The whole file is in the window: only the filters decide, over all its rows.
-            total = index.count_of(filters_key, lambda index=index: count_file(index))
-            matches = FileMatches(index, lo, hi, upper, lambda index=index, hi=hi: filtered(index, 0, hi), total)
-        else:
-            matches = FileMatches(index, lo, hi, upper, lambda index=index, lo=lo, hi=hi: evaluate(index, lo, hi))
+        # A file wholly in the window: only the filters decide its total, over all its rows.
+        whole = lo == 0 and hi == index.size and in_window(index, lo, hi) is True
+        total = index.count_of(filters_key, lambda index=index: count_file(index)) if whole else None
+        matches = FileMatches(index, lo, hi, upper, lambda index=index, lo=lo, hi=hi: evaluate(index, lo, hi), total)
         if matches.total:
             files.append(matches)
     return Matches(files)
