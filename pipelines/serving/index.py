@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.runtime.storage import open_source
+
+T = TypeVar("T")
 
 TIME_COLUMN = "timestamp"
 # The string columns a search can filter on (gold.search BODY_FILTERS, and the scope rules of
@@ -84,13 +87,7 @@ class CodedColumn:
         every request of the scope, and a request takes a slice of this array instead of looking up every
         row's code. Single dict operations only, so concurrent requests need no lock.
         """
-        rows = self._rows_matching.get(pattern.pattern)
-        if rows is None:
-            rows = self.wanted(pattern)[self.codes]
-            if len(self._rows_matching) >= MATCHING_PATTERNS:
-                self._rows_matching.clear()
-            self._rows_matching[pattern.pattern] = rows
-        return rows
+        return _kept(self._rows_matching, pattern.pattern, MATCHING_PATTERNS, lambda: self.wanted(pattern)[self.codes])
 
 
 @dataclass(frozen=True)
@@ -133,19 +130,27 @@ class FileIndex:
         Kept for up to REMEMBERED_COUNTS keys (then started afresh): the file never changes, and searches
         repeat their filters. Single dict operations only, so concurrent requests need no lock.
         """
-        found = self._counts.get(key)
-        if found is None:
-            found = count()
-            if len(self._counts) >= REMEMBERED_COUNTS:
-                self._counts.clear()
-            self._counts[key] = found
-        return found
+        return _kept(self._counts, key, REMEMBERED_COUNTS, count)
 
     @property
     def nbytes(self) -> int:
         """The bytes its arrays hold."""
         arrays = [self.timestamps, self.rows, self.row_group_starts, *(c.codes for c in self.columns.values())]
         return sum(a.nbytes for a in arrays)
+
+
+def _kept(kept: dict[str, T], key: str, limit: int, make: Callable[[], T]) -> T:
+    """Return kept[key], made by `make` the first time; the dict is started afresh when it holds `limit` keys.
+
+    Single dict operations only, so concurrent requests need no lock (two may make the same value).
+    """
+    found = kept.get(key)
+    if found is None:
+        found = make()
+        if len(kept) >= limit:
+            kept.clear()
+        kept[key] = found
+    return found
 
 
 def build_file_index(path: str, partition: Mapping[str, object] | None = None) -> FileIndex:
