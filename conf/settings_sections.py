@@ -152,6 +152,7 @@ class ServeSettings:
     tls_key_file: str | None = None
     workers: int = 0
     index_dir: str | None = None
+    row_files: bool = True
 
 
 @dataclass(frozen=True)

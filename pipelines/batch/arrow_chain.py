@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from conf.errors import InputError
+from conf.locations import parse_location
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from gold.audit_chain import CHAINED_TABLES, GENESIS_DIGEST, BatchDigest, canonical_json_lines, new_link
 from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
-from pipelines.runtime.storage import delta_storage_options
+from pipelines.runtime.storage import delta_storage_options, open_source
 
 _LINK_COLUMN_TYPES = {"BIGINT": pa.int64(), "STRING": pa.string()}
 # Links appended one commit each by a long-running process: a checkpoint every so many keeps the log short.
@@ -65,10 +69,26 @@ class ArrowChainLinker:
             self._table.update_incremental()
         version = int(self._table.version())
         if self._head is None or self._head[0] != version:
-            links = self._table.to_pyarrow_table(columns=["seq", "link_digest"]).to_pylist()
-            last = max(links, key=lambda link: link["seq"]) if links else None
+            last = self._last_link()
             self._head = (version, int(last["seq"]) + 1, last["link_digest"]) if last else (version, 0, GENESIS_DIGEST)
         return self._head[1], self._head[2]
+
+    def _last_link(self) -> dict[str, Any] | None:
+        """The link with the greatest seq, read from the one file the log's statistics say holds it.
+
+        Every worker of the API links its flushes, so the head moves under each of them between two links;
+        reading the whole chain each time would cost a read of every link ever written.
+        """
+        actions = pa.table(self._table.get_add_actions(flatten=True))
+        if not actions.num_rows:
+            return None
+        if "max.seq" in actions.column_names and not actions.column("max.seq").null_count:
+            newest = actions.column("path")[pc.index(actions.column("max.seq"), pc.max(actions.column("max.seq"))).as_py()]
+            with open_source(str(parse_location(self._location) / unquote(newest.as_py()))) as source:
+                links = pq.read_table(source, columns=["seq", "link_digest"]).to_pylist()
+        else:  # a file without statistics: every link is read
+            links = self._table.to_pyarrow_table(columns=["seq", "link_digest"]).to_pylist()
+        return max(links, key=lambda link: link["seq"]) if links else None
 
     def link(self, table_key: str, batch_id: str, table: pa.Table, version: int) -> dict[str, Any]:
         """Append the link of one written batch.

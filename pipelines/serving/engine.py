@@ -56,7 +56,8 @@ class InProcessEngine:
 
     Args:
         settings: the lakehouse settings (table location, serve.version_check_seconds, serve.row_cache_mb,
-            serve.index_dir: where the indexes are kept as files every worker maps; none: in memory).
+            serve.index_dir: where the indexes are kept as files every worker maps, none: in memory;
+            serve.row_files: whether page rows are kept there as row files too).
     """
 
     name = "inprocess"
@@ -65,7 +66,7 @@ class InProcessEngine:
         # Resolving the home registers its storage options for the files the engine reads.
         location = str(home_of(settings).table_locations["gold.audit_events"])
         self.rows = RowGroupCache(settings.serve.row_cache_mb * 1024 * 1024, PAGE_COLUMNS)
-        self._store = IndexStore(settings.serve.index_dir) if settings.serve.index_dir else None
+        self._store = IndexStore(settings.serve.index_dir, row_columns_of(settings)) if settings.serve.index_dir else None
         build = build_file_index if self._store is None else self._store.index_of
         self.snapshots = TableSnapshots(location, settings.serve.version_check_seconds, retired=self._retire, build=build)
 
@@ -164,17 +165,23 @@ def build_index_files(settings: Settings) -> bool:
     if settings.serve.engine != "inprocess" or not settings.serve.index_dir:
         return False
     home = home_of(settings)
-    arguments = (str(home.table_locations["gold.audit_events"]), settings.serve.index_dir, home.storage_options)
+    arguments = (str(home.table_locations["gold.audit_events"]), settings.serve.index_dir, row_columns_of(settings),
+                 home.storage_options)  # fmt: skip
     builder = multiprocessing.get_context("spawn").Process(target=_index_latest, args=arguments, name="lakehouse-index")
     builder.start()
     builder.join()
     return builder.exitcode == 0
 
 
-def _index_latest(location: str, index_dir: str, options: dict[str, str]) -> None:
+def _index_latest(location: str, index_dir: str, row_columns: tuple[str, ...], options: dict[str, str]) -> None:
     """(The spawned builder) index every data file of the latest version of the table at `location`."""
     register_storage(Storage(options), [parse_location(location)])
-    open_snapshot(location, build=IndexStore(index_dir).index_of)
+    open_snapshot(location, build=IndexStore(index_dir, row_columns).index_of)
+
+
+def row_columns_of(settings: Settings) -> tuple[str, ...]:
+    """The columns an IndexStore keeps as row files: the page columns, or none when serve.row_files is off."""
+    return PAGE_COLUMNS if settings.serve.row_files else ()
 
 
 def open_engine(settings: Settings, spark: SparkSession | None = None) -> SearchEngine:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.runtime.storage import open_source
+from pipelines.serving.row_files import RowFile
 
 T = TypeVar("T")
 
@@ -102,6 +103,7 @@ class FileIndex:
         constants: the partition values every row of the file shares (e.g. event_date as a date).
         row_group_starts: the file row number of the first row of each Parquet row group, ascending.
         column_names: the file's columns.
+        row_file: the file's rows kept as a row file (None: rows are read from the Parquet file).
     """
 
     path: str
@@ -111,6 +113,7 @@ class FileIndex:
     constants: Mapping[str, object]
     row_group_starts: np.ndarray
     column_names: frozenset[str]
+    row_file: RowFile | None = None
     _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

@@ -6,6 +6,9 @@ heap. Kept as uncompressed Arrow IPC files and memory-mapped read-only, their pa
 shared by every worker that maps them: the first worker to need a file's index builds it (under a lock
 file, so the others wait for it rather than build it too), the others map what it wrote.
 
+Beside each index the store keeps the file's page columns as a row file (`pipelines.serving.row_files`),
+so that reading a page's rows decodes nothing.
+
 A data file never changes, so its index file is named by the file's path and stays valid for as long as
 the folder is kept (`serve.index_dir`; by default a fresh folder per server run).
 """
@@ -17,7 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,7 @@ import pyarrow as pa
 
 from conf.errors import ConfigError
 from pipelines.serving.index import CODED_COLUMNS, CodedColumn, FileIndex, build_file_index
+from pipelines.serving.row_files import RowFile, write_row_file
 
 # Schema metadata key of an index file: its row group starts, column names, and where each column's
 # distinct values are in the values file.
@@ -38,10 +42,12 @@ class IndexStore:
 
     Args:
         directory: the folder of the index files (created when missing).
+        row_columns: the columns kept in each data file's row file (none: no row files are kept).
     """
 
-    def __init__(self, directory: str | os.PathLike[str]):
+    def __init__(self, directory: str | os.PathLike[str], row_columns: Sequence[str] = ()):
         self.directory = Path(directory)
+        self.row_columns = tuple(row_columns)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -54,14 +60,18 @@ class IndexStore:
             path: the data file's path.
             partition: the file's partition values (kept on the index, not in the file).
         """
-        positions, values = self._files(path)
+        positions, rows, values = self._files(path)
+        kept_rows = rows if self.row_columns else None
         for _ in range(2):
-            if not values.exists():
+            if not values.exists() or (kept_rows is not None and not kept_rows.exists()):
                 with _locked(positions.with_suffix(".lock")):
+                    # Rows first: the values file, written last, tells the others the index is whole.
+                    if kept_rows is not None and not kept_rows.exists():
+                        write_row_file(path, self.row_columns, kept_rows)
                     if not values.exists():
                         write_index(build_file_index(path, partition), positions, values)
             with contextlib.suppress(FileNotFoundError):  # removed by a worker that retired the file meanwhile
-                return read_index(path, positions, values, partition)
+                return read_index(path, positions, values, partition, kept_rows)
         return build_file_index(path, partition)
 
     def forget(self, paths: set[str]) -> None:
@@ -71,9 +81,11 @@ class IndexStore:
                 with contextlib.suppress(FileNotFoundError):
                     file.unlink()
 
-    def _files(self, path: str) -> tuple[Path, Path]:
+    def _files(self, path: str) -> tuple[Path, Path, Path]:
+        """The index's positional arrays, the row file and the distinct values of the data file at `path`."""
         name = f"v{FORMAT}-{hashlib.sha256(path.encode()).hexdigest()[:40]}"
-        return self.directory / f"{name}.arrow", self.directory / f"{name}.values.arrow"
+        return (self.directory / f"{name}.arrow", self.directory / f"{name}.rows.arrow",
+                self.directory / f"{name}.values.arrow")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -121,8 +133,16 @@ def _write_batch(batch: pa.RecordBatch, target: Path) -> None:
     os.replace(partial, target)
 
 
-def read_index(path: str, positions: Path, values: Path, partition: Mapping[str, object] | None = None) -> FileIndex:
+def read_index(
+    path: str, positions: Path, values: Path, partition: Mapping[str, object] | None = None, rows: Path | None = None
+) -> FileIndex:
     """Map the index files of the data file at `path` (no copy: the arrays are views of the mapped pages).
+
+    Args:
+        path: the data file's path.
+        positions, values: its index files.
+        partition: the file's partition values.
+        rows: its row file (None: its rows are read from the data file).
 
     Raises:
         ConfigError: when the files are not an index of this layout.
@@ -145,4 +165,5 @@ def read_index(path: str, positions: Path, values: Path, partition: Mapping[str,
         constants=dict(partition or {}),
         row_group_starts=np.asarray(metadata["row_group_starts"], dtype=np.int64),
         column_names=frozenset(metadata["column_names"]),
+        row_file=RowFile(rows) if rows is not None else None,
     )

@@ -110,6 +110,8 @@ class RowGroupCache:
 def read_rows(cache: RowGroupCache, index: FileIndex, positions: np.ndarray, columns: Sequence[str]) -> list[dict[str, Any]]:
     """Return the rows at index `positions` of one file, with `columns` (some of the cache's), in row group order.
 
+    Read from the file's row file when it has one, else from its decoded Parquet row groups.
+
     Args:
         cache: where decoded row groups are kept.
         index: the file's index.
@@ -117,6 +119,8 @@ def read_rows(cache: RowGroupCache, index: FileIndex, positions: np.ndarray, col
         columns: the columns of each row.
     """
     file_rows = index.rows[positions].astype(np.int64)
+    if index.row_file is not None:
+        return index.row_file.read(file_rows, columns)
     groups = np.searchsorted(index.row_group_starts, file_rows, side="right") - 1
     offsets = file_rows - index.row_group_starts[groups]
     rows: list[dict[str, Any]] = []

@@ -14,6 +14,8 @@ import pytest
 
 from pipelines.serving.index import build_file_index
 from pipelines.serving.index_store import IndexStore, write_index
+from pipelines.serving.row_files import ROWS_PER_BATCH, RowFile, write_row_file
+from pipelines.serving.rows import RowGroupCache, read_rows
 
 DAY = datetime.date(2026, 11, 20)
 
@@ -55,7 +57,7 @@ def _index_in_child(store_dir, path, results):
 
 def test_processes_sharing_a_store_wait_for_the_one_building_an_index_and_map_what_it_wrote(tmp_path, data_file):
     store = IndexStore(tmp_path / "store")
-    positions, values = store._files(data_file)
+    positions, _, values = store._files(data_file)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     children = [context.Process(target=_index_in_child, args=(store.directory, data_file, results)) for _ in range(2)]
@@ -80,3 +82,45 @@ def test_a_retired_file_index_is_removed_and_built_again_when_asked_for(tmp_path
     store.forget({data_file})
     assert not list((tmp_path / "store").glob("*.arrow"))
     assert store.index_of(data_file).size == build_file_index(data_file).size
+
+
+@pytest.mark.parametrize("row_group_size", [64, 100, 1000])
+def test_a_row_file_holds_the_rows_the_parquet_file_holds_whatever_its_row_groups(tmp_path, data_file, row_group_size):
+    source = pq.read_table(data_file)
+    path = tmp_path / "regrouped.parquet"
+    pq.write_table(source, path, row_group_size=row_group_size)
+    write_row_file(str(path), ["event_id", "timestamp", "actor_urn"], tmp_path / "rows.arrow")
+    row_file = RowFile(tmp_path / "rows.arrow")
+    batch = ROWS_PER_BATCH
+    wanted = np.array([499, 0, batch - 1, batch, batch + 1, 2 * batch - 1, 2 * batch, 300, 301, 64, 63])
+    expected = [{"event_id": source.column("event_id")[i].as_py(), "timestamp": source.column("timestamp")[i].as_py(),
+                 "actor_urn": source.column("actor_urn")[i].as_py(), "domain": None} for i in sorted(wanted)]  # fmt: skip
+    assert row_file.read(wanted, ["event_id", "timestamp", "actor_urn", "domain"]) == expected
+    reader = pa.ipc.open_file(pa.memory_map(str(tmp_path / "rows.arrow")))
+    whole, rest = divmod(500, batch)
+    assert [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)] == [batch] * whole + [rest] * bool(rest)
+
+
+def test_a_store_with_row_columns_reads_page_rows_from_row_files_equal_to_the_parquet_rows(tmp_path, data_file):
+    columns = ("event_id", "timestamp", "entity_urn", "event_type")
+    index = IndexStore(tmp_path / "store", row_columns=columns).index_of(data_file)
+    assert index.row_file is not None
+    parquet_index = build_file_index(data_file)
+    positions = np.array([0, 3, 17, 200, 201, index.size - 1])
+    from_rows = read_rows(RowGroupCache(0, columns), index, positions, columns)
+    from_parquet = read_rows(RowGroupCache(0, columns), parquet_index, positions, columns)
+
+    def by_id(rows):
+        return sorted(rows, key=lambda r: r["event_id"])
+
+    assert by_id(from_rows) == by_id(from_parquet) and len(from_rows) == len(positions)
+
+
+def test_a_folder_built_without_row_files_gains_them_and_forget_removes_them(tmp_path, data_file):
+    IndexStore(tmp_path / "store").index_of(data_file)
+    assert not list((tmp_path / "store").glob("*.rows.arrow"))
+    store = IndexStore(tmp_path / "store", row_columns=("event_id",))
+    assert store.index_of(data_file).row_file is not None
+    assert len(list((tmp_path / "store").glob("*.rows.arrow"))) == 1
+    store.forget({data_file})
+    assert not list((tmp_path / "store").glob("*.arrow"))
