@@ -3,8 +3,13 @@
 Loads N generated usage events into gold.audit_events of a scratch lakehouse (or reuses a loaded one),
 then for each serving engine (in-process, Spark) starts `lakehouse serve` as a separate process on
 loopback and measures (1) the latency of representative requests one at a time, (2) load phases of 1 and
-of N concurrent clients for a bounded duration, (3) how soon a newly committed Delta version is visible
-to searches. Writes one JSON result.
+of N concurrent clients for a bounded duration, after a warm-up of N clients that is not measured, (3) how
+soon a newly committed Delta version is visible to searches. Writes one JSON result.
+
+The load phases measure the server as it runs once started: before the warm-up, the files the server
+wrote at start (the index and row files, gigabytes at 10M rows) are flushed to disk, so their writeback
+does not run during the phases; the warm-up then reaches every worker, where the latency phase's one
+connection reaches one. Both are reported (`start_flush_s`, `warmup`).
 """
 
 from __future__ import annotations
@@ -249,12 +254,14 @@ def build_table(settings: Settings, *, events: int, days: int, actor_urns: list[
 
 
 def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str, list[str], int, int], requests: int,
-                 clients: int, duration_s: float, seed: int, overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+                 clients: int, duration_s: float, seed: int, overrides: tuple[str, ...] = (),
+                 warmup_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """Serve the lakehouse with one engine (and `overrides`, `key=value` settings) and measure latency, load at 1
     and `clients` clients and their ratio, visibility.
 
     Args:
         mix: the arguments of `request_mix` (mix name, actors, now_ms, days).
+        warmup_s: seconds of `clients` clients before the load phases, not measured (0: none).
     """
     port = free_loopback_port()
     started = time.monotonic()
@@ -262,6 +269,11 @@ def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str,
     figures: dict[str, Any] = {"server_startup_s": round(time.monotonic() - started, 2)}
     try:
         figures["latency"] = measure_latency(port, token, request_mix(*mix), requests, seed)
+        if warmup_s:
+            flushing = time.monotonic()
+            os.sync()
+            figures["start_flush_s"] = round(time.monotonic() - flushing, 2)
+            figures["warmup"] = load_in_child(port, token, mix, clients, warmup_s, seed + clients)
         for phase, count in (("load_1_client", 1), (f"load_{clients}_clients", clients)):
             cpu_before = server_cpu_seconds(server.pid)
             figures[phase] = load_in_child(port, token, mix, count, duration_s, seed)
@@ -316,6 +328,7 @@ def run_search_bench(
     mix: str = "basic",
     seed: int = 7,
     scope: tuple[str, ...] = (),
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """Load `events` audit rows into the lakehouse of `settings` (unless loaded), serve them and measure search.
 
@@ -324,7 +337,7 @@ def run_search_bench(
 
     With `scope` (kind=value texts), the engines are measured with the access log off, then `bench_scoped`
     compares the in-process engine under a token of that scope with the access log on against it
-    (`inprocess_scoped`).
+    (`inprocess_scoped`). `warmup_s`: seconds of load, not measured, before each engine's load phases.
 
     Returns:
         The measured figures: the build (or reuse), then per engine latency, load phases, visibility,
@@ -358,7 +371,8 @@ def run_search_bench(
     plain = ("access_log.enabled=false",) if scope else ()
     for engine in engines:
         payload[engine] = bench_engine(settings, engine, token=token, mix=mix_arguments, requests=requests,
-                                       clients=clients, duration_s=duration_s, seed=seed, overrides=plain)  # fmt: skip
+                                       clients=clients, duration_s=duration_s, seed=seed, overrides=plain,
+                                       warmup_s=warmup_s)  # fmt: skip
         payload[engine]["target"] = check_targets(payload[engine], clients, mix)
     if scope:
         from pipelines.bench.search_scoped import bench_scoped
@@ -373,6 +387,7 @@ def bench_search_command(
     ctx: typer.Context,
     events: int = typer.Option(1_000_000, "--events", help="Audit events to load."),
     duration: float = typer.Option(30.0, "--duration", help="Seconds of each load phase (max 600)."),
+    warmup: float = typer.Option(5.0, "--warmup", help="Seconds of load at --clients before the load phases, not measured (0: none)."),
     clients: int = typer.Option(16, "--clients", help="Concurrent clients in the second load phase (max 64)."),
     requests: int = typer.Option(50, "--requests", help="Requests per kind in the latency phase."),
     days: int = typer.Option(30, "--days", help="Days the events are spread over (ending now)."),
@@ -398,6 +413,8 @@ def bench_search_command(
         raise InputError(f"--clients: {clients} must be 1..64")
     if not 0 < duration <= 600:
         raise InputError(f"--duration: {duration} must be in (0, 600] seconds")
+    if not 0 <= warmup <= 600:
+        raise InputError(f"--warmup: {warmup} must be in [0, 600] seconds")
     if requests < 1 or days < 1 or actors < 1:
         raise InputError(f"--requests {requests}, --days {days}, --actors {actors}: each must be at least 1")
     if mix not in MIXES:
@@ -411,7 +428,7 @@ def bench_search_command(
     try:
         payload = run_search_bench(settings, events=events, duration_s=duration, clients=clients, requests=requests,
                                    days=days, actors=actors, engines=tuple(dict.fromkeys(engine)), mix=mix,
-                                   scope=tuple(scope))  # fmt: skip
+                                   scope=tuple(scope), warmup_s=warmup)  # fmt: skip
     finally:
         if work_dir is None:
             shutil.rmtree(home, ignore_errors=True)

@@ -15,7 +15,7 @@ from tests.pipelines.cli.test_cli import run_cli
 @pytest.mark.slow
 def test_one_run_measures_both_engines_and_a_kept_home_is_reused(tmp_path):
     home, out = tmp_path / "home", tmp_path / "out"
-    args = ["--events", "2000", "--duration", "1", "--requests", "3", "--days", "2", "--actors", "20",
+    args = ["--events", "2000", "--duration", "1", "--warmup", "1", "--requests", "3", "--days", "2", "--actors", "20",
             "--work-dir", str(home), "--out", str(out)]  # fmt: skip
     run_cli("bench", "search", *args, timeout=600)
     (path,) = out.glob("search-*.json")
@@ -26,6 +26,8 @@ def test_one_run_measures_both_engines_and_a_kept_home_is_reused(tmp_path):
         for phase, clients in (("load_1_client", 1), ("load_16_clients", 16)):
             assert figures[phase]["clients"] == clients and figures[phase]["requests"] > 0
             assert figures[phase]["errors"] == 0 and figures[phase]["p50_ms"] <= figures[phase]["p95_ms"]
+        # The warm-up ran at the load phase's clients, after the start's files were flushed.
+        assert figures["warmup"]["clients"] == 16 and figures["warmup"]["requests"] > 0 and figures["start_flush_s"] >= 0
         assert figures["new_version_visible"]["visible"] == figures["new_version_visible"]["probes"] == 5
         assert figures["server_peak_rss_bytes"] > 0
         assert set(figures["target"]["measured"]) == {"load_rps", "load_p95_ms", "single_p95_ms", "rss_bytes",
