@@ -20,6 +20,7 @@ from conf.locations import Location
 from conf.settings import Settings
 from pipelines.batch.landing.discovery import list_input_files, plan_files
 from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, FilePlan, LandingReport
+from pipelines.batch.landing.conversion import convert_in_engine
 from pipelines.batch.landing.staging import stage_file, stage_text_reads
 from pipelines.batch.landing.writes import discard_uncommitted_batches, mark_landing_begun, write_batch
 from pipelines.runtime.home import home_of
@@ -113,6 +114,7 @@ def land_plans(
         plans = make_plans(scratch, hasher)
         total = len(plans) + 1
         stage_text_reads(spark, settings, plans, scratch)
+        convert_in_engine(spark, plans, scratch, settings.ingest.max_record_bytes, home_of(settings).storage_options)
         for plan in plans:
             _report(progress, plan.source, plan.index, total)
             if plan.status == LANDED and plan.staged is None:

@@ -156,6 +156,8 @@ class FilePlan:
     # `path`, provenance under `source_name` with the line numbers the copy gives (the offsets).
     source_name: str | None = None
     numbered: NumberedCopy | None = None
+    # A file-sink or MCE file: where the engine wrote its numbered copy, and how reading the file ended.
+    converted: tuple[Location, NumberedCopy] | None = None
 
     def sha256(self) -> str:
         """The file's content hash (hex SHA-256), waiting for it when it is computed beside the staging."""

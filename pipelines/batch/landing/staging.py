@@ -5,31 +5,31 @@ JSON-lines files are read as text by the engine, several of one kind in one job 
 Their lines are numbered from the row id within each read partition once the partitions are in file
 order: a gzip file is one partition; the partitions of a plain file are put in file order, and checked
 to cover its bytes exactly, from the bytes at their bounds alone (`bronze.lines.order_partitions`).
-What the engine cannot read (bytes that are not UTF-8, a damaged gzip: the lines before the damage land;
-a path it would take as a glob pattern), file-sink arrays and MCE lines are numbered in Python, and that
-numbered copy is staged instead; the lines staged must then be as many as the copy has, or the landing
-stops.
+What the engine cannot read as text (bytes that are not UTF-8, a damaged gzip: the lines before the
+damage land; a path it would take as a glob pattern) is numbered in Python, and file-sink arrays and MCE
+lines are converted by the engine's workers (`pipelines.batch.landing.conversion`); that numbered copy is
+staged instead, and the lines staged must then be as many as the copy has, or the landing stops.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
-from bronze.formats import EMPTY, FILE_SINK, MCE, MCL, MCP, USAGE
+from bronze.formats import EMPTY, MCL, MCP, USAGE
 from bronze.lines import ReadPartition, order_partitions, to_lines, to_numbered_lines, to_partition_summary
 from bronze.records import parse_snapshot_lines, parse_usage_lines
-from bronze.snapshots import expand_snapshot_line
 from conf.errors import InputError, LakehouseError
 from conf.locations import Location
 from conf.settings import Settings
+from pipelines.batch.landing.conversion import CONVERTED_KINDS, convert_in_engine
 from pipelines.batch.landing.engine_files import GLOB_CHARACTERS
-from pipelines.batch.landing.files import NumberedCopy, convert_file_sink, is_gzip, number_lines, read_at
+from pipelines.batch.landing.files import NumberedCopy, is_gzip, number_lines, read_at
 from pipelines.batch.landing.model import FAMILIES, LANDED, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
+from pipelines.runtime.home import home_of
 from pipelines.runtime.storage import storage_for
 
 log = logging.getLogger("lakehouse.landing")
@@ -52,41 +52,16 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
     if plan.numbered is not None:
         _stage_copy(spark, settings, plan, scratch, plan.path, plan.numbered)
         return
-    numbered = scratch / "input" / f"{plan.index:05d}.txt"
-    if plan.kind == FILE_SINK:
-        copy, plan.rejected = convert_file_sink(plan.path, numbered, settings.ingest.max_record_bytes)
-        _stage_copy(spark, settings, plan, scratch, numbered, copy)
-        return
-    if plan.kind == MCE:
-        _stage_snapshot_lines(spark, settings, plan, scratch, numbered)
+    if plan.kind in CONVERTED_KINDS:
+        if plan.converted is None:  # not converted with the batch's others (`convert_in_engine`)
+            convert_in_engine(spark, [plan], scratch, settings.ingest.max_record_bytes, home_of(settings).storage_options)
+        _stage_copy(spark, settings, plan, scratch, *plan.converted)
         return
     # A JSON-lines file the engine's text read could not number (`stage_text_reads`): its lines are
     # numbered here (undecodable bytes become U+FFFD; a damaged gzip gives the lines before the damage)
     # and the numbered copy, which has a safe name, is staged instead.
+    numbered = scratch / "input" / f"{plan.index:05d}.txt"
     _stage_copy(spark, settings, plan, scratch, numbered, number_lines(plan.path, numbered))
-
-
-def _stage_snapshot_lines(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Path, numbered: Path) -> None:
-    """Stage a JSON-lines file of MCEs: its lines numbered, each MCE written as one MCP line per aspect.
-
-    Every aspect line keeps the line number of its MCE; an aspect that cannot land (an unknown class) is
-    rejected with its reason, the snapshot's other aspects land.
-    """
-    lines_path = numbered.with_suffix(".lines")
-    copy = number_lines(plan.path, lines_path)
-    limit = settings.ingest.max_record_bytes
-    written = 0
-    with open(lines_path, encoding="utf-8") as source, open(numbered, "w", encoding="utf-8") as target:
-        for numbered_line in source:
-            number, _, text = numbered_line.rstrip("\n").partition("\t")
-            for record, reason in expand_snapshot_line(text):
-                if reason is None:
-                    target.write(f"{number}\t{record}\n")
-                    written += 1
-                else:
-                    plan.rejected.append((int(number), record[:limit], reason))
-    lines_path.unlink()
-    _stage_copy(spark, settings, plan, scratch, numbered, dataclasses.replace(copy, lines=written))
 
 
 def _stage_copy(

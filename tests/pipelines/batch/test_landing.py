@@ -215,6 +215,12 @@ def test_gzip_detection_and_a_forced_kind(spark, settings, tmp_path):
     assert reasons == {"type: missing"}
     with pytest.raises(InputError, match=r"kind: 'ndjson' is not one of mcl, mcp, file-sink, usage"):
         land_paths(spark, settings, [as_usage], kind="ndjson")
+    # Converted by the engine's workers, a file forced to be a file sink that holds no JSON array is
+    # refused by name, as the driver would refuse it.
+    not_an_array = tmp_path / "not-an-array.json"
+    not_an_array.write_text('{"entityUrn": "urn:li:corpuser:x"}\n')
+    with pytest.raises(InputError, match=r"not-an-array\.json: file-sink: the text starts with '\{\"entityUrn.*', not a JSON array"):
+        land_paths(spark, settings, [not_an_array], kind="file-sink")
 
 
 def test_bad_records_are_quarantined_with_reasons_and_the_counts_reconcile(spark, tmp_path):

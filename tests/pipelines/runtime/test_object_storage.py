@@ -243,3 +243,24 @@ def test_landing_reads_a_gzip_object_and_numbers_its_lines(s3, tmp_path):
     assert file_digest(plain, block_size=4096).lines == 1000
     with open_text(gz) as handle:
         assert handle.readline() == '{"n": 0}\n'
+
+
+@pytest.mark.slow
+def test_file_sink_and_mce_objects_land_on_an_s3_home_as_local_files_do(s3, tmp_path):
+    from tests.pipelines.batch.test_landing_producers import PRODUCERS
+    from tests.pipelines.runtime.test_remote_engine import landed_snapshots
+
+    home = f"s3://{BUCKET}/converted"
+    local_inputs = tmp_path / "producers"
+    local_inputs.mkdir()
+    for name in ("sqlite-run1.file-sink.json", "snapshots.mce.jsonl"):
+        _put(s3, f"converted/landing/{name}", (PRODUCERS / name).read_bytes())
+        (local_inputs / name).write_bytes((PRODUCERS / name).read_bytes())
+    # The engine converts them, reading the objects and writing the numbered copies to the S3 scratch.
+    _cli(s3, home, tmp_path, "land", "--no-progress", f"{home}/landing")
+    run_cli("--set", "mlflow.enabled=false", "land", "--no-progress", str(local_inputs), home=tmp_path / "local")
+    rows = _s3_table(s3, home, "bronze.aspect_snapshots").to_pylist()
+    expected = landed_snapshots(tmp_path / "local")
+    assert sorted((r["source_kind"], r["line_number"], r["record_hash"]) for r in rows) == expected
+    assert {kind for kind, _, _ in expected} == {"file-sink", "mce"}
+    assert not Storage(s3.options).has_files(parse_location(f"{home}/_scratch"))

@@ -16,9 +16,10 @@ import pytest
 
 from pyspark.sql import SparkSession
 
-from conf.tables import TABLES
+from conf.tables import TABLES, table_location
 from pipelines.runtime.engine import sail_connect_server
 from tests.conftest import FIXTURES, make_settings
+from tests.pipelines.batch.test_landing_producers import PRODUCERS
 from tests.pipelines.batch.test_crash_resume import chain_shape, table_contents
 from tests.pipelines.cli.test_cli import run_cli
 from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows
@@ -141,3 +142,25 @@ def test_the_connect_profile_pairs_versions_on_the_cluster_runner_as_the_embedde
         assert pairs(cluster, native_lag=False) == expected
     finally:
         cluster.stop()
+
+
+def landed_snapshots(home: Path) -> list[tuple]:
+    """(source kind, line, record hash) of every row of a home's bronze.aspect_snapshots."""
+    from deltalake import DeltaTable
+
+    location = table_location(make_settings(home), "bronze.aspect_snapshots")
+    rows = DeltaTable(str(location)).to_pyarrow_table(columns=["source_kind", "line_number", "record_hash"]).to_pylist()
+    return sorted((r["source_kind"], r["line_number"], r["record_hash"]) for r in rows)
+
+
+def test_file_sink_and_mce_files_are_converted_on_the_cluster_as_by_the_embedded_engine(remote_url, tmp_path):
+    # Their conversion to numbered lines runs in the engine's workers, which import the project's code.
+    inputs = tmp_path / "producers"
+    inputs.mkdir()
+    for name in ("sqlite-run1.file-sink.json", "snapshots.mce.jsonl"):
+        shutil.copy(PRODUCERS / name, inputs / name)
+    run_cli(*NO_MLFLOW, "land", "--no-progress", str(inputs), home=tmp_path / "embedded")
+    run_cli(*remote(remote_url), "land", "--no-progress", str(inputs), home=tmp_path / "remote")
+    embedded = landed_snapshots(tmp_path / "embedded")
+    assert landed_snapshots(tmp_path / "remote") == embedded
+    assert {kind for kind, _, _ in embedded} == {"file-sink", "mce"} and len(embedded) > 6
