@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from silver.aspects import is_key_aspect
+from silver.order_keys import ARRIVAL_ORDER, BY_TIME, BY_VERSION, CRC_DIGITS, DELETE_RANK, KEY_DIGITS, OTHER_RANK, PATCH
 
 # The bronze.aspect_snapshots columns the sequencing reads.
 BRONZE_COLUMNS = (
@@ -69,8 +70,6 @@ STATE_VALUE_COLUMNS = (
 
 ACCEPTED, LATE, DUPLICATE = "ACCEPTED", "LATE", "DUPLICATE"
 
-# Arrival order of bronze rows: of two copies of one version, the first one here is the one that counts.
-ARRIVAL_ORDER = ("landed_at", "batch_id", "source_file", "line_number")
 
 # The one order of every sequencing window, as (column, descending): key, order key, then arrival
 # newest first.
@@ -87,29 +86,30 @@ KEY_BUCKETS = 1024
 
 
 def order_key(version: Column, created_time: Column, change_type: Column, arrival: Column | None = None) -> Column:
-    """The sortable ordering key of one aspect version (see the module docstring).
+    """The sortable ordering key of one aspect version, as a column (`silver.order_keys` defines it).
 
     A PATCH is an operation, not a value: two patches of one aspect with the same time (the SDK gives
     every proposal of one builder the same systemMetadata) are both applied, in the order they arrived.
     Given `arrival` (`patch_arrival`), a PATCH's key ends with it, so each patch is a version of its own.
     """
-    rank = F.when(F.upper(change_type) == "DELETE", F.lit("1")).otherwise(F.lit("0"))
-    by_version = F.concat(F.lit("v"), F.lpad(version.cast("string"), 19, "0"), F.lit("."), rank)
-    by_time = F.concat(F.lit("t"), F.lpad(F.coalesce(created_time, F.lit(0)).cast("string"), 19, "0"), F.lit("."), rank)
+    rank = F.when(F.upper(change_type) == "DELETE", F.lit(DELETE_RANK)).otherwise(F.lit(OTHER_RANK))
+    by_version = F.concat(F.lit(BY_VERSION), F.lpad(version.cast("string"), KEY_DIGITS, "0"), F.lit("."), rank)
+    by_time = F.concat(F.lit(BY_TIME), F.lpad(F.coalesce(created_time, F.lit(0)).cast("string"), KEY_DIGITS, "0"),
+                       F.lit("."), rank)  # fmt: skip
     key = F.when(version.isNotNull(), by_version).otherwise(by_time)
     if arrival is None:
         return key
-    return F.when(F.upper(change_type) == "PATCH", F.concat(key, F.lit("."), arrival)).otherwise(key)
+    return F.when(F.upper(change_type) == PATCH, F.concat(key, F.lit("."), arrival)).otherwise(key)
 
 
 def patch_arrival() -> Column:
     """Where a bronze row arrived, as sortable text: landing time (microseconds), line, then the file's CRC-32."""
     return F.concat(
-        F.lpad(F.unix_micros(F.col("landed_at")).cast("string"), 19, "0"),
+        F.lpad(F.unix_micros(F.col("landed_at")).cast("string"), KEY_DIGITS, "0"),
         F.lit("."),
-        F.lpad(F.col("line_number").cast("string"), 19, "0"),
+        F.lpad(F.col("line_number").cast("string"), KEY_DIGITS, "0"),
         F.lit("."),
-        F.lpad(F.crc32(F.col("source_file").cast("binary")).cast("string"), 10, "0"),
+        F.lpad(F.crc32(F.col("source_file").cast("binary")).cast("string"), CRC_DIGITS, "0"),
     )
 
 

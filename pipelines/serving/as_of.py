@@ -2,8 +2,8 @@
 
 The answer of `pipelines.batch.timeline.aspects_as_of` without a Spark session: the committed snapshots of
 the entity created at or before the time, sequenced as `silver.state.to_sequenced_batch` sequences one
-batch against an empty state (ordering key, the first landed copy of a version counts, the newest version
-per aspect), with the PATCH records folded in order by `silver.patches.fold_versions`, as
+batch against an empty state (the ordering key and arrival order of `silver.order_keys`, the first
+landed copy of a version counts, the newest version per aspect), with the PATCH records folded in order by `silver.patches.fold_versions`, as
 `silver.patching.with_patches_applied` folds them. Only the rows of one entity are read, so the fold runs
 in the API's process.
 """
@@ -11,7 +11,6 @@ in the API's process.
 from __future__ import annotations
 
 import json
-import zlib
 from collections import defaultdict
 from typing import Any
 
@@ -23,33 +22,22 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.serving.explorer_data import latest_dataset
+from silver.order_keys import ARRIVAL_ORDER, order_key, patch_arrival
 from silver.patches import PATCH, fold_versions
 
 SNAPSHOTS_TABLE = "bronze.aspect_snapshots"
 LANDED_TABLE = "bronze.landed_files"
 SNAPSHOT_COLUMNS = ("aspect_name", "change_type", "aspect_json", "version", "created_time", "created_actor",
                     "source_file", "line_number", "batch_id", "landed_at")  # fmt: skip
-# Of two copies of one version, the first landed counts (silver.state.ARRIVAL_ORDER).
-ARRIVAL_COLUMNS = ("landed_at_us", "batch_id", "source_file", "line_number")
+# Of two copies of one version, the first landed counts: silver.order_keys.ARRIVAL_ORDER, with the landing
+# time in epoch microseconds.
+ARRIVAL_COLUMNS = tuple("landed_at_us" if column == "landed_at" else column for column in ARRIVAL_ORDER)
 
 
-def _lpad(text: str, width: int) -> str:
-    """Spark's lpad with '0': padded on the left to `width`, or cut to its first `width` characters."""
-    return text[:width] if len(text) >= width else "0" * (width - len(text)) + text
-
-
-def order_key(row: dict[str, Any]) -> str:
-    """The ordering key `silver.state.order_key` gives a snapshot row (a PATCH's ends with where it arrived)."""
-    change_type = str(row["change_type"]).upper()
-    rank = "1" if change_type == "DELETE" else "0"
-    if row["version"] is not None:
-        key = f"v{_lpad(str(row['version']), 19)}.{rank}"
-    else:
-        key = f"t{_lpad(str(row['created_time'] or 0), 19)}.{rank}"
-    if change_type != PATCH:
-        return key
-    crc = zlib.crc32(row["source_file"].encode("utf-8"))
-    return f"{key}.{_lpad(str(row['landed_at_us']), 19)}.{_lpad(str(row['line_number']), 19)}.{_lpad(str(crc), 10)}"
+def row_order_key(row: dict[str, Any]) -> str:
+    """The ordering key `silver.state` gives a snapshot row (a PATCH's ends with where it arrived)."""
+    arrival = patch_arrival(row["landed_at_us"], row["line_number"], row["source_file"])
+    return order_key(row["version"], row["created_time"], str(row["change_type"]), arrival)
 
 
 def _committed_batches(settings: Settings) -> list[str]:
@@ -80,7 +68,7 @@ def newest_versions(aspect_name: str, rows: list[dict[str, Any]]) -> dict[str, A
     """
     first_copies: dict[str, dict[str, Any]] = {}
     for row in sorted(rows, key=lambda r: tuple(r[c] for c in ARRIVAL_COLUMNS)):
-        first_copies.setdefault(order_key(row), row)
+        first_copies.setdefault(row_order_key(row), row)
     versions = [(key, first_copies[key]) for key in sorted(first_copies)]
     if not versions:
         return None
