@@ -36,7 +36,7 @@ from pipelines.batch.landing.batch import (
     scratch_folder,
 )
 from pipelines.batch.landing.discovery import list_input_files
-from pipelines.batch.landing.files import FileDigest, count_lines, file_digest, read_at
+from pipelines.batch.landing.files import read_at, sha256_of
 from pipelines.batch.landing.model import (
     ALREADY_LANDED,
     DATA_TABLES,
@@ -62,14 +62,12 @@ __all__ = [
     "STAGE",
     "UNDETECTED",
     "USAGE_TABLE",
-    "FileDigest",
     "FileResult",
     "LandingReport",
     "ProgressCallback",
     "check_batch_id",
-    "count_lines",
     "discard_uncommitted_batches",
-    "file_digest",
+    "sha256_of",
     "land_paths",
     "list_input_files",
     "list_quarantined",

@@ -17,7 +17,7 @@ from conf.errors import ConfigError, InputError
 from conf.locations import Location, ObjectLocation, parse_location
 from conf.settings import Settings
 from pipelines.batch.landing.engine_files import content_hashes, engine_hashable
-from pipelines.batch.landing.files import READ_CHUNK, READ_ERRORS, error_text, file_digest, open_text
+from pipelines.batch.landing.files import READ_CHUNK, READ_ERRORS, error_text, open_text, sha256_of
 from pipelines.batch.landing.model import ALREADY_LANDED, LEDGER_TABLE, UNDETECTED, FilePlan
 from pipelines.runtime.io import read_table
 from pipelines.runtime.storage import storage_for
@@ -155,7 +155,7 @@ def plan_files(
 def _content_hash(path: Location, engine_hashes: Future | None) -> str:
     """A file's hex SHA-256: the engine's (from the batch's hash job), else computed here."""
     computed = engine_hashes.result() if engine_hashes is not None else {}
-    return computed[path] if path in computed else file_digest(path).sha256
+    return computed[path] if path in computed else sha256_of(path)
 
 
 def _stored_size(path: Location) -> int:

@@ -63,61 +63,13 @@ def error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-@dataclass(frozen=True)
-class FileDigest:
-    """What one read of a file's bytes gives: its SHA-256 and where its lines are.
-
-    Attributes:
-        sha256: hex SHA-256 of the bytes.
-        block_size: the size of the blocks `newlines` counts in.
-        newlines: line breaks in each block of `block_size` bytes (empty for gzip: its blocks are compressed).
-        lines: the file's lines as `count_lines` counts them (None for gzip: see `count_lines`).
-    """
-
-    sha256: str
-    block_size: int
-    newlines: tuple[int, ...]
-    lines: int | None = None
-
-
-def file_digest(path: Location, block_size: int = 16 << 20) -> FileDigest:
-    """Hash a file's bytes and count its line breaks per block, in one read.
-
-    Args:
-        path: the file.
-        block_size: bytes per block read.
-    """
+def sha256_of(path: Location, block_size: int = 16 << 20) -> str:
+    """The hex SHA-256 of a file's stored bytes (of a file the engine does not hash), read block by block."""
     digest = hashlib.sha256()
-    counts = []
-    plain = not is_gzip(path)
-    last = b""
     with open_raw(path) as handle:
         while chunk := handle.read(block_size):
             digest.update(chunk)
-            if plain:
-                counts.append(chunk.count(b"\n"))
-                last = chunk[-1:]
-    if not plain:
-        return FileDigest(digest.hexdigest(), block_size, ())
-    return FileDigest(digest.hexdigest(), block_size, tuple(counts), sum(counts) + (last not in (b"", b"\n")))
-
-
-def count_lines(path: Location) -> int | None:
-    """Count a file's lines (decompressed): its line breaks, plus a last line without one.
-
-    Returns:
-        The count, or None when the file cannot be read to its end (a truncated or corrupt gzip).
-    """
-    breaks = 0
-    last = b""
-    try:
-        with open_binary(path) as handle:
-            while block := handle.read1(4 * READ_CHUNK):
-                breaks += block.count(b"\n")
-                last = block[-1:]
-    except READ_ERRORS:
-        return None
-    return breaks + (last not in (b"", b"\n"))
+    return digest.hexdigest()
 
 
 def read_at(path: Location, size: int) -> Callable[[int, int], bytes]:

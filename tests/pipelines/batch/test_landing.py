@@ -440,7 +440,7 @@ def test_the_cli_lands_lists_quarantine_and_recovers_from_a_kill(spark, tmp_path
 
 
 def test_the_engine_hashes_files_as_hashlib_does(spark, tmp_path):
-    from pipelines.batch.landing import file_digest, read_at
+    from pipelines.batch.landing import read_at, sha256_of
     from pipelines.batch.landing.engine_files import content_hashes
 
     text = b"first\r\n\n{\"a\": \"caf\xc3\xa9\"}\nlast without break"
@@ -458,7 +458,7 @@ def test_the_engine_hashes_files_as_hashlib_does(spark, tmp_path):
         path.write_bytes(data)
     hashes = content_hashes(spark, [(path, len(data)) for path, data in files.items()])
     assert hashes == {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
-    assert file_digest(tmp_path / "lines.txt").sha256 == hashlib.sha256(text).hexdigest()
+    assert sha256_of(tmp_path / "lines.txt", block_size=7) == hashlib.sha256(text).hexdigest()
     reader = read_at(tmp_path / "lines.txt", len(text))
     assert (reader(8, 8), reader(0, 5), reader(len(text) - 5, 99), reader(len(text), 9)) == (
         b'{"a": "c', b"first", b"break", b""
