@@ -169,6 +169,23 @@ def order_partitions(
     return order if start in (size, size + 1) else None
 
 
+def bound_reads(partitions: Sequence[ReadPartition]) -> list[tuple[int, int]]:
+    """The (offset, length) reads `order_partitions` makes when the partitions' numbers are their file order.
+
+    Engines usually number a file's read partitions in file order, so these reads can be made ahead, side
+    by side; each head read is as long as the longest first line, so it serves any shorter one at its offset.
+    """
+    ordered = sorted(partitions, key=lambda p: p.partition)
+    head = max((p.first_bytes for p in ordered), default=0) + 1
+    reads: list[tuple[int, int]] = []
+    start = 0
+    for partition in ordered:
+        reads.append((start, head))
+        reads.append((start + partition.bytes - 1 - partition.last_bytes, partition.last_bytes + 1))
+        start += partition.bytes
+    return reads
+
+
 def _ends_with_its_last_line(partition: ReadPartition, start: int, read_at: Callable[[int, int], bytes]) -> bool:
     line_start = start + partition.bytes - 1 - partition.last_bytes
     return _is_line(read_at(line_start, partition.last_bytes + 1), partition.last_bytes, partition.last_crc)

@@ -11,6 +11,7 @@ import pytest
 from bronze.lines import (
     LINE_COLUMNS,
     ReadPartition,
+    bound_reads,
     line_offsets,
     order_partitions,
     to_lines,
@@ -141,3 +142,11 @@ def test_numbered_lines_keep_the_reader_line_numbers(pure_spark):
     assert set(rows) == {17, 40}
     assert rows[17].reason is None and rows[17].source_file == "sink.json" and rows[17].file_index == 1
     assert rows[40].reason == "record: '[1]' is not a JSON object" and rows[40].raw_text == "[1]"
+
+
+def test_bound_reads_are_the_reads_of_partitions_numbered_in_file_order():
+    lines = [b"ab", b"cdef", b"g", b"hij"]  # 3, 5, 2 and 4 bytes with their line feeds: 14 in all
+    parts = [part(4, lines, 3, 2), part(1, lines, 1, 2)]
+    # Heads at each start as long as the longest first line ("ab") + 1; tails at each partition's last line.
+    assert bound_reads(parts) == [(0, 3), (3, 5), (8, 3), (10, 4)]
+    assert bound_reads([]) == []

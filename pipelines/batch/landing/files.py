@@ -14,7 +14,8 @@ import gzip
 import hashlib
 import io
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -85,6 +86,26 @@ def read_at(path: Location, size: int) -> Callable[[int, int], bytes]:
         return storage.read_range(path, offset, length) if length > 0 else b""
 
     return read
+
+
+def prefetched(read: Callable[[int, int], bytes], ranges: Sequence[tuple[int, int]], threads: int) -> Callable[[int, int], bytes]:
+    """Make the reads `ranges` of `read` now, `threads` at a time; return a `read` that answers from them.
+
+    A request at the offset of a range read ahead, no longer than it, is a slice of it; any other is passed
+    to `read`. On object storage each read is a request whose latency, made one after another, adds up.
+    """
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        fetched = list(zip(ranges, pool.map(lambda r: read(*r), ranges), strict=True))
+    by_offset: dict[int, tuple[int, bytes]] = {}
+    for (offset, length), data in fetched:
+        if length > by_offset.get(offset, (-1, b""))[0]:
+            by_offset[offset] = (length, data)
+
+    def read_ahead(offset: int, length: int) -> bytes:
+        size, data = by_offset.get(offset, (-1, b""))
+        return data[:length] if length <= size else read(offset, length)
+
+    return read_ahead
 
 
 @dataclass(frozen=True)

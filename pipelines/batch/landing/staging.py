@@ -20,14 +20,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from bronze.formats import EMPTY, MCL, MCP, USAGE
-from bronze.lines import ReadPartition, order_partitions, to_lines, to_numbered_lines, to_partition_summary
+from bronze.lines import ReadPartition, bound_reads, order_partitions, to_lines, to_numbered_lines, to_partition_summary
 from bronze.records import parse_snapshot_lines, parse_usage_lines
 from conf.errors import InputError, LakehouseError
-from conf.locations import Location
+from conf.locations import Location, ObjectLocation
 from conf.settings import Settings
 from pipelines.batch.landing.conversion import CONVERTED_KINDS, convert_in_engine
 from pipelines.batch.landing.engine_files import GLOB_CHARACTERS
-from pipelines.batch.landing.files import NumberedCopy, is_gzip, number_lines, read_at
+from pipelines.batch.landing.files import NumberedCopy, is_gzip, number_lines, prefetched, read_at
 from pipelines.batch.landing.model import FAMILIES, LANDED, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
 from pipelines.runtime.home import home_of
 from pipelines.runtime.storage import storage_for
@@ -37,6 +37,8 @@ log = logging.getLogger("lakehouse.landing")
 # longer union of reads makes a plan deep enough to crash the engine's planner: 300 did, 100 did not).
 TEXT_READS_BATCH_BYTES = 1 << 30
 TEXT_READS_BATCH_FILES = 64
+# Ranged reads of partition bounds made at once on object storage (each is one request).
+BOUND_READ_THREADS = 16
 
 
 def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Location) -> None:
@@ -227,7 +229,10 @@ def _file_order(plan: FilePlan, summary: list) -> list[tuple[int, int]] | None:
     if is_gzip(plan.path):
         # Not splittable: the engine decompresses it front to back, in one partition.
         return [(p.partition, p.rows) for p in parts] if len(parts) == 1 else None
-    order = order_partitions(parts, read_at(plan.path, plan.size), plan.size)
+    read = read_at(plan.path, plan.size)
+    if isinstance(plan.path, ObjectLocation):  # a request per read: made ahead, side by side
+        read = prefetched(read, bound_reads(parts), BOUND_READ_THREADS)
+    order = order_partitions(parts, read, plan.size)
     if order is None:
         return None
     rows = {p.partition: p.rows for p in parts}
