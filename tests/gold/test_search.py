@@ -314,6 +314,21 @@ def test_response_shapes_login_and_entity_events():
     assert update["rawUsageEvent"] == {"type": "UpdateAspectEvent", "timestamp": 2}
 
 
+@pytest.mark.parametrize(
+    "raw",
+    ['{"type": "LogInEvent", "n": 123456789012345678901234567890}', '{"x": NaN}', '{"s": "\\ud800"}',
+     '{"nested": [1, 2.5, {"a": null}], "u": "caf\u00e9"}', "not json", "[1, 2"],
+)
+def test_a_raw_event_is_the_standard_librarys_document_or_its_text(raw):
+    request = SearchRequest.parse({"size": "5"}).with_window(NOW)
+    (event,) = to_response([_row("LogInEvent", 3, raw_event=raw)], 1, request)["usageEvents"]
+    try:
+        expected = json.loads(raw)
+    except ValueError:
+        expected = raw
+    assert repr(event["rawUsageEvent"]) == repr(expected)  # repr: NaN is not equal to itself
+
+
 def test_response_without_raw_and_with_a_full_page():
     request = SearchRequest.parse({"size": "2", "includeRaw": "false"}, signer=SIGNER).with_window(NOW)
     response = to_response([_row("LogInEvent", 3), _row("FailedLogInEvent", 2)], 9, request)
