@@ -12,19 +12,18 @@ rejected with their reasons), never the files' bytes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from bronze.formats import FILE_SINK, MCE
 from bronze.snapshots import expand_snapshot_line
 from conf.errors import InputError
 from conf.locations import Location, parse_location
 from pipelines.batch.landing.files import NumberedCopy, convert_file_sink, number_lines, open_output_text, open_text
+from pipelines.batch.landing.model import LANDED, FilePlan
 from pipelines.runtime.storage import Storage, register_storage, storage_for
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from pipelines.batch.landing.model import FilePlan
 
 CONVERTED_KINDS = (FILE_SINK, MCE)
 # The facts of one converted file, as the engine returns them.
@@ -94,10 +93,6 @@ def convert_in_engine(spark: SparkSession, plans: Sequence[FilePlan], scratch: L
     Raises:
         InputError: naming the file, for a file-sink file whose text is not a JSON array.
     """
-    from pyspark.sql import functions as F
-
-    from pipelines.batch.landing.model import LANDED
-
     chosen = [p for p in plans if p.status == LANDED and p.kind in CONVERTED_KINDS and p.numbered is None]
     if not chosen:
         return
