@@ -36,6 +36,29 @@ def arrow_digest(table: pa.Table, table_key: str) -> tuple[int, str]:
     return hasher.row_count, hasher.hexdigest()
 
 
+def last_link(table: Any, location: str) -> dict[str, Any] | None:
+    """The chain's link with the greatest seq (its seq and link_digest), None for an empty chain.
+
+    Read from the one file the log's statistics say holds it: the API's workers each link their flushes,
+    so the head moves under each of them between two links, and reading every link each time would cost
+    a read of the whole chain.
+
+    Args:
+        table: the chain's DeltaTable, at the version to read.
+        location: its storage location (the files' paths are relative to it).
+    """
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return None
+    if "max.seq" in actions.column_names and not actions.column("max.seq").null_count:
+        newest = actions.column("path")[pc.index(actions.column("max.seq"), pc.max(actions.column("max.seq"))).as_py()]
+        with open_source(str(parse_location(location) / unquote(newest.as_py()))) as source:
+            links = pq.read_table(source, columns=["seq", "link_digest"]).to_pylist()
+    else:  # a file without statistics: every link is read
+        links = table.to_pyarrow_table(columns=["seq", "link_digest"]).to_pylist()
+    return max(links, key=lambda link: link["seq"]) if links else None
+
+
 class ArrowChainLinker:
     """Links batches a process wrote with delta-rs (no session) into the chain, appending with delta-rs.
 
@@ -69,26 +92,9 @@ class ArrowChainLinker:
             self._table.update_incremental()
         version = int(self._table.version())
         if self._head is None or self._head[0] != version:
-            last = self._last_link()
+            last = last_link(self._table, self._location)
             self._head = (version, int(last["seq"]) + 1, last["link_digest"]) if last else (version, 0, GENESIS_DIGEST)
         return self._head[1], self._head[2]
-
-    def _last_link(self) -> dict[str, Any] | None:
-        """The link with the greatest seq, read from the one file the log's statistics say holds it.
-
-        Every worker of the API links its flushes, so the head moves under each of them between two links;
-        reading the whole chain each time would cost a read of every link ever written.
-        """
-        actions = pa.table(self._table.get_add_actions(flatten=True))
-        if not actions.num_rows:
-            return None
-        if "max.seq" in actions.column_names and not actions.column("max.seq").null_count:
-            newest = actions.column("path")[pc.index(actions.column("max.seq"), pc.max(actions.column("max.seq"))).as_py()]
-            with open_source(str(parse_location(self._location) / unquote(newest.as_py()))) as source:
-                links = pq.read_table(source, columns=["seq", "link_digest"]).to_pylist()
-        else:  # a file without statistics: every link is read
-            links = self._table.to_pyarrow_table(columns=["seq", "link_digest"]).to_pylist()
-        return max(links, key=lambda link: link["seq"]) if links else None
 
     def link(self, table_key: str, batch_id: str, table: pa.Table, version: int) -> dict[str, Any]:
         """Append the link of one written batch.

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+from deltalake import DeltaTable
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -29,7 +30,9 @@ from pipelines.batch.audit_report import (
     EVENTS_TABLE, MEDIA_TYPES, ReportQuery, header_for, parse_report_query, report_bytes,
     report_filename, report_row,
 )  # fmt: skip
+from pipelines.batch.arrow_chain import last_link
 from pipelines.batch.chain_keys import CHAIN_TABLE
+from pipelines.runtime.storage import delta_storage_options, storage_for
 from pipelines.serving.explorer_data import latest_dataset
 from pipelines.serving.scoped_reads import EntityDomains, change_event_scope
 from pipelines.serving.tokens import TokenVerifier
@@ -42,11 +45,11 @@ EVENT_COLUMNS = ("event_time", "event_id", "actor", "entity_urn", "entity_type",
 
 def chain_head(settings: Settings) -> str:
     """The digest of the audit chain's newest link (all zeros for an empty chain), read with delta-rs."""
-    dataset = latest_dataset(table_location(settings, CHAIN_TABLE))
-    links = None if dataset is None else dataset.to_table(columns=["seq", "link_digest"])
-    if links is None or links.num_rows == 0:
+    location = table_location(settings, CHAIN_TABLE)
+    if not storage_for(location).has_files(location / "_delta_log"):
         return GENESIS_DIGEST
-    return links["link_digest"][pc.index(links["seq"], pc.max(links["seq"])).as_py()].as_py()
+    last = last_link(DeltaTable(str(location), storage_options=delta_storage_options(location)), str(location))
+    return GENESIS_DIGEST if last is None else last["link_digest"]
 
 
 def chained_batches(settings: Settings) -> list[str]:
