@@ -181,14 +181,18 @@ def bound_reads(partitions: Sequence[ReadPartition]) -> list[tuple[int, int]]:
     start = 0
     for partition in ordered:
         reads.append((start, head))
-        reads.append((start + partition.bytes - 1 - partition.last_bytes, partition.last_bytes + 1))
+        reads.append(_last_line_read(partition, start))
         start += partition.bytes
     return reads
 
 
 def _ends_with_its_last_line(partition: ReadPartition, start: int, read_at: Callable[[int, int], bytes]) -> bool:
-    line_start = start + partition.bytes - 1 - partition.last_bytes
-    return _is_line(read_at(line_start, partition.last_bytes + 1), partition.last_bytes, partition.last_crc)
+    return _is_line(read_at(*_last_line_read(partition, start)), partition.last_bytes, partition.last_crc)
+
+
+def _last_line_read(partition: ReadPartition, start: int) -> tuple[int, int]:
+    """(offset, length) of a partition's last line and the byte after it, for the partition starting at `start`."""
+    return start + partition.bytes - 1 - partition.last_bytes, partition.last_bytes + 1
 
 
 def _is_line(stored: bytes, length: int, crc: int) -> bool:
