@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from conf.errors import ConfigError
 from pipelines.serving.index import CODED_COLUMNS, CodedColumn, FileIndex, build_file_index
-from pipelines.serving.row_files import RowFile, write_row_file
+from pipelines.serving.row_files import RowFile, write_arrow_file, write_row_file
 
 # Schema metadata key of an index file: its row group starts, column names, and where each column's
 # distinct values are in the values file.
@@ -122,15 +122,9 @@ def write_index(index: FileIndex, positions: Path, values: Path) -> None:
     batch = batch.replace_schema_metadata({METADATA_KEY: json.dumps(metadata)})
     distinct = [index.columns[n].values.cast(pa.large_string()) for n in names]
     all_values = pa.concat_arrays(distinct) if distinct else pa.array([], pa.large_string())
-    _write_batch(batch, positions)
-    _write_batch(pa.record_batch([all_values], names=["value"]), values)
-
-
-def _write_batch(batch: pa.RecordBatch, target: Path) -> None:
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    os.replace(partial, target)
+    write_arrow_file(positions, batch.schema, [batch])
+    values_batch = pa.record_batch([all_values], names=["value"])
+    write_arrow_file(values, values_batch.schema, [values_batch])
 
 
 def read_index(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,30 +36,40 @@ def write_row_file(path: str, columns: Sequence[str], target: Path) -> None:
     """Write `columns` (those the Parquet file at `path` has) of every row, in file order, as the row file `target`.
 
     Batch i holds file rows [i * ROWS_PER_BATCH, (i + 1) * ROWS_PER_BATCH). One row group is decoded at a
-    time. Written beside `target` and renamed into place.
+    time.
     """
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     with open_source(path) as source:
         parquet = pq.ParquetFile(source)
         present = [c for c in columns if c in parquet.schema_arrow.names]
         schema = pa.schema([parquet.schema_arrow.field(c) for c in present])
-        with pa.OSFile(str(partial), "wb") as file, pa.BufferedOutputStream(file, WRITE_BUFFER_BYTES) as sink, \
-                pa.ipc.new_file(sink, schema) as writer:  # fmt: skip
-            pending: list[pa.Table] = []
-            pending_rows = 0
-            for group in range(parquet.num_row_groups):
-                table = parquet.read_row_group(group, columns=present, use_threads=False)
-                pending.append(table)
-                pending_rows += table.num_rows
-                whole = pending_rows - pending_rows % ROWS_PER_BATCH
-                if whole:
-                    combined = pa.concat_tables(pending).combine_chunks()
-                    for batch in combined.slice(0, whole).to_batches(max_chunksize=ROWS_PER_BATCH):
-                        writer.write_batch(batch)
-                    pending, pending_rows = [combined.slice(whole)], pending_rows - whole
-            if pending_rows:
-                for batch in pa.concat_tables(pending).combine_chunks().to_batches(max_chunksize=ROWS_PER_BATCH):
-                    writer.write_batch(batch)
+        write_arrow_file(target, schema, _row_batches(parquet, present))
+
+
+def _row_batches(parquet: pq.ParquetFile, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """The file's rows as batches of ROWS_PER_BATCH (the last one shorter), whatever its row groups' sizes."""
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    for group in range(parquet.num_row_groups):
+        table = parquet.read_row_group(group, columns=columns, use_threads=False)
+        pending.append(table)
+        pending_rows += table.num_rows
+        whole = pending_rows - pending_rows % ROWS_PER_BATCH
+        if whole:
+            combined = pa.concat_tables(pending).combine_chunks()
+            yield from combined.slice(0, whole).to_batches(max_chunksize=ROWS_PER_BATCH)
+            pending, pending_rows = [combined.slice(whole)], pending_rows - whole
+    if pending_rows:
+        yield from pa.concat_tables(pending).combine_chunks().to_batches(max_chunksize=ROWS_PER_BATCH)
+
+
+def write_arrow_file(target: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> None:
+    """Write `batches` as the Arrow IPC file `target`: written beside it and renamed into place, so a reader
+    that finds the file finds it whole."""
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    with pa.OSFile(str(partial), "wb") as file, pa.BufferedOutputStream(file, WRITE_BUFFER_BYTES) as sink, \
+            pa.ipc.new_file(sink, schema) as writer:  # fmt: skip
+        for batch in batches:
+            writer.write_batch(batch)
     os.replace(partial, target)
 
 
