@@ -13,8 +13,9 @@ One call of `land_paths` is one batch:
      order from the bytes at their bounds (the embedded engine may number them out of order). A file the
      engine cannot read (not UTF-8, a damaged gzip: the lines before the damage land), whose path it
      would take as a glob pattern, or whose partitions do not cover its bytes exactly, is numbered in
-     Python instead (`files`), and so are file-sink arrays (streamed into numbered JSON lines) and MCE
-     lines. The lines staged from such a copy must be as many as it has, or the landing stops;
+     Python instead (`files`); file-sink arrays (streamed into numbered JSON lines) and MCE lines are
+     converted into numbered copies by the engine's workers, a task per file (`conversion`). The lines
+     staged from such a copy must be as many as it has, or the landing stops;
   4. the batch's landable rows lose their duplicates (within the batch, then against the table, on the
      record hash) and are appended to bronze.aspect_snapshots / bronze.usage_events, quarantined records
      to bronze.quarantine (`writes`);
@@ -23,8 +24,8 @@ One call of `land_paths` is one batch:
 
 Modules: `batch` (land_paths, batch ids, list_quarantined), `model` (statuses, tables, the per-file plan
 and the report), `discovery` (input files, kinds, files landed before), `engine_files` (content hashes by
-the engine), `files` (reading input files in Python), `staging` (parse, validate, stage as Parquet) and
-`writes` (the Delta writes).
+the engine), `files` (reading input files in Python), `conversion` (file-sink and MCE files converted by
+the engine's workers), `staging` (parse, validate, stage as Parquet) and `writes` (the Delta writes).
 """
 
 from pipelines.batch.landing.batch import (

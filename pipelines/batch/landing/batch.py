@@ -18,9 +18,9 @@ from bronze.formats import check_kind
 from conf.errors import InputError
 from conf.locations import Location
 from conf.settings import Settings
+from pipelines.batch.landing.conversion import convert_in_engine
 from pipelines.batch.landing.discovery import list_input_files, plan_files
 from pipelines.batch.landing.model import LANDED, QUARANTINE_TABLE, STAGE, FilePlan, LandingReport
-from pipelines.batch.landing.conversion import convert_in_engine
 from pipelines.batch.landing.staging import stage_file, stage_text_reads
 from pipelines.batch.landing.writes import discard_uncommitted_batches, mark_landing_begun, write_batch
 from pipelines.runtime.home import home_of

@@ -25,11 +25,9 @@ from bronze.records import parse_snapshot_lines, parse_usage_lines
 from conf.errors import InputError, LakehouseError
 from conf.locations import Location, ObjectLocation
 from conf.settings import Settings
-from pipelines.batch.landing.conversion import CONVERTED_KINDS, convert_in_engine
 from pipelines.batch.landing.engine_files import GLOB_CHARACTERS
 from pipelines.batch.landing.files import NumberedCopy, is_gzip, number_lines, prefetched, read_at
 from pipelines.batch.landing.model import FAMILIES, LANDED, SNAPSHOTS_TABLE, UNDETECTED, USAGE_TABLE, FilePlan
-from pipelines.runtime.home import home_of
 from pipelines.runtime.storage import storage_for
 
 log = logging.getLogger("lakehouse.landing")
@@ -44,6 +42,8 @@ BOUND_READ_THREADS = 16
 def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch: Location) -> None:
     """Parse, validate and stage one file that `stage_text_reads` did not stage, in Python; fill in its counts.
 
+    A file-sink or MCE file is staged from the copy `convert_in_engine` made of it (run on the batch first).
+
     Raises:
         InputError: for a file named explicitly of which not one line can be read.
         LakehouseError: when the lines staged are not the file's lines (see `check_line_count`).
@@ -54,9 +54,7 @@ def stage_file(spark: SparkSession, settings: Settings, plan: FilePlan, scratch:
     if plan.numbered is not None:
         _stage_copy(spark, settings, plan, scratch, plan.path, plan.numbered)
         return
-    if plan.kind in CONVERTED_KINDS:
-        if plan.converted is None:  # not converted with the batch's others (`convert_in_engine`)
-            convert_in_engine(spark, [plan], scratch, settings.ingest.max_record_bytes, home_of(settings).storage_options)
+    if plan.converted is not None:
         _stage_copy(spark, settings, plan, scratch, *plan.converted)
         return
     # A JSON-lines file the engine's text read could not number (`stage_text_reads`): its lines are
