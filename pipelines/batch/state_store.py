@@ -187,30 +187,59 @@ class _Probe:
 
 
 def _probe(spark: SparkSession, settings: Settings, rows_df: DataFrame, batch_id: str) -> _Probe:
-    """Probe the state and its log for a batch's rows in one query (one round trip to the engine, not five).
+    """Probe the state and its log for a batch's rows: their own facts first, then the batch's keys where needed.
 
-    Each lookup is a semi join that stops at its first match, as `any_stored`'s: the engine filters
-    the stored scans by the batch's (few) key values.
+    The first query aggregates the two tables alone. The batch's keys are then looked up (one query,
+    each lookup a semi join that stops at its first match, as `any_stored`'s) only in a table that
+    holds rows, and the state's rows of the batch itself only when there are some. A semi join whose
+    stored side is empty is never run: on Sail's cluster runner (0.7.2) such a join, with the batch's
+    rows read from object storage on its other side, left the query waiting forever (a 1M-version
+    first batch, with 1 worker of 4 task slots every time; with the default 4 workers, twice in about
+    ten runs). The first batch of a home reads none of its rows here.
     """
-    keys_df = rows_df.select(*STATE_KEYS)
     state_df = read_table(spark, settings, STATE_TABLE)
     log_df = read_table(spark, settings, LOG_TABLE)
     own_batch = F.col("batch_id") == F.lit(batch_id)
-
-    def found(stored_df: DataFrame, batch_keys_df: DataFrame, name: str) -> DataFrame:
-        matches_df = stored_df.select(*STATE_KEYS).join(batch_keys_df, STATE_KEYS, "left_semi").limit(1)
-        return matches_df.agg((F.count(F.lit(1)) > 0).alias(name))
-
-    extent_df = log_df.agg(*_log_extent_columns(), F.coalesce(F.max(own_batch), F.lit(False)).alias("log_holds_batch"))
-    row = (
-        found(state_df, keys_df, "state_holds_keys")
-        .crossJoin(found(state_df.filter(own_batch), rows_df.filter(~F.col("flag_only")).select(*STATE_KEYS),
-                         "state_holds_own_rows"))  # fmt: skip
-        .crossJoin(found(log_df, keys_df, "log_holds_keys"))
-        .crossJoin(extent_df)
+    facts = (
+        state_df.agg(
+            (F.count(F.lit(1)) > 0).alias("state_has_rows"),
+            F.coalesce(F.max(own_batch), F.lit(False)).alias("state_has_batch"),
+        )
+        .crossJoin(log_df.agg(*_log_extent_columns(), F.coalesce(F.max(own_batch), F.lit(False)).alias("log_holds_batch")))
         .collect()[0]
     )
-    return _Probe(**{name: row[name] for name in _Probe.__dataclass_fields__})
+    keys_df = rows_df.select(*STATE_KEYS)
+    lookups = {
+        "state_holds_keys": (state_df, keys_df) if facts["state_has_rows"] else None,
+        "state_holds_own_rows": (
+            (state_df.filter(own_batch), rows_df.filter(~F.col("flag_only")).select(*STATE_KEYS))
+            if facts["state_has_batch"]
+            else None
+        ),
+        "log_holds_keys": (log_df, keys_df) if facts["logged_rows"] else None,
+    }
+    found = _found_keys({name: lookup for name, lookup in lookups.items() if lookup is not None})
+    return _Probe(
+        state_holds_keys=found.get("state_holds_keys", False),
+        state_holds_own_rows=found.get("state_holds_own_rows", False),
+        log_holds_keys=found.get("log_holds_keys", False),
+        log_holds_batch=bool(facts["log_holds_batch"]),
+        logged_rows=int(facts["logged_rows"]),
+        last_seq=int(facts["last_seq"]),
+    )
+
+
+def _found_keys(lookups: dict[str, tuple[DataFrame, DataFrame]]) -> dict[str, bool]:
+    """For each named (stored rows, batch keys) pair, whether the stored rows hold one of the keys; one query."""
+    if not lookups:
+        return {}
+    results_df = None
+    for name, (stored_df, batch_keys_df) in lookups.items():
+        matches_df = stored_df.select(*STATE_KEYS).join(batch_keys_df, STATE_KEYS, "left_semi").limit(1)
+        result_df = matches_df.agg((F.count(F.lit(1)) > 0).alias(name))
+        results_df = result_df if results_df is None else results_df.crossJoin(result_df)
+    row = results_df.collect()[0]
+    return {name: bool(row[name]) for name in lookups}
 
 
 def _log_extent_columns() -> list[Column]:
