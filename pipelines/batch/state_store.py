@@ -28,7 +28,7 @@ from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
-from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, write_scratch
+from pipelines.runtime.io import any_stored, append, first_match, insert_row, merge, read_table, write_scratch
 from silver.state import to_current_state
 
 STATE_TABLE = "silver.aspect_state"
@@ -190,12 +190,12 @@ def _probe(spark: SparkSession, settings: Settings, rows_df: DataFrame, batch_id
     """Probe the state and its log for a batch's rows: their own facts first, then the batch's keys where needed.
 
     The first query aggregates the two tables alone. The batch's keys are then looked up (one query,
-    each lookup a semi join that stops at its first match, as `any_stored`'s) only in a table that
-    holds rows, and the state's rows of the batch itself only when there are some. A semi join whose
-    stored side is empty is never run: on Sail's cluster runner (0.7.2) such a join, with the batch's
-    rows read from object storage on its other side, left the query waiting forever (a 1M-version
-    first batch, with 1 worker of 4 task slots every time; with the default 4 workers, twice in about
-    ten runs). The first batch of a home reads none of its rows here.
+    each lookup a `first_match`) only in a table that holds rows, and the state's rows of the batch
+    itself only when there are some. A semi join whose stored side is empty is never run: on Sail's
+    cluster runner (0.7.2) such a join, with the batch's rows read from object storage on its other
+    side, left the query waiting forever (a 1M-version first batch, with 1 worker of 4 task slots every
+    time; with the default 4 workers, twice in about ten runs). The first batch of a home reads none of
+    its rows here.
     """
     state_df = read_table(spark, settings, STATE_TABLE)
     log_df = read_table(spark, settings, LOG_TABLE)
@@ -235,8 +235,7 @@ def _found_keys(lookups: dict[str, tuple[DataFrame, DataFrame]]) -> dict[str, bo
         return {}
     results_df = None
     for name, (stored_df, batch_keys_df) in lookups.items():
-        matches_df = stored_df.select(*STATE_KEYS).join(batch_keys_df, STATE_KEYS, "left_semi").limit(1)
-        result_df = matches_df.agg((F.count(F.lit(1)) > 0).alias(name))
+        result_df = first_match(batch_keys_df, stored_df, STATE_KEYS).agg((F.count(F.lit(1)) > 0).alias(name))
         results_df = result_df if results_df is None else results_df.crossJoin(result_df)
     row = results_df.collect()[0]
     return {name: bool(row[name]) for name in lookups}

@@ -161,18 +161,26 @@ def merge(
 
 
 def any_stored(keys_df: DataFrame, stored_df: DataFrame, keys: list[str]) -> bool:
-    """Whether any row of `keys_df` matches a row of `stored_df` on `keys`.
+    """Whether any row of `keys_df` matches a row of `stored_df` on `keys` (`first_match`, counted).
 
-    A semi join that stops at the first match: the engine filters `stored_df`'s scan by the (small)
-    `keys_df`'s values, so it costs little even against a large table. Writers use it to append a
-    batch whose keys are all new instead of running a MERGE that reads the whole target.
+    Writers use it to append a batch whose keys are all new instead of running a MERGE that reads the
+    whole target.
 
     Args:
         keys_df: the batch's keys (at least the `keys` columns).
         stored_df: the stored rows to look in (at least the `keys` columns).
         keys: the columns that identify a row.
     """
-    return bool(keys_df.select(*keys).join(stored_df.select(*keys), keys, "left_semi").limit(1).count())
+    return bool(first_match(keys_df, stored_df, keys).count())
+
+
+def first_match(keys_df: DataFrame, stored_df: DataFrame, keys: list[str]) -> DataFrame:
+    """The `keys` of the first row of `keys_df` that a row of `stored_df` matches (no row when none does).
+
+    A semi join that stops at the first match: the engine filters `stored_df`'s scan by the (small)
+    `keys_df`'s values, so it costs little even against a large table.
+    """
+    return keys_df.select(*keys).join(stored_df.select(*keys), keys, "left_semi").limit(1)
 
 
 def insert_missing(

@@ -4,8 +4,8 @@ The answer of `pipelines.batch.timeline.aspects_as_of` without a Spark session: 
 the entity created at or before the time, sequenced as `silver.state.to_sequenced_batch` sequences one
 batch against an empty state (the ordering key and arrival order of `silver.order_keys`, the first
 landed copy of a version counts, the newest version per aspect), with the PATCH records folded in order
-by `silver.patches.fold_versions`, as `silver.patching.with_patches_applied` folds them. Only the rows of one entity are read, so the fold runs
-in the API's process.
+by `silver.patches.fold_versions`, as `silver.patching.with_patches_applied` folds them. Only the rows of
+one entity are read, so the fold runs in the API's process.
 """
 
 from __future__ import annotations
