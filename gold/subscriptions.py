@@ -173,6 +173,9 @@ def check_url(url: str, allowed_hosts: Sequence[str] = (), allowed_networks: Seq
 
 # NAT64 (RFC 6052): an IPv6 address carrying an IPv4 one in its last 32 bits.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Never public whatever they carry: local-use NAT64 (RFC 8215) translates into the operator's own networks,
+# and an IPv4-compatible address (::a.b.c.d, deprecated by RFC 4291) may still reach the IPv4 one.
+_NOT_PUBLIC_V6 = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("::/96"))
 
 
 def address_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -198,6 +201,10 @@ def is_public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) ->
             return is_public_address(address.ipv4_mapped)
         if address in _NAT64:
             return is_public_address(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        if any(address in network for network in _NOT_PUBLIC_V6):
+            return False
+        if address.sixtofour is not None:  # 6to4 (2002::/16): the IPv4 address in bits 16-48
+            return is_public_address(address.sixtofour)
     return address.is_global and not address.is_multicast
 
 

@@ -41,6 +41,12 @@ REFUSED = [
     "http://100.64.0.1/x",  # carrier-grade NAT
     "http://[fd00:ec2::254]/x",  # a unique local address (AWS's IPv6 metadata)
     "http://[fe80::1]/x",
+    "http://[::7f00:1]/x",  # 127.0.0.1 in the IPv4-compatible form
+    "http://[::a9fe:a9fe]/x",  # 169.254.169.254 alike
+    "http://[2002:7f00:1::1]/x",  # 6to4 embedding 127.0.0.1
+    "http://[2002:a00:1::]/x",  # ... embedding 10.0.0.1
+    "http://[2002:a9fe:a9fe::1]/x",  # ... embedding 169.254.169.254
+    "http://[64:ff9b:1::5db8:d822]/x",  # local-use NAT64, whatever it embeds
 ]
 
 
@@ -52,6 +58,8 @@ def test_an_address_target_outside_the_public_internet_is_refused(url):
 
 def test_public_addresses_and_allow_listed_networks_are_accepted():
     assert check_url("https://93.184.216.34/hook") == "https://93.184.216.34/hook"
+    assert check_url("https://[2002:5db8:d822::1]/hook")  # 6to4 embedding a public address
+    assert check_url("https://[64:ff9b::5db8:d822]/hook")  # the well-known NAT64 prefix, a public address
     assert check_url("http://0x7f000001/x", allowed_networks=LOOPBACK)
     with pytest.raises(InputError, match="the address 10.1.2.3"):
         check_url("http://10.1.2.3/x", allowed_networks=LOOPBACK)
