@@ -257,7 +257,7 @@ def verify_token(token: str, records: Mapping[str, TokenRecord], now_ms: int) ->
     if record is None or not matches:
         raise AuthError("invalid bearer token", status=401)
     if record.expires_at is not None and now_ms >= record.expires_at:
-        raise AuthError(f"token {record.token_id} expired", status=401)
+        raise AuthError("bearer token expired", status=401)  # no id: the error is sent to whoever holds the token
     return record
 
 
