@@ -27,6 +27,8 @@ from pipelines.serving.tokens import TokenVerifier
 # The most bytes of a JWKS document read from the identity provider.
 _MAX_JWKS_BYTES = 1_048_576
 _JWKS_TIMEOUT_SECONDS = 5.0
+# The longest principal a refused JWT's unverified claims may name in the access log.
+_MAX_CLAIMED_CHARS = 512
 
 
 class JwksKeys:
@@ -96,6 +98,28 @@ def _claim_values(claims: Mapping[str, Any], name: str) -> list[str]:
     return []
 
 
+def scope_claim_values(claims: Mapping[str, Any], name: str, kind: str) -> list[str]:
+    """The values of a configured scope claim: a non-empty list of non-empty strings, or a space-separated string.
+
+    A scope claim narrows what the caller reads, so one that is missing, empty or malformed refuses the
+    token: read as "no values" it would leave the caller unscoped.
+
+    Raises:
+        AuthError: (401) naming the claim and what is wrong with it.
+    """
+    if name not in claims:
+        raise AuthError(f"invalid bearer token (scope claim {name!r} for {kind} is missing)", status=401)
+    value = claims[name]
+    values = value.split() if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
+        raise AuthError(
+            f"invalid bearer token (scope claim {name!r} for {kind} is not a list of non-empty strings)", status=401
+        )
+    if not values:
+        raise AuthError(f"invalid bearer token (scope claim {name!r} for {kind} is empty)", status=401)
+    return [v.strip() for v in values]
+
+
 class JwtVerifier:
     """Verify bearer JWTs of the configured identity provider and map their claims to a principal.
 
@@ -140,7 +164,7 @@ class JwtVerifier:
         subject = str(claims[identity.actor_claim])
         actor = subject if subject.startswith("urn:li:") else f"urn:li:corpuser:{subject}"
         roles = [role for value in _claim_values(claims, identity.roles_claim) for role in identity.role_map.get(value, ())]
-        kinds = {kind: _claim_values(claims, claim) for kind, claim in identity.scope_claims.items()}
+        kinds = {kind: scope_claim_values(claims, claim, kind) for kind, claim in identity.scope_claims.items()}
         claimed = parse_scope([f"{kind}={value}" for kind, values in kinds.items() if kind in SCOPE_KINDS for value in values])
         scope = claimed.intersect(scope_of_roles(roles, identity.role_scopes))
         return Principal(
@@ -167,6 +191,7 @@ class Authenticator:
         self.tokens = tokens or TokenVerifier(settings.tokens_path)
         self.jwts = JwtVerifier(settings) if settings.identity.jwt_issuer else None
         self._role_scopes = settings.identity.role_scopes
+        self._actor_claim = settings.identity.actor_claim
 
     def principal(self, authorization: str | None) -> Principal:
         """Return the principal of an `Authorization` header.
@@ -191,7 +216,7 @@ class Authenticator:
             principal = self.principal(authorization)
         except AuthError:
             if note is not None:
-                note.claimed = _claimed(authorization)
+                note.claimed = self._claimed(authorization)
             raise
         if note is not None:
             note.principal = principal
@@ -213,13 +238,22 @@ class Authenticator:
         """Write what the token verifier noted (last-used times)."""
         self.tokens.flush()
 
-
-def _claimed(authorization: str | None) -> str | None:
-    """Whom a refused credential claimed to be, for the access record: a token id (only if well formed)."""
-    if not authorization:
-        return None
-    parts = authorization.strip().partition(" ")[2].strip().split(".")
-    if len(parts) == 3 and parts[0] == TOKEN_PREFIX and parts[1].isascii() and parts[1].isalnum() and len(parts[1]) <= 64:
-        return f"token:{parts[1]}"
-    return None
+    def _claimed(self, authorization: str | None) -> str | None:
+        """Whom a refused credential claimed to be, for the access record: a token id (only if well formed),
+        or a JWT's `jwt:<iss>#<subject>` as its unverified claims say."""
+        token = (authorization or "").strip().partition(" ")[2].strip()
+        parts = token.split(".")
+        if len(parts) == 3 and parts[0] == TOKEN_PREFIX and parts[1].isascii() and parts[1].isalnum() and len(parts[1]) <= 64:
+            return f"token:{parts[1]}"
+        if self.jwts is None or not _looks_like_jwt(token):
+            return None
+        try:
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.InvalidTokenError:
+            return None
+        subject = claims.get(self._actor_claim) if isinstance(claims, dict) else None
+        if not isinstance(subject, (str, int)):
+            return None
+        # Unverified: whatever the caller wrote, so bounded (the record is evidence, not an identity).
+        return f"jwt:{claims.get('iss')}#{subject}"[:_MAX_CLAIMED_CHARS]
 

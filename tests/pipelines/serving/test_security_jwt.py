@@ -85,10 +85,16 @@ def idp(spark, lakehouse):
         provider.shutdown()
 
 
+# A claim set to this is sent as JSON null (None leaves the claim out).
+NULL = object()
+
+
 def _token(key, kid: str = "k1", **overrides) -> str:
-    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "carol", "exp": int(time.time()) + 300, "roles": ["auditors"]}
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "carol", "exp": int(time.time()) + 300, "roles": ["auditors"],
+              "lh_domains": [FINANCE, "urn:li:domain:marketing"]}  # fmt: skip
     claims.update(overrides)
-    return jwt.encode({k: v for k, v in claims.items() if v is not None}, key, algorithm="RS256", headers={"kid": kid})
+    sent = {k: (None if v is NULL else v) for k, v in claims.items() if v is not None}
+    return jwt.encode(sent, key, algorithm="RS256", headers={"kid": kid})
 
 
 def _search(idp, token: str) -> httpx.Response:
@@ -97,15 +103,43 @@ def _search(idp, token: str) -> httpx.Response:
 
 
 def test_a_valid_jwt_maps_its_claims_to_roles_and_scope(idp):
-    everything = _search(idp, _token(idp["key"]))
-    assert everything.status_code == 200, everything.text
-    assert everything.json()["total"] == 5
-    assert all("sourceIP" not in e for e in everything.json()["usageEvents"])  # auditors: not sensitive
-    finance = _search(idp, _token(idp["key"], lh_domains=[FINANCE])).json()
-    assert finance["total"] == 2 and {e["entityUrn"] for e in finance["usageEvents"]} == {IN_FINANCE}
+    scoped = _search(idp, _token(idp["key"]))
+    assert scoped.status_code == 200, scoped.text
+    assert scoped.json()["total"] == 2 and {e["entityUrn"] for e in scoped.json()["usageEvents"]} == {IN_FINANCE}
+    assert all("sourceIP" not in e for e in scoped.json()["usageEvents"])  # auditors: not sensitive
+    as_string = _search(idp, _token(idp["key"], lh_domains=f"{FINANCE} urn:li:domain:marketing")).json()
+    assert as_string["total"] == 2  # a space-separated string is a list, as OAuth's scope claim
+    elsewhere = _search(idp, _token(idp["key"], lh_domains=["urn:li:domain:marketing"])).json()
+    assert elsewhere["total"] == 0
     admin = _search(idp, _token(idp["key"], roles=["security"])).json()
     assert admin["usageEvents"][0]["sourceIP"] == "10.0.0.7"
     assert _search(idp, _token(idp["key"], roles=["visitors"])).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("shape", "value"),
+    [
+        ("absent", None),
+        ("null", NULL),
+        ("empty list", []),
+        ("empty string", ""),
+        ("blank string", "   "),
+        ("object", {}),
+        ("object with values", {"domain": FINANCE}),
+        ("list of an empty string", [""]),
+        ("list with a blank string", [FINANCE, " "]),
+        ("list with a number", [FINANCE, 7]),
+        ("list with a list", [[FINANCE]]),
+        ("number", 7),
+        ("boolean", True),
+    ],
+)
+def test_a_missing_empty_or_malformed_scope_claim_refuses_the_token(idp, shape, value):
+    """A configured scope claim narrows the caller: without a usable one the token is refused, never unscoped."""
+    for roles in (["auditors"], ["security"]):  # an admin is refused the same
+        answer = _search(idp, _token(idp["key"], roles=roles, lh_domains=value))
+        assert answer.status_code == 401, (shape, answer.status_code, answer.text)
+        assert "lh_domains" in answer.json()["error"] and answer.headers["www-authenticate"] == "Bearer", shape
 
 
 @pytest.mark.parametrize(
