@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
@@ -155,6 +156,12 @@ def create_app(
     async def _bad_request(_: Request, exc: RequestError) -> JSONResponse:
         # 400, or the subclass's own status (410 for a scroll over a vacuumed version).
         return JSONResponse({"error": str(exc)}, status_code=getattr(exc, "status", 400))
+
+    @app.exception_handler(HTTPException)
+    async def _routing_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # The framework's own 404 and 405 answer in the shape of every other error, not as {"detail": ...}.
+        message = f"{request.method} {request.url.path}: {str(exc.detail).lower()}"
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(OverloadedError)
     async def _overloaded(_: Request, exc: OverloadedError) -> JSONResponse:
