@@ -57,25 +57,25 @@ def print_text(text: str) -> None:
     sys.stdout.flush()
 
 
-def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title: str | None = None) -> None:
+def print_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title: str | None = None, time_columns: Sequence[str] = ()
+) -> None:
     """Print rows as a table that fits the terminal without breaking a value that has no space in it.
 
-    Identifiers (ids, table names, urns, paths) are never wrapped: when the table is too wide, id
-    columns are shortened to the shortest prefix (8 characters at least) that keeps them unique, and
-    when it is still too wide each row is printed as `column: value` lines instead. Counts print as
-    integers, durations with their unit (the columns named `seconds`, `*_seconds` or `*_s`).
+    Identifiers (ids, table names, urns, paths) are never wrapped nor cut: when the table cannot fit,
+    each row is printed as `column: value` lines instead, long values wrapped at spaces under their
+    column's name. Headers are the columns' real names. Counts print as integers, durations with their
+    unit (the columns named `seconds`, `*_seconds` or `*_s`), epoch milliseconds of `time_columns` as
+    ISO-8601 UTC.
     """
-    cells = [[format_cell(c, row.get(c)) for c in columns] for row in rows]
-    headers = [header_text(c) for c in columns]
+    cells = [[format_cell(c, row.get(c), c in time_columns) for c in columns] for row in rows]
+    headers = list(columns)
     width = console.width
     if title:
-        print_text(title)
+        print_text("\n".join(textwrap.wrap(title, width, break_long_words=False, break_on_hyphens=False)))
     if _table_width(headers, cells) > width:
-        shortened = _shorten_ids(columns, cells)
-        if _table_width(headers, shortened) > width:
-            print_text(vertical_text(headers, cells))
-            return
-        cells = shortened
+        print_text(vertical_text(headers, cells, width))
+        return
     print_text(render_table(headers, cells, width))
 
 
@@ -119,11 +119,14 @@ def print_rows(
     as_json: bool = False,
     as_csv: bool = False,
     json_rows: Sequence[Mapping[str, Any]] | None = None,
+    time_columns: Sequence[str] = (),
 ) -> None:
     """Print a listing as a table (default), JSON lines (every field of each row) or CSV (the columns).
 
     Args:
         json_rows: what --json prints, when it is more than the rows (default the rows).
+        time_columns: the columns holding epoch milliseconds: ISO-8601 UTC in the table and the CSV; in
+            JSON the number stays, beside the same time as ISO-8601 in `<column>_utc`.
 
     Raises:
         InputError: when both --json and --csv are asked for.
@@ -131,11 +134,29 @@ def print_rows(
     if as_json and as_csv:
         raise InputError("--json, --csv: choose one output format")
     if as_json:
-        print_json_lines(rows if json_rows is None else json_rows)
+        print_json_lines(with_iso_times(row, time_columns) for row in (rows if json_rows is None else json_rows))
     elif as_csv:
-        print_csv(rows, columns)
+        print_csv([{**row, **{c: iso_utc(row.get(c)) for c in time_columns}} for row in rows], columns)
     else:
-        print_table(rows, columns, title=title)
+        print_table(rows, columns, title=title, time_columns=time_columns)
+
+
+def iso_utc(millis: Any) -> Any:
+    """Epoch milliseconds as ISO-8601 UTC (`2023-11-19T17:30:32Z`, milliseconds shown when not zero); other values as given."""
+    if not isinstance(millis, (int, float, Decimal)) or isinstance(millis, bool):
+        return millis
+    moment = datetime.fromtimestamp(int(millis) // 1000, tz=timezone.utc)
+    fraction = int(millis) % 1000
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction:03d}" if fraction else "") + "Z"
+
+
+def with_iso_times(row: Mapping[str, Any], time_columns: Sequence[str]) -> dict[str, Any]:
+    """The row with `<column>_utc` (ISO-8601) beside each epoch-millisecond column it holds."""
+    out = dict(row)
+    for column in time_columns:
+        if column in row:
+            out[f"{column}_utc"] = iso_utc(row[column])
+    return out
 
 
 def print_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> None:
@@ -157,17 +178,16 @@ def is_duration_column(column: str) -> bool:
     return column in ("seconds", "duration") or column.endswith(("_seconds", "_s"))
 
 
-def header_text(column: str) -> str:
-    """A column's header: underscores as spaces (headers may wrap), the seconds suffix left to the values."""
-    if is_duration_column(column) and column not in ("seconds", "duration"):
-        column = column.removesuffix("_seconds").removesuffix("_s")
-    return column.replace("_", " ")
+def format_cell(column: str, value: Any, epoch_ms: bool = False) -> str:
+    """One value as shown in a table: integral numbers as integers, seconds with a unit, times to the second.
 
-
-def format_cell(column: str, value: Any) -> str:
-    """One value as shown in a table: integral numbers as integers, seconds with a unit, times to the second."""
+    Args:
+        epoch_ms: the value is epoch milliseconds: shown as ISO-8601 UTC.
+    """
     if value is None:
         return ""
+    if epoch_ms:
+        return str(iso_utc(value))
     if is_duration_column(column) and isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
         return format_duration(float(value))
     if isinstance(value, datetime):
@@ -208,33 +228,30 @@ def _table_width(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> int:
     return sum(_least_widths(headers, cells)) + 2 * max(len(headers) - 1, 0)
 
 
-def _shorten_ids(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> list[list[str]]:
-    """The cells with each id column (`id`, `*_id`) cut to the shortest prefix that keeps its values unique."""
-    shortened = [list(row) for row in cells]
-    for index, column in enumerate(columns):
-        if column != "id" and not column.endswith("_id"):
-            continue
-        values = [row[index] for row in cells]
-        length = unique_prefix_length(values)
-        for row in shortened:
-            row[index] = row[index][:length]
-    return shortened
+def vertical_text(headers: Sequence[str], cells: Sequence[Sequence[str]], width: int = 80) -> str:
+    """Rows as blocks of `header  value` lines (a blank line between rows), for a table too wide for `width`.
 
-
-def unique_prefix_length(values: Sequence[str], least: int = 8) -> int:
-    """The shortest prefix length (at least `least`) at which the distinct values stay distinct."""
-    distinct = set(values)
-    longest = max((len(v) for v in distinct), default=0)
-    for length in range(least, longest):
-        if len({v[:length] for v in distinct}) == len(distinct):
-            return length
-    return max(longest, least)
-
-
-def vertical_text(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> str:
-    """Rows as blocks of `header: value` lines (a blank line between rows), for a terminal too narrow."""
+    A value too long for its line is wrapped at spaces; one whose longest word does not fit beside the
+    header starts on the next line, indented by 2 spaces. Words are never split.
+    """
     pad = max((len(h) for h in headers), default=0)
-    blocks = ["\n".join(f"{h.ljust(pad)}  {v}".rstrip() for h, v in zip(headers, row)) for row in cells]
+    blocks = []
+    for row in cells:
+        lines = []
+        for header, value in zip(headers, row):
+            beside = width - pad - 2
+            words = value.split()
+            if len(value) <= beside or not words:
+                lines.append(f"{header.ljust(pad)}  {value}".rstrip())
+            elif max(len(w) for w in words) <= beside:
+                wrapped = textwrap.wrap(value, beside, break_long_words=False, break_on_hyphens=False)
+                lines.append(f"{header.ljust(pad)}  {wrapped[0]}")
+                lines.extend(" " * (pad + 2) + line for line in wrapped[1:])
+            else:
+                lines.append(header)
+                lines.extend(textwrap.wrap(value, width, initial_indent="  ", subsequent_indent="  ",
+                                           break_long_words=False, break_on_hyphens=False))  # fmt: skip
+        blocks.append("\n".join(lines))
     return "\n\n".join(blocks) if blocks else "(none)"
 
 

@@ -9,7 +9,7 @@ import time
 import typer
 
 from pipelines.cli.args import parse_time_ms
-from pipelines.cli.console import console, print_table
+from pipelines.cli.console import console, print_table, with_iso_times
 
 
 def register(app: typer.Typer) -> None:
@@ -43,10 +43,11 @@ def register(app: typer.Typer) -> None:
             {k: v for k, v in params.items() if v is not None}
         ))  # fmt: skip
         if as_json:
-            sys.stdout.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+            sys.stdout.writelines(json.dumps(with_iso_times(r, ("accessedAt",)), sort_keys=True) + "\n" for r in records)
             return
         columns = ["accessedAt", "principal", "endpoint", "outcome", "status", "resultCount", "clientAddress", "filters"]
-        print_table([{**r, "filters": json.dumps(r["filters"], sort_keys=True)} for r in records], columns, title="Access log")
+        print_table([{**r, "filters": json.dumps(r["filters"], sort_keys=True)} for r in records], columns, title="Access log",
+                    time_columns=("accessedAt",))  # fmt: skip
 
     @access_app.command("prune")
     def access_prune(ctx: typer.Context) -> None:

@@ -1,12 +1,24 @@
-"""Catalog commands: list tables, run SQL, maintain tables."""
+"""Catalog commands: list tables, run SQL (`describe` answered from the table registry), maintain tables."""
 
 from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from conf.errors import InputError
-from conf.tables import TABLES, table_location, table_name
+from conf.settings import Settings
+from conf.tables import TABLES, schema_name, table_location, table_name
 from pipelines.cli.console import CSV_HELP, console, print_rows, print_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# `DESCRIBE [TABLE] [EXTENDED] name`: answered by the CLI for every table and view (Sail's own answer
+# has no rows for some and refuses the form without TABLE).
+DESCRIBE = re.compile(r"^\s*(?:describe|desc)\s+(?:table\s+)?(?:extended\s+)?([`\w.]+)\s*;?\s*$", re.IGNORECASE)
+DESCRIBE_COLUMNS = ("column", "type", "partition")
 
 
 def register(app: typer.Typer) -> None:
@@ -47,11 +59,31 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run Spark SQL against the registered tables and print the result."""
         state = state_of(ctx)
+        described = DESCRIBE.match(query)
         with state.session() as spark:
+            if described:
+                title, rows = describe_relation(spark, state.settings, described.group(1).replace("`", ""))
+                print_rows(rows, DESCRIBE_COLUMNS, title=title, as_json=as_json, as_csv=as_csv)
+                return
             result_df = spark.sql(query)
             columns = result_df.columns
-            rows = [row.asDict(recursive=True) for row in result_df.limit(limit).collect()]
-        print_rows(rows, columns, as_json=as_json, as_csv=as_csv)
+            rows = [row.asDict(recursive=True) for row in result_df.limit(limit + 1).collect()]
+        print_rows(rows[:limit], columns, as_json=as_json, as_csv=as_csv)
+        if len(rows) > limit:
+            console.print(f"(the first {limit} rows; --limit N shows more)", highlight=False)
+
+    @app.command("describe")
+    def describe_command(
+        ctx: typer.Context,
+        name: str = typer.Argument(..., help="A table or view, e.g. gold.audit_events or gold.change_timeline."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+        as_csv: bool = typer.Option(False, "--csv", help=CSV_HELP),
+    ) -> None:
+        """Show a table's or view's columns, types, partitioning and what a row is (as `sql "describe NAME"`)."""
+        state = state_of(ctx)
+        with state.session() as spark:
+            title, rows = describe_relation(spark, state.settings, name)
+        print_rows(rows, DESCRIBE_COLUMNS, title=title, as_json=as_json, as_csv=as_csv)
 
     @app.command("maintain")
     def maintain_command(
@@ -92,5 +124,37 @@ def register(app: typer.Typer) -> None:
                 if history:
                     commits = maintenance.history(key, limit=10)
                     print_table(
-                        [c.__dict__ for c in commits], ["version", "timestamp_ms", "operation"], title=f"{key} history"
+                        [c.__dict__ for c in commits], ["version", "timestamp_ms", "operation"], title=f"{key} history",
+                        time_columns=("timestamp_ms",),
                     )
+
+
+def describe_relation(spark: SparkSession, settings: Settings, name: str) -> tuple[str, list[dict[str, Any]]]:
+    """The title (the name and the registry's description of a row) and the column rows of a table or a gold view.
+
+    Raises:
+        InputError: naming the table when it is neither a registered table nor a view.
+    """
+    from pipelines.runtime.views import load_views
+
+    specs = {key: spec for key, spec in TABLES.items()}
+    specs.update({table_name(settings, key): spec for key, spec in TABLES.items()})
+    views = {view.name: view for view in load_views()}
+    for view in load_views():
+        views[f"gold.{view.name}"] = views[f"{schema_name(settings, 'gold')}.{view.name}"] = view
+    spec, view = specs.get(name), views.get(name)
+    if spec is None and view is None:
+        known = ", ".join([*TABLES, *(f"gold.{v}" for v in sorted({v.name for v in views.values()}))])
+        raise InputError(f"describe: {name!r} is neither a table nor a view (known: {known})")
+    if spec is not None:
+        schema_df = spark.table(table_name(settings, spec.key))
+        title, partitions, about = f"{spec.key} (table)", spec.partitioned_by, spec.description
+    else:
+        schema_df = spark.table(f"{schema_name(settings, 'gold')}.{view.name}")
+        comment = [line.lstrip("- ").strip() for line in view.select_sql.splitlines() if line.startswith("--")]
+        title, partitions, about = f"gold.{view.name} (view)", (), " ".join(comment)
+    rows = [
+        {"column": field.name, "type": field.dataType.simpleString(), "partition": "yes" if field.name in partitions else ""}
+        for field in schema_df.schema.fields
+    ]
+    return (f"{title}: {about}" if about else title), rows

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from conf.errors import InputError
-from pipelines.cli.console import CSV_HELP, console, print_rows, print_table, print_text, progress_bars
+from pipelines.cli.console import CSV_HELP, console, format_duration, print_rows, print_table, print_text, progress_bars
 
 if TYPE_CHECKING:  # the stages import the engine: imported when a command runs
-    from pipelines.batch.jobs import RunSummary
+    from pipelines.batch.jobs import RunSummary, StageReport
 
 SQL_DIALECTS = ("databricks", "duckdb", "trino", "snowflake", "spark")
 
@@ -155,21 +155,11 @@ def run_with_progress(settings, stages, paths, wait: float, show: bool) -> RunSu
 
 
 def print_summary(summary: RunSummary) -> None:
-    """Print a run's stages, the events it derived and its MLflow run id."""
+    """Print what each stage of a run did in words, the run's totals, the events it derived and its MLflow run id."""
     print_table(
-        [
-            {
-                "stage": r.stage,
-                "batches": len(r.batch_ids),
-                "rows in": r.rows_in,
-                "rows out": r.rows_out,
-                "seconds": r.seconds,
-                "rows/s": r.rows_per_second,
-            }
-            for r in summary.stages
-        ],
-        ["stage", "batches", "rows in", "rows out", "seconds", "rows/s"],
-        title=f"Run {summary.run_id} ({summary.seconds} s)",
+        [{"stage": r.stage, "what it did": stage_sentence(r), "seconds": r.seconds} for r in summary.stages],
+        ["stage", "what it did", "seconds"],
+        title=f"Run {summary.run_id} ({format_duration(summary.seconds)})",
     )
     if summary.events_by_category:
         print_table(
@@ -177,3 +167,41 @@ def print_summary(summary: RunSummary) -> None:
             ["category", "events"],
             title="Change events derived",
         )
+    print_text(run_totals(summary))
+
+
+def stage_sentence(report: StageReport) -> str:
+    """What one stage did, in the words the documentation uses (records, change events, audit events)."""
+    metric = report.metrics.get
+    if report.stage == "land":
+        files = int(metric("land.files_landed", 0))
+        return (
+            f"{report.rows_out} records landed from {files} file{'s' if files != 1 else ''} "
+            f"({int(metric('land.records_quarantined', 0))} quarantined, "
+            f"{int(metric('land.duplicates_skipped', 0))} duplicates skipped)"
+        )
+    if report.stage == "refine":
+        return (
+            f"{report.rows_out} change events from {report.rows_in} aspect snapshots "
+            f"({int(metric('refine.skipped', 0))} skipped as late or duplicate)"
+        )
+    if report.stage == "publish":
+        return (
+            f"{int(metric('publish_audit.rows_out', 0))} audit events, "
+            f"{int(metric('publish_openmetadata.rows_out', 0))} OpenMetadata change events "
+            f"({int(metric('publish_audit.days_refreshed', 0))} activity days refreshed)"
+        )
+    return f"{report.rows_in} rows in, {report.rows_out} rows out"
+
+
+def run_totals(summary: RunSummary) -> str:
+    """The run in one line: `land -> refine -> publish: 374 records, 401 change events, 351 audit events`."""
+    by_stage = {r.stage: r for r in summary.stages}
+    counts = []
+    if "land" in by_stage:
+        counts.append(f"{by_stage['land'].rows_out} records")
+    if "refine" in by_stage:
+        counts.append(f"{by_stage['refine'].rows_out} change events")
+    if "publish" in by_stage:
+        counts.append(f"{int(by_stage['publish'].metrics.get('publish_audit.rows_out', 0))} audit events")
+    return f"{' -> '.join(by_stage)}: {', '.join(counts)}"

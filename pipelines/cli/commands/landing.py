@@ -77,9 +77,14 @@ def register(app: typer.Typer) -> None:
 
         state = state_of(ctx)
         with state.session() as spark:
-            rows = list_quarantined(spark, state.settings, batch_id=batch, limit=limit)
+            # One more than asked for tells whether there are more to name --limit for.
+            rows = list_quarantined(spark, state.settings, batch_id=batch, limit=limit + 1)
+        more, rows = len(rows) > limit, rows[:limit]
         shown = rows if as_json or as_csv else [{**r, "raw_text": _shorten(r["raw_text"])} for r in rows]
-        print_rows(shown, _QUARANTINE_COLUMNS, title=f"Quarantined records ({len(rows)} shown)", as_json=as_json, as_csv=as_csv)
+        title = f"Quarantined records: the first {limit} (--limit N shows more)" if more else f"Quarantined records ({len(rows)})"
+        if any(len(r["raw_text"] or "") > _SHOWN_RAW_CHARS for r in rows) and not (as_json or as_csv):
+            title += f"; raw_text cut at {_SHOWN_RAW_CHARS} characters (--json or --csv shows it whole)"
+        print_rows(shown, _QUARANTINE_COLUMNS, title=title, as_json=as_json, as_csv=as_csv)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import json
 import typer
 
 from pipelines.cli.args import parse_time_ms
-from pipelines.cli.console import CSV_HELP, console, print_rows, print_table
+from pipelines.cli.console import CSV_HELP, console, iso_utc, print_rows, print_table
 
 HISTORY_COLUMNS = ("event_time", "category", "operation", "entity_urn", "modifier", "parameters", "actor", "aspect_name")
 
@@ -49,11 +49,12 @@ def register(app: typer.Typer) -> None:
         with state.session() as spark:
             aspects = aspects_as_of(spark, state.settings, urn, at_ms)
         if not aspects and not (as_json or as_csv):
-            console.print(f"{urn} had no aspects at {at_ms}")
+            console.print(f"{urn} had no aspects at {iso_utc(at_ms)}", highlight=False)
             return
         rows = [{**a, "aspect": "(deleted)" if a["deleted"] else json.dumps(a["aspect"], sort_keys=True)} for a in aspects]
         columns = ["aspect_name", "version", "change_type", "created_time", "created_actor", "aspect"]
-        print_rows(rows, columns, title=f"{urn} at {at_ms}", as_json=as_json, as_csv=as_csv, json_rows=aspects)
+        print_rows(rows, columns, title=f"{urn} at {iso_utc(at_ms)}", as_json=as_json, as_csv=as_csv, json_rows=aspects,
+                   time_columns=("created_time",))  # fmt: skip
 
     @app.command("history")
     def history_command(
@@ -68,7 +69,8 @@ def register(app: typer.Typer) -> None:
         state = state_of(ctx)
         with state.session() as spark:
             events = entity_history(spark, state.settings, urn)
-        print_rows(events, HISTORY_COLUMNS, title=f"Change events of {urn} ({len(events)})", as_json=as_json, as_csv=as_csv)
+        print_rows(events, HISTORY_COLUMNS, title=f"Change events of {urn} ({len(events)})", as_json=as_json, as_csv=as_csv,
+                   time_columns=("event_time",))  # fmt: skip
 
     @app.command("replay")
     def replay_command(
@@ -84,14 +86,16 @@ def register(app: typer.Typer) -> None:
         with state.session() as spark:
             result = replay_window(spark, state.settings, since_ms, until_ms)
         console.print(
-            f"window [{since_ms}, {until_ms}): {result.recomputed} events recomputed from bronze, {result.stored} in silver"
+            f"window [{iso_utc(since_ms)}, {iso_utc(until_ms)}): {result.recomputed} events recomputed from bronze, "
+            f"{result.stored} in silver",
+            highlight=False,
         )
         if result.equal:
             console.print("equal: silver holds exactly the recomputed events")
             return
         columns = ["event_time", "category", "operation", "entity_urn", "modifier", "parameters_json", "event_id"]
         if result.missing:
-            print_table(result.missing, columns, title="Recomputed but missing from silver")
+            print_table(result.missing, columns, title="Recomputed but missing from silver", time_columns=("event_time",))
         if result.unexpected:
-            print_table(result.unexpected, columns, title="In silver but not recomputed")
+            print_table(result.unexpected, columns, title="In silver but not recomputed", time_columns=("event_time",))
         raise typer.Exit(1)

@@ -1,5 +1,5 @@
-"""`lakehouse status`: whether a watcher runs on the home, its last micro-batch, the freshness lag and the
-Kafka partitions' lag."""
+"""`lakehouse status`: the last pipeline run, whether a watcher runs on the home, its last micro-batch, the
+freshness lag and the Kafka partitions' lag."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print the status as one JSON object (as /health does)."),
     ) -> None:
-        """Show the watcher of this home (running or not, last micro-batch, oldest unprocessed file, lag) and,
-        with a Kafka source, each partition's committed offset, end offset and lag."""
+        """Show the last pipeline run, the watcher of this home (running or not, last micro-batch, oldest
+        unprocessed file, lag) and, with a Kafka source, each partition's committed offset, end offset and lag."""
         from pipelines.batch.watch_status import watch_status
+        from pipelines.runtime.tracking import recent_runs
 
         settings = state_of(ctx).settings
         status = watch_status(settings)
+        runs = recent_runs(settings, 1)
+        status["last_run"] = last_run_status(runs[0]) if runs else None
         if settings.ingest.kafka.enabled:
             from pipelines.batch.kafka.status import kafka_status
 
@@ -37,6 +40,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_text(json.dumps(status, default=str, sort_keys=True) + "\n")
             return
+        print_table(_last_run_rows(status["last_run"]), ["item", "value"], title="Last run")
         last = status["last_batch"] or {}
         oldest = status["oldest_unprocessed"] or {}
         rows = [
@@ -76,5 +80,37 @@ def register(app: typer.Typer) -> None:
                         title="SQL server replica")  # fmt: skip
 
 
+def last_run_status(run: dict) -> dict:
+    """The newest MLflow run of the home as status shows it: id, name, state, end time and what it did."""
+    metrics = run["metrics"]
+    return {
+        "run_id": run["run_id"],
+        "name": run["name"],
+        "status": run["status"],
+        "finished_at": None if run["end_time"] is None else run["end_time"] / 1000,
+        "seconds": metrics.get("duration_s"),
+        "records": int(metrics.get("land.records_landed", 0)),
+        "quarantined": int(metrics.get("land.records_quarantined", 0)),
+        "change_events": int(metrics.get("refine.rows_out", 0)),
+        "audit_events": int(metrics.get("publish_audit.rows_out", 0)),
+    }
+
+
+def _last_run_rows(run: dict | None) -> list[dict]:
+    if run is None:
+        return [{"item": "run", "value": "none yet (lakehouse run)"}]
+    return [
+        {"item": "run", "value": f"{run['name']} {run['run_id']}"},
+        {"item": "status", "value": run["status"]},
+        {"item": "finished", "value": _when(run["finished_at"])},
+        {
+            "item": "did",
+            "value": f"{run['records']} records ({run['quarantined']} quarantined), {run['change_events']} change events, "
+            f"{run['audit_events']} audit events"
+            + ("" if run["seconds"] is None else f" in {format_duration(run['seconds'])}"),
+        },
+    ]
+
+
 def _when(epoch: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch)) if epoch else "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)) if epoch else "-"

@@ -161,3 +161,29 @@ def test_maintain_requires_an_action(cli_home: Path):
 def test_maintain_history(cli_home: Path):
     result = run_cli("maintain", "--table", "bronze.quarantine", "--history", home=cli_home, env={"COLUMNS": "200"})
     assert "CREATE TABLE" in result.stdout or "CREATE" in result.stdout
+
+
+def test_sql_headers_are_the_real_column_names(cli_home: Path):
+    result = run_cli("sql", "select 1 as my_col, 'x' as event_id", home=cli_home)
+    assert result.stdout.splitlines()[0].split() == ["my_col", "event_id"]
+
+
+@pytest.mark.parametrize(
+    ("query", "title", "column"),
+    [
+        ("describe gold.audit_events", "gold.audit_events (table): One audit event", "timestamp"),
+        ("DESCRIBE TABLE silver.entity_change_events", "silver.entity_change_events (table)", "event_id"),
+        ("desc gold.change_timeline", "gold.change_timeline (view): Every change event", "event_time"),
+    ],
+)
+def test_describe_lists_the_columns_of_every_table_and_view(cli_home: Path, query, title, column):
+    result = run_cli("sql", query, home=cli_home, env={"COLUMNS": "80"})
+    assert title in " ".join(result.stdout.split())
+    assert column in {line.split()[0] for line in result.stdout.splitlines() if len(line.split()) >= 2}
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+
+
+def test_describe_names_the_unknown_table(cli_home: Path):
+    result = run_cli("describe", "gold.nope", home=cli_home, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "describe: 'gold.nope' is neither a table nor a view" in result.stderr

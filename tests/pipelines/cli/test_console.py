@@ -1,4 +1,5 @@
-"""Tables that fit the terminal: whole identifiers, shortened ids, a vertical layout, integer counts, durations."""
+"""Tables that fit the terminal: whole identifiers, real column names, a vertical layout, integer counts,
+durations, ISO-8601 times."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from pipelines.cli.console import (
     console,
     format_cell,
     format_duration,
-    header_text,
+    iso_utc,
     print_rows,
+    print_table,
     render_table,
-    unique_prefix_length,
     vertical_text,
 )
 from tests.conftest import make_settings
@@ -48,13 +49,42 @@ def test_durations_have_units_and_no_space():
     assert [format_duration(s) for s in (0.0, 9.994, 59.9, 60, 3599, 3600, 90061)] == [
         "0.00s", "9.99s", "59.9s", "1m00s", "59m59s", "1h00m", "1d01h"
     ]
-    assert header_text("duration_s") == "duration" and header_text("audit_rows") == "audit rows"
 
 
-def test_id_prefixes_stay_unique_and_at_least_8_characters():
-    assert unique_prefix_length(RUN_IDS) == 9
-    assert unique_prefix_length(RUN_IDS[2:]) == 8
-    assert unique_prefix_length(["abc", "abd"]) == 8
+def test_epoch_milliseconds_read_as_iso_8601_utc():
+    assert iso_utc(1700415032000) == "2023-11-19T17:30:32Z"
+    assert iso_utc(1700415032005) == "2023-11-19T17:30:32.005Z"
+    assert format_cell("event_time", 1704067200000, epoch_ms=True) == "2024-01-01T00:00:00Z"
+    assert format_cell("event_time", 1704067200000) == "1704067200000"
+
+
+def test_headers_are_the_real_column_names(capsys, terminal):
+    terminal(80)
+    print_table([{"my_col": 1, "event_id": "e1"}], ["my_col", "event_id"])
+    assert capsys.readouterr().out.splitlines()[0].split() == ["my_col", "event_id"]
+
+
+def test_time_columns_are_iso_in_tables_and_csv_and_both_in_json(capsys):
+    rows = [{"event_time": 1700415032000, "actor": "urn:li:corpuser:a"}]
+    print_rows(rows, ["event_time", "actor"], time_columns=["event_time"])
+    assert "2023-11-19T17:30:32Z" in capsys.readouterr().out
+    print_rows(rows, ["event_time", "actor"], time_columns=["event_time"], as_csv=True)
+    assert capsys.readouterr().out.splitlines()[1] == "2023-11-19T17:30:32Z,urn:li:corpuser:a"
+    print_rows(rows, ["event_time", "actor"], time_columns=["event_time"], as_json=True)
+    assert json.loads(capsys.readouterr().out) == {**rows[0], "event_time_utc": "2023-11-19T17:30:32Z"}
+
+
+def test_ids_are_never_cut_and_every_line_fits_80_columns(capsys, terminal):
+    terminal(80)
+    parameters = json.dumps({f"field_{n}": f"value number {n}" for n in range(12)})
+    rows = [{"run_id": run_id, "name": "run", "status": "FINISHED", "duration_s": 12.5, "parameters": parameters}
+            for run_id in RUN_IDS]  # fmt: skip
+    print_table(rows, ["run_id", "name", "status", "duration_s", "parameters"])
+    output = capsys.readouterr().out
+    assert max(len(line) for line in output.splitlines()) <= 80
+    words = output.split()
+    assert all(run_id in words for run_id in RUN_IDS)
+    assert " ".join(parameters.split()) in " ".join(line.strip() for line in output.splitlines())
 
 
 def test_a_table_wraps_text_at_spaces_only_and_keeps_every_identifier_whole():
@@ -69,10 +99,18 @@ def test_a_table_wraps_text_at_spaces_only_and_keeps_every_identifier_whole():
 
 
 def test_the_vertical_layout_puts_each_value_on_its_own_line():
-    text = vertical_text(["run id", "status"], [[RUN_IDS[0], "FINISHED"], [RUN_IDS[1], "FAILED"]])
+    text = vertical_text(["run_id", "status"], [[RUN_IDS[0], "FINISHED"], [RUN_IDS[1], "FAILED"]])
     assert text.splitlines() == [
-        f"run id  {RUN_IDS[0]}", "status  FINISHED", "", f"run id  {RUN_IDS[1]}", "status  FAILED"
+        f"run_id  {RUN_IDS[0]}", "status  FINISHED", "", f"run_id  {RUN_IDS[1]}", "status  FAILED"
     ]
+
+
+def test_a_vertical_value_too_long_for_its_line_wraps_at_spaces_under_its_name():
+    urn = "urn:li:dataset:(urn:li:dataPlatform:postgres,appdb.public.orders_9,PROD)"
+    text = vertical_text(["entity_urn", "parameters"], [[urn, "a=1; " * 30]], 60)
+    lines = text.splitlines()
+    assert lines[:2] == ["entity_urn", f"  {urn}"] and lines[2].startswith("parameters  a=1;")
+    assert all(len(line) <= 60 for line in lines[2:])
 
 
 @pytest.fixture
