@@ -16,7 +16,10 @@ class ConfigError(LakehouseError):
 
     def __init__(self, problems: list[str] | str):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("invalid configuration:\n  - " + "\n  - ".join(self.problems))
+        if len(self.problems) == 1:  # one line, e.g. a busy port: nothing to list
+            super().__init__(f"invalid configuration: {self.problems[0]}")
+        else:
+            super().__init__("invalid configuration:\n  - " + "\n  - ".join(self.problems))
 
 
 class InputError(LakehouseError):

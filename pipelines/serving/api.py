@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -40,7 +40,7 @@ from pipelines.serving.hardening import (
 from pipelines.serving.identity import Authenticator
 from pipelines.serving.rate_limit import RateLimitedVerifier, RateLimiter, TokenBuckets
 from pipelines.serving.scroll_key import load_scroll_key
-from pipelines.serving.workers import StoppableServer, default_workers, serve_workers
+from pipelines.serving.workers import StoppableServer, default_workers, listening_socket, serve_workers
 
 if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
     from pyspark.sql import SparkSession
@@ -249,8 +249,12 @@ def serve(
     port: int | None = None,
     tls_cert: str | None = None,
     tls_key: str | None = None,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the API until interrupted, with the engine serve.engine names (a session only for spark).
+
+    The port is bound first, so a busy port fails at once; the search index is built next, and
+    `on_ready` is called only when the server answers requests with the data in place.
 
     Args:
         settings: the lakehouse settings; host and port default to settings.api.
@@ -258,6 +262,10 @@ def serve(
         port: TCP port (0 picks a free one).
         tls_cert: PEM certificate chain to serve HTTPS with (default serve.tls_cert_file).
         tls_key: its PEM private key (default serve.tls_key_file).
+        on_ready: called once with the server's base URL (`http://127.0.0.1:8080`) when it accepts requests.
+
+    Raises:
+        ConfigError: when the port is out of range or cannot be bound (naming it), or the engine cannot open.
     """
     from pipelines.runtime.engine import open_session
 
@@ -269,25 +277,31 @@ def serve(
     # filters are pushed into the Parquet reader: a search page costs a fraction of the scan without it.
     os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")
     # log_config None: uvicorn's own lines go through the lakehouse's log format (log.format).
-    config = {"host": host, "port": port, "log_level": "warning", "access_log": False, "log_config": None,
-              **tls_options(settings, tls_cert, tls_key)}  # fmt: skip
-    if settings.serve.engine != "spark":
-        workers = settings.serve.workers or default_workers()
-        # serve.row_cache_mb bounds the server: each worker caches its share.
-        worker_settings = dataclasses.replace(
-            settings, serve=dataclasses.replace(settings.serve, row_cache_mb=settings.serve.row_cache_mb // workers)
-        )
-        bounds = (settings.serve.query_slots, settings.serve.queue_depth, settings.serve.queue_timeout_seconds)
-        worker_options = {k: v for k, v in config.items() if k not in ("host", "port", "log_level", "access_log")}
-        with index_folder(worker_settings) as worker_settings:
-            if not build_index_files(worker_settings):
-                log.warning("serve: the search index was not built before the workers start; each builds what it misses")
-            serve_workers(host, port, workers, lambda admission, buckets: create_app(worker_settings, admission=admission, rate_buckets=buckets), bounds,
-                          worker_options)  # fmt: skip
-        return
-    # The Spark engine's work runs in the session, which one process holds.
-    with open_session(settings) as spark:
-        StoppableServer(uvicorn.Config(create_app(settings, spark), **config)).run()
+    tls = tls_options(settings, tls_cert, tls_key)
+    config = {"log_level": "warning", "access_log": False, "log_config": None, **tls}
+    with contextlib.closing(listening_socket(host, port)) as sock:
+        url = f"{'https' if tls else 'http'}://{host}:{sock.getsockname()[1]}"
+        announce = (lambda: on_ready(url)) if on_ready else None
+        if settings.serve.engine != "spark":
+            workers = settings.serve.workers or default_workers()
+            # serve.row_cache_mb bounds the server: each worker caches its share.
+            worker_settings = dataclasses.replace(
+                settings, serve=dataclasses.replace(settings.serve, row_cache_mb=settings.serve.row_cache_mb // workers)
+            )
+            bounds = (settings.serve.query_slots, settings.serve.queue_depth, settings.serve.queue_timeout_seconds)
+            worker_options = {k: v for k, v in config.items() if k not in ("log_level", "access_log")}
+            with index_folder(worker_settings) as worker_settings:
+                if not build_index_files(worker_settings):
+                    log.warning("serve: the search index was not built before the workers start; each builds what it misses")
+                serve_workers(sock, workers, lambda admission, buckets: create_app(worker_settings, admission=admission, rate_buckets=buckets), bounds,
+                              worker_options, announce)  # fmt: skip
+            return
+        # The Spark engine's work runs in the session, which one process holds.
+        with open_session(settings) as spark:
+            server = StoppableServer(uvicorn.Config(create_app(settings, spark), **config))
+            if announce:
+                announce()  # the socket listens: requests wait in its queue for the loop, which starts next
+            server.run(sockets=[sock])
 
 
 @contextlib.contextmanager

@@ -126,7 +126,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"api: cannot listen on {host}:{port} ({exc.strerror})") from None
+        raise ConfigError(f"--port: cannot listen on {host}:{port} ({exc.strerror}); choose another port (--port, api.port)") from None
     sock.listen(BACKLOG)
     return sock
 
@@ -143,7 +143,8 @@ class WorkerPool:
     """
 
     def __init__(self, sock: socket.socket, workers: int, make_app: AppFactory, admission: tuple[int, int, float],
-                 run_dir: Path, server_options: dict[str, Any] | None = None):  # fmt: skip
+                 run_dir: Path, server_options: dict[str, Any] | None = None,
+                 on_ready: Callable[[], None] | None = None):  # fmt: skip
         if workers < 1:
             raise ConfigError(f"serve.workers: {workers!r} must be at least 1")
         self.sock = sock
@@ -156,10 +157,21 @@ class WorkerPool:
         self._admission = admission
         self._run_dir = run_dir
         self._context = multiprocessing.get_context("fork")
+        # Each worker sends one message once its application is built: the server then answers requests.
+        self._ready_reader, self._ready_writer = self._context.Pipe(duplex=False)
+        self._on_ready = on_ready
         self._processes: list[Any] = [None] * workers
         self._started: list[float] = [0.0] * workers
         self._quick_exits = [0] * workers
         self._stopping = False
+
+    def _announce_ready(self) -> None:
+        """Call on_ready once, when the first worker has its application (engine open) and accepts."""
+        with contextlib.suppress(EOFError, OSError):
+            self._ready_reader.recv_bytes()
+        if self._on_ready is not None:
+            on_ready, self._on_ready = self._on_ready, None
+            on_ready()
 
     def run(self) -> None:
         """Start the workers and keep them running until SIGTERM or SIGINT; then stop them all.
@@ -173,8 +185,11 @@ class WorkerPool:
                 self._start(index)
             while not self._stopping:
                 sentinels = {p.sentinel: i for i, p in enumerate(self._processes)}
-                for sentinel in wait(list(sentinels), timeout=0.5):
-                    self._replace(sentinels[sentinel])
+                for sentinel in wait([*sentinels, self._ready_reader], timeout=0.5):
+                    if sentinel is self._ready_reader:
+                        self._announce_ready()
+                    else:
+                        self._replace(sentinels[sentinel])
         finally:
             self.stop()
             for sig, handler in previous.items():
@@ -230,6 +245,9 @@ class WorkerPool:
         slots, queue_depth, wait_timeout_s = self._admission
         admission = Admission(slots, queue_depth, wait_timeout_s, board=self.board, worker=index)
         app = WorkerHeader(self._make_app(admission, self.rate_buckets), index)
+        # The socket listens already: connections wait in its queue until this server's loop accepts them.
+        with contextlib.suppress(OSError):
+            self._ready_writer.send_bytes(b"ready")
         config = uvicorn.Config(app, log_level="warning", access_log=False, loop="uvloop", http="httptools",
                                 timeout_graceful_shutdown=GRACEFUL_S, backlog=BACKLOG, **self.server_options)  # fmt: skip
         StoppableServer(config).run(sockets=[self.sock])
@@ -270,21 +288,21 @@ def run_directory() -> Iterator[Path]:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def serve_workers(host: str, port: int, workers: int, make_app: AppFactory, admission: tuple[int, int, float],
-                  server_options: dict[str, Any] | None = None) -> None:  # fmt: skip
-    """Serve on host:port with `workers` processes until SIGTERM or SIGINT.
+def serve_workers(sock: socket.socket, workers: int, make_app: AppFactory, admission: tuple[int, int, float],
+                  server_options: dict[str, Any] | None = None, on_ready: Callable[[], None] | None = None) -> None:  # fmt: skip
+    """Serve on a listening socket with `workers` processes until SIGTERM or SIGINT.
 
     Args:
-        host: the interface to listen on.
-        port: the TCP port (0: a free one).
+        sock: the listening socket (`listening_socket`); the caller closes it.
         workers: the number of worker processes.
         make_app: builds a worker's application around the server-wide admission and rate buckets (called in
             each worker).
         admission: (query slots, queue depth, wait timeout in seconds) for the whole server.
         server_options: more uvicorn settings of every worker (TLS files, log configuration).
+        on_ready: called once, when the first worker accepts requests.
 
     Raises:
-        ConfigError: when the address cannot be bound, or a worker keeps exiting at its start.
+        ConfigError: when a worker keeps exiting at its start.
     """
-    with run_directory() as run_dir, contextlib.closing(listening_socket(host, port)) as sock:
-        WorkerPool(sock, workers, make_app, admission, run_dir, server_options).run()
+    with run_directory() as run_dir:
+        WorkerPool(sock, workers, make_app, admission, run_dir, server_options, on_ready).run()

@@ -30,13 +30,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the Audit Events Search API (POST /openapi/v1/events/audit/search) over HTTP or HTTPS."""
         from pipelines.serving.api import serve
-        from pipelines.serving.hardening import tls_options
 
         state = state_of(ctx)
-        shown_port = state.settings.api.port if port is None else port
-        scheme = "https" if tls_options(state.settings, tls_cert, tls_key) else "http"
-        error_console.print(f"serving audit search on {scheme}://{host or state.settings.api.host}:{shown_port}")
-        serve(state.settings, host, port, tls_cert, tls_key)
+
+        def announce(url: str) -> None:
+            error_console.print(f"ready: serving audit search on {url}", highlight=False)
+
+        serve(state.settings, host, port, tls_cert, tls_key, on_ready=announce)
 
     @app.command("search")
     def search_command(
