@@ -108,6 +108,27 @@ def parse_scope(specs: Iterable[str], name: str = "--scope") -> Scope:
     return Scope(**{k: tuple(dict.fromkeys(v)) for k, v in values.items()}, nothing=nothing)
 
 
+def scope_within(inner: Scope, outer: Scope) -> bool:
+    """Whether every row `inner` allows is one `outer` allows, judged kind by kind (a narrower or equal scope).
+
+    Conservative: a scope narrowed only by another kind (an entity type against an urn prefix) is not
+    within.
+    """
+    if inner.nothing:
+        return True
+    if outer.nothing:
+        return False
+    for name in ("domains", "platforms", "entity_types"):
+        mine, theirs = getattr(inner, name), getattr(outer, name)
+        if theirs and not (mine and set(mine) <= set(theirs)):
+            return False
+    if outer.entity_prefixes:
+        return bool(inner.entity_prefixes) and all(
+            any(prefix.startswith(allowed) for allowed in outer.entity_prefixes) for prefix in inner.entity_prefixes
+        )
+    return True
+
+
 @dataclass(frozen=True)
 class Principal:
     """An authenticated caller: who, with which roles, limited to which scope.

@@ -18,13 +18,13 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from conf.errors import AuthError, RequestError
+from conf.errors import AuthError, InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
-from gold.scopes import ADMIN, Principal, visible_events
+from gold.scopes import ADMIN, UNSCOPED, Principal, Scope, parse_scope, scope_within, visible_events
 from gold.search import SearchRequest
 from pipelines.runtime.storage import delta_storage_options
-from pipelines.serving.access_log import ACCESS_TABLE, AccessLogMiddleware, AccessLogWriter, note_result
+from pipelines.serving.access_log import ACCESS_TABLE, SCOPE_KEY, AccessLogMiddleware, AccessLogWriter, note_result
 from pipelines.serving.identity import Authenticator
 
 ACCESS_LOG_PATH = "/api/v1/access-log"
@@ -32,6 +32,8 @@ ACCESS_LOG_PATH = "/api/v1/access-log"
 LOGGED_PREFIXES = ("/openapi/v1/", "/api/v1/")
 ACCESS_LOG_PARAMETERS = ("principal", "endpoint", "outcome", "since", "until", "size")
 MAX_ACCESS_PAGE = 1000
+# The filters of a stored record that is not a JSON object, as read back: its text under this key.
+UNREADABLE_KEY = "unreadable"
 
 
 def scoped_search(search: Any, request: SearchRequest, principal: Principal) -> dict[str, Any]:
@@ -129,9 +131,9 @@ def access_log_router(settings: Settings, authenticator: Authenticator) -> APIRo
 
     @router.get(ACCESS_LOG_PATH, summary="Who read audit data: the access log, newest first (admin)")
     async def access_log(request: Request) -> JSONResponse:
-        await authenticator.authenticate_request(request.headers.get("authorization"), ADMIN)
+        principal = await authenticator.authenticate_request(request.headers.get("authorization"), ADMIN)
         query = parse_access_query(dict(request.query_params))
-        records = await run_in_threadpool(read_access_log, location, query)
+        records = await run_in_threadpool(read_access_log, location, query, principal.scope)
         note_result({k: v for k, v in query.items() if k != "size"}, len(records))
         return JSONResponse({"count": len(records), "records": records})
 
@@ -160,8 +162,15 @@ def parse_access_query(params: Mapping[str, str]) -> dict[str, Any]:
     return query
 
 
-def read_access_log(location: Any, query: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The access records matching `query` (principal, endpoint, outcome, since/until ms, size), newest first."""
+def read_access_log(location: Any, query: Mapping[str, Any], scope: Scope = UNSCOPED) -> list[dict[str, Any]]:
+    """The access records matching `query` (principal, endpoint, outcome, since/until ms, size), newest first.
+
+    Args:
+        location: the ops.access_log table.
+        query: the validated search (`parse_access_query`).
+        scope: the reader's scope: a restricted one sees only the reads of principals limited to a scope
+            within it (refused requests and unscoped readers are outside every scope).
+    """
     from deltalake import DeltaTable
 
     if not (location / "_delta_log").is_dir():
@@ -178,8 +187,29 @@ def read_access_log(location: Any, query: Mapping[str, Any]) -> list[dict[str, A
     if table.num_rows == 0:
         return []
     newest = table.take(pc.sort_indices(table, [("accessed_at_ms", "descending"), ("access_id", "ascending")]))
-    rows = newest.slice(0, int(query.get("size") or 100)).to_pylist()
-    return [_to_record(row) for row in rows]
+    size = int(query.get("size") or 100)
+    if not scope.restricted:
+        return [_to_record(row) for row in newest.slice(0, size).to_pylist()]
+    records: list[dict[str, Any]] = []
+    for batch in newest.to_batches(max_chunksize=MAX_ACCESS_PAGE):
+        for row in batch.to_pylist():
+            record = _to_record(row)
+            if _read_within(record["filters"], scope):
+                records.append(record)
+                if len(records) == size:
+                    return records
+    return records
+
+
+def _read_within(filters: Mapping[str, Any], scope: Scope) -> bool:
+    """Whether a recorded read was limited to a scope within `scope` (one that cannot be read: no)."""
+    specs = filters.get(SCOPE_KEY)
+    if not isinstance(specs, list) or not specs:
+        return False
+    try:
+        return scope_within(parse_scope(specs, SCOPE_KEY), scope)
+    except InputError:
+        return False
 
 
 def _and(left: ds.Expression | None, right: ds.Expression) -> ds.Expression:
@@ -187,7 +217,6 @@ def _and(left: ds.Expression | None, right: ds.Expression) -> ds.Expression:
 
 
 def _to_record(row: dict[str, Any]) -> dict[str, Any]:
-    filters = row.get("filters")
     return {
         "accessId": row["access_id"],
         "accessedAt": row["accessed_at_ms"],
@@ -195,7 +224,7 @@ def _to_record(row: dict[str, Any]) -> dict[str, Any]:
         "actor": row["actor"],
         "method": row["method"],
         "endpoint": row["endpoint"],
-        "filters": json.loads(filters) if filters else {},
+        "filters": stored_filters(row.get("filters")),
         "resultCount": row["result_count"],
         "clientAddress": row["client_address"],
         "status": row["status"],
@@ -203,3 +232,15 @@ def _to_record(row: dict[str, Any]) -> dict[str, Any]:
         "batchId": row["batch_id"],
     }
 
+
+
+def stored_filters(text: str | None) -> dict[str, Any]:
+    """The filters of a stored record: its JSON object, or `{"unreadable": <text>}` for a record that holds
+    no JSON object (stored cut by an earlier version)."""
+    if not text:
+        return {}
+    try:
+        filters = json.loads(text)
+    except ValueError:
+        return {UNREADABLE_KEY: text}
+    return filters if isinstance(filters, dict) else {UNREADABLE_KEY: text}

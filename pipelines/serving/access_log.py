@@ -31,9 +31,16 @@ from pipelines.runtime.storage import delta_storage_options
 
 ACCESS_TABLE = "ops.access_log"
 log = logging.getLogger("lakehouse.access_log")
-# Outcome of a request by its status: refused (401/403), invalid (other 4xx), busy (429/503), error (5xx).
+# Outcome of a request by its status: redirect (3xx), refused (401/403), invalid (other 4xx), busy (429/503),
+# error (5xx).
 _OUTCOMES = {401: "refused", 403: "refused", 429: "busy", 503: "busy"}
-_MAX_FILTER_CHARS = 4096
+MAX_FILTER_CHARS = 4096
+# The filters key of a record cut to fit: the length of the filters' whole JSON text.
+TRUNCATED_KEY = "truncatedFromChars"
+# The filters key holding the reader's scope (`kind=value` texts), never cut: who may see the record.
+SCOPE_KEY = "scope"
+# How far each value of too large filters is cut, tried in turn: characters of a text, items of a list.
+_CUT_LENGTHS = (256, 64, 16)
 # A flush is one commit: a checkpoint every so many keeps opening the table from growing with them.
 CHECKPOINT_EVERY = 100
 
@@ -76,9 +83,44 @@ def note_result(filters: Mapping[str, Any] | None = None, result_count: int | No
 
 def outcome_of(status: int) -> str:
     """The access record outcome of an HTTP status."""
-    if status < 400:
+    if status < 300:
         return "ok"
+    if status < 400:
+        return "redirect"
     return _OUTCOMES.get(status, "error" if status >= 500 else "invalid")
+
+
+def filters_json(filters: Mapping[str, Any]) -> str:
+    """The filters as stored: JSON of at most MAX_FILTER_CHARS characters, always valid.
+
+    Filters too large to store whole have each text and list cut (the reader's scope aside) and carry
+    TRUNCATED_KEY, the length of the whole text; when even that does not fit, only the marker and the
+    scope are kept.
+    """
+    text = json.dumps(filters, sort_keys=True, default=str, ensure_ascii=False)
+    if len(text) <= MAX_FILTER_CHARS:
+        return text
+    plain = json.loads(text)
+    kept = {SCOPE_KEY: plain[SCOPE_KEY]} if SCOPE_KEY in plain else {}
+    for length in _CUT_LENGTHS:
+        cut = {name: _cut(value, length) for name, value in plain.items() if name != SCOPE_KEY}
+        shorter = json.dumps({**cut, **kept, TRUNCATED_KEY: len(text)}, sort_keys=True, ensure_ascii=False)
+        if len(shorter) <= MAX_FILTER_CHARS:
+            return shorter
+    marker_only = json.dumps({**kept, TRUNCATED_KEY: len(text)}, sort_keys=True, ensure_ascii=False)
+    # A scope too long to keep is dropped: the record is then shown to unscoped admins only.
+    return marker_only if len(marker_only) <= MAX_FILTER_CHARS else json.dumps({TRUNCATED_KEY: len(text)})
+
+
+def _cut(value: Any, length: int) -> Any:
+    """`value` with every text cut to `length` characters and every list to `length` items."""
+    if isinstance(value, str):
+        return value if len(value) <= length else value[:length] + "…"
+    if isinstance(value, list):
+        return [_cut(item, length) for item in value[:length]]
+    if isinstance(value, dict):
+        return {name: _cut(item, length) for name, item in list(value.items())[:length]}
+    return value
 
 
 def arrow_schema() -> pa.Schema:
@@ -199,7 +241,9 @@ def access_record(
 ) -> dict[str, Any]:
     """The ops.access_log row of one finished request (batch_id is set by the flush)."""
     principal = note.principal
-    filters = json.dumps(note.filters, sort_keys=True, default=str, ensure_ascii=False)
+    filters = dict(note.filters)
+    if principal is not None and principal.scope.restricted:
+        filters[SCOPE_KEY] = principal.scope.to_specs()
     return {
         "access_id": secrets.token_hex(16),
         "accessed_at_ms": now_ms,
@@ -207,7 +251,7 @@ def access_record(
         "actor": principal.actor if principal else None,
         "method": method,
         "endpoint": endpoint,
-        "filters": filters[:_MAX_FILTER_CHARS],
+        "filters": filters_json(filters),
         "result_count": note.result_count,
         "client_address": client,
         "status": status,

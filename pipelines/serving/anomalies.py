@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +21,7 @@ from pipelines.runtime.storage import delta_storage_options, storage_for
 from gold.serving_contract import BUCKET_MS
 from gold.auth import AUDIT_READ
 from pipelines.cli.args import parse_time_ms
+from pipelines.serving.access_log import note_result
 from pipelines.serving.tokens import TokenVerifier
 
 ANOMALIES_PATH = "/api/v1/anomalies"
@@ -142,7 +143,9 @@ def anomalies_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
     async def list_anomalies(request: Request) -> JSONResponse:
         await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
         query = AnomalyQuery.parse(dict(request.query_params))
+        note_result(asdict(query))
         rows = await run_in_threadpool(read_anomalies, location, query)
+        note_result(result_count=len(rows))
         return JSONResponse({"count": len(rows), "anomalies": rows})
 
     return router

@@ -11,6 +11,7 @@ events and timelines, while the per-actor aggregates serve unscoped readers only
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,6 +29,7 @@ from conf.settings import Settings
 from gold.auth import AUDIT_READ
 from gold.scopes import Principal
 from pipelines.cli.args import parse_time_ms
+from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
 from pipelines.serving.as_of import read_aspects_as_of
 from conf.tables import table_location
@@ -130,6 +132,7 @@ def explorer_router(
     def history(urn: str, principal: Principal) -> dict[str, Any]:
         events = read_entity_history(changes_location, urn)
         if not principal.scope.restricted:
+            note_result(result_count=len(events))
             return {"urn": urn, "events": events}
         scope = scope_of(principal)
         # Events are shown by the entity whose aspect was written (a schema field's by its dataset's).
@@ -137,12 +140,15 @@ def explorer_router(
         if not visible and not scope.visible_entities([urn], [entity_type_of(urn)])[0]:
             # The same answer whether the entity exists or not: a scope does not reveal what lies outside it.
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
+        note_result(result_count=len(visible))
         return {"urn": urn, "events": visible}
 
     def as_of(urn: str, at_ms: int, principal: Principal) -> dict[str, Any]:
         if principal.scope.restricted and not scope_of(principal).visible_entities([urn], [entity_type_of(urn)])[0]:
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
-        return {"urn": urn, "at": at_ms, "aspects": read_aspects_as_of(settings, urn, at_ms)}
+        aspects = read_aspects_as_of(settings, urn, at_ms)
+        note_result(result_count=len(aspects))
+        return {"urn": urn, "at": at_ms, "aspects": aspects}
 
     async def respond(work: Callable[[], Any]) -> JSONResponse:
         return JSONResponse(jsonable_encoder(await run_in_threadpool(work)))
@@ -155,6 +161,7 @@ def explorer_router(
     async def timeline(request: Request) -> JSONResponse:
         principal, params = await authenticated(request, ("urn",))
         urn = parse_urn(params)
+        note_result({"urn": urn})
         return await respond(lambda: history(urn, principal))
 
     @router.get("/api/v1/timeline/as-of", summary="The aspects of one entity as they were at a time")
@@ -167,20 +174,35 @@ def explorer_router(
             at_ms = parse_time_ms(params["at"], "at")
         except InputError as exc:
             raise RequestError(str(exc)) from None
+        note_result({"urn": urn, "at": at_ms})
         return await respond(lambda: as_of(urn, at_ms, principal))
 
     @router.get("/api/v1/changes", summary="Search change events: actor, entity urn or prefix, category, operation")
     async def changes(request: Request) -> JSONResponse:
         principal, params = await authenticated(request, CHANGE_PARAMETERS)
         query = parse_change_query(params)
-        return await respond(lambda: search_changes(changes_location, query, scope_of(principal).arrow))
+        note_result(dataclasses.asdict(query))
+
+        def search() -> dict[str, Any]:
+            found = search_changes(changes_location, query, scope_of(principal).arrow)
+            note_result(result_count=found["total"])
+            return found
+
+        return await respond(search)
 
     @router.get("/api/v1/activity", summary="Events per day and category, top actors and top entities")
     async def activity_overview(request: Request) -> JSONResponse:
         _, params = await authenticated(request, ("since", "until", "limit"), aggregates)
         since, until = parse_window(params)
         limit = parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT)
-        return await respond(lambda: activity.overview(since, until, limit))
+        note_result({"since": since, "until": until, "limit": limit})
+
+        def overview() -> dict[str, Any]:
+            found = activity.overview(since, until, limit)
+            note_result(result_count=len(found["days"]))
+            return found
+
+        return await respond(overview)
 
     @router.get("/api/v1/activity/actor", summary="One actor: activity per day, entities touched, anomalies")
     async def actor_activity(request: Request) -> JSONResponse:
@@ -191,7 +213,14 @@ def explorer_router(
         since, until = parse_window(params)
         limit = parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT)
         anomalies = AnomalyQuery(since_ms=since, until_ms=until, actor=actor, limit=MAX_LIMIT)
-        return await respond(lambda: activity.actor(actor, since, until, limit, anomalies))
+        note_result({"actor": actor, "since": since, "until": until, "limit": limit})
+
+        def actor_days() -> dict[str, Any]:
+            found = activity.actor(actor, since, until, limit, anomalies)
+            note_result(result_count=len(found["days"]))
+            return found
+
+        return await respond(actor_days)
 
     return router
 

@@ -33,6 +33,7 @@ from pipelines.batch.audit_report import (
 from pipelines.batch.arrow_chain import last_link
 from pipelines.batch.chain_keys import CHAIN_TABLE
 from pipelines.runtime.storage import delta_storage_options, storage_for
+from pipelines.serving.access_log import AccessNote, current_note, note_result
 from pipelines.serving.explorer_data import latest_dataset
 from pipelines.serving.scoped_reads import EntityDomains, change_event_scope
 from pipelines.serving.tokens import TokenVerifier
@@ -125,12 +126,14 @@ def report_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
             query = parse_report_query(dict(request.query_params))
         except InputError as exc:
             raise RequestError(str(exc)) from None
+        note_result({"from": query.from_ms, "to": query.to_ms, "actor": query.actor, "entity": query.entity,
+                     "format": query.format})  # fmt: skip
         # Resolved before the body starts, so that a failure is an error status, not a cut download.
         scope = (await run_in_threadpool(change_event_scope, principal.scope, domains)).arrow
         scope_label = ", ".join(principal.scope.to_specs()) or "(all)"
         header = header_for(query, await run_in_threadpool(chain_head, settings), scope_label)
         return StreamingResponse(
-            _stream(settings, query, header, scope),
+            _stream(settings, query, header, scope, current_note()),
             media_type=MEDIA_TYPES[query.format],
             headers={
                 "Content-Disposition": f'attachment; filename="{report_filename(query)}"',
@@ -141,7 +144,20 @@ def report_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
     return router
 
 
-def _stream(settings: Settings, query: ReportQuery, header: dict[str, str], scope: ds.Expression | None) -> Iterator[bytes]:
-    """The report's bytes (Parquet: through a scratch file removed after)."""
+def _stream(
+    settings: Settings, query: ReportQuery, header: dict[str, str], scope: ds.Expression | None, note: AccessNote | None
+) -> Iterator[bytes]:
+    """The report's bytes (Parquet: through a scratch file removed after); the rows read are counted on `note`
+    (the access record is built after the last byte is sent)."""
+    rows = read_report_rows(settings, query, scope)
     with tempfile.TemporaryDirectory(prefix="report-") as scratch:
-        yield from report_bytes(query, header, read_report_rows(settings, query, scope), Path(scratch) / "report.parquet")
+        yield from report_bytes(query, header, _counted(rows, note), Path(scratch) / "report.parquet")
+
+
+def _counted(rows: Iterator[dict[str, str]], note: AccessNote | None) -> Iterator[dict[str, str]]:
+    if note is not None:
+        note.result_count = 0
+    for row in rows:
+        if note is not None:
+            note.result_count += 1
+        yield row
