@@ -21,7 +21,7 @@ from pipelines.runtime.logs import configure_logging
 if TYPE_CHECKING:  # commands import the engine when they run: `--help`, serve, tokens start without it
     from pyspark.sql import SparkSession
 
-# Each module exposes `register(app)`; the order is the order of `lakehouse --help`.
+# Each module exposes `register(app)`; `lakehouse --help` lists the commands by task (COMMAND_PANELS).
 COMMAND_MODULES = (
     "pipelines.cli.commands.catalog",
     "pipelines.cli.commands.jobs",
@@ -49,6 +49,16 @@ COMMAND_MODULES = (
     "pipelines.bench.metrics",
     "pipelines.bench.sql_server",
 )
+
+# The top-level commands by task, in the order `lakehouse --help` shows them.
+COMMAND_PANELS = {
+    "Pipeline": ("run", "status", "runs", "job", "land", "quarantine", "refine", "publish-audit", "publish-openmetadata",
+                 "replay", "generate", "demo"),
+    "Query": ("sql", "describe", "tables", "history", "as-of", "search", "export", "export-sql", "anomalies"),
+    "Serve": ("serve", "token", "sql-server", "sql-role", "subscriptions"),
+    "Operate": ("verify", "report", "audit-key", "access-log", "maintain"),
+    "Bench": ("bench",),
+}  # fmt: skip
 
 app = typer.Typer(
     name="lakehouse",
@@ -133,10 +143,47 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(sys.modules[module], name) for module, name in classes if module in sys.modules)
 
 
+def command_tree() -> typer.core.TyperGroup:
+    """The `lakehouse` command as click builds it, with its help made plain.
+
+    Flags show no value type (typer shows `--json <bool>`), repeatable options their element's type
+    (`--set <str>`, not `<list[str]>`), and the top-level commands are grouped by task (COMMAND_PANELS).
+    """
+    root = typer.main.get_command(app)
+    panel_of = {name: panel for panel, names in COMMAND_PANELS.items() for name in names}
+    ordered = sorted(root.commands.items(), key=lambda item: _panel_position(item[0]))
+    root.commands = dict(ordered)
+    for name, command in root.commands.items():
+        command.rich_help_panel = panel_of.get(name, "Other")
+    _plain_metavars(root)
+    return root
+
+
+def _panel_position(name: str) -> tuple[int, int]:
+    for index, names in enumerate(COMMAND_PANELS.values()):
+        if name in names:
+            return index, names.index(name)
+    return len(COMMAND_PANELS), 0
+
+
+def _plain_metavars(command: typer.core.TyperCommand | typer.core.TyperGroup) -> None:
+    """Set the value hint of each option of `command` and its subcommands: none for a flag, the element's type for a list."""
+    help_option = command.get_help_option(typer.Context(command))
+    for param in [*command.params, *([help_option] if help_option else [])]:
+        if param.metavar is not None or not isinstance(param, typer.core.TyperOption):
+            continue
+        if param.is_flag:
+            param.metavar = ""
+        elif param.type_descriptor.is_list:
+            param.metavar = param.display_type(typer.Context(command)).replace("<list[", "<").replace("]>", ">")
+    for sub in getattr(command, "commands", {}).values():
+        _plain_metavars(sub)
+
+
 def main() -> None:
     """Entry point of the `lakehouse` script: run the CLI, turning project errors into clean exits."""
     try:
-        result = app(standalone_mode=False)
+        result = command_tree().main(standalone_mode=False, prog_name="lakehouse")
     except ConfigError as exc:
         print_error(exc)
         raise SystemExit(2) from None

@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         ),
         optimize: bool = typer.Option(False, "--optimize", help="Compact small files."),
         vacuum: bool = typer.Option(False, "--vacuum", help="Delete unreferenced files older than the retention."),
-        retention_hours: int | None = typer.Option(None, "--retention-hours", help="Override retention.vacuum_hours."),
+        retention_hours: int | None = typer.Option(None, "--retention-hours", help="Override retention.vacuum_hours (168 by default)."),
         history: bool = typer.Option(False, "--history", help="Print each table's recent commits."),
         wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
     ) -> None:

@@ -20,8 +20,11 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print the status as one JSON object (as /health does)."),
     ) -> None:
-        """Show the last pipeline run, the watcher of this home (running or not, last micro-batch, oldest
-        unprocessed file, lag) and, with a Kafka source, each partition's committed offset, end offset and lag."""
+        """Show the last pipeline run, the watcher (last micro-batch, lag) and Kafka partitions' lag.
+
+        The watcher of this home: running or not, its last micro-batch, the oldest unprocessed file and the
+        freshness lag; with a Kafka source, each partition's committed offset, end offset and lag.
+        """
         from pipelines.batch.watch_status import watch_status
         from pipelines.runtime.tracking import recent_runs
 

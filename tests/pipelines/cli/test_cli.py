@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -187,3 +188,18 @@ def test_describe_names_the_unknown_table(cli_home: Path):
     result = run_cli("describe", "gold.nope", home=cli_home, check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "describe: 'gold.nope' is neither a table nor a view" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["sql", "--help"], ["run", "--help"], ["token", "create", "--help"]])
+def test_help_shows_flags_without_value_types(args):
+    result = run_cli(*args, env={"COLUMNS": "100"})
+    assert "<bool>" not in result.stdout and "list[" not in result.stdout
+    assert re.search(r"│ +--help +Show this message and exit", result.stdout)
+
+
+def test_help_groups_the_commands_by_task():
+    result = run_cli("--help", env={"COLUMNS": "100"})
+    panels = re.findall(r"╭─ (\w+) ─", result.stdout)
+    assert panels == ["Options", "Pipeline", "Query", "Serve", "Operate", "Bench"]
+    assert "--set              <str>" in result.stdout
+    assert result.stdout.index("│ run ") < result.stdout.index("│ sql ") < result.stdout.index("│ serve ")
