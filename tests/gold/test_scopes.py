@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gold.scopes import UNSCOPED, change_event_condition, parse_scope
+from gold.scopes import UNSCOPED, change_event_condition, parse_scope, scope_within
 
 FINANCE = "urn:li:domain:finance"
 
@@ -29,3 +29,23 @@ def test_change_event_condition(specs, domain_entities, expected):
 
 def test_an_unscoped_principal_has_no_condition():
     assert change_event_condition(UNSCOPED, ["urn:li:chart:(looker,a)"]) is None
+
+
+@pytest.mark.parametrize(
+    ("inner", "outer", "within"),
+    [
+        (["domain=urn:li:domain:a"], ["domain=urn:li:domain:a", "domain=urn:li:domain:b"], True),
+        (["domain=urn:li:domain:a", "domain=urn:li:domain:c"], ["domain=urn:li:domain:a"], False),
+        ([], ["domain=urn:li:domain:a"], False),  # unscoped is within no restricted scope
+        (["domain=urn:li:domain:a"], [], True),
+        (["domain=urn:li:domain:a", "platform=hive"], ["domain=urn:li:domain:a"], True),
+        (["platform=hive"], ["domain=urn:li:domain:a"], False),
+        (["prefix=urn:li:dataset:(urn:li:dataPlatform:hive,db."], ["prefix=urn:li:dataset:"], True),
+        (["prefix=urn:li:dataset:"], ["prefix=urn:li:dataset:(urn:li:dataPlatform:hive,"], False),
+        (["entity-type=dataset"], ["prefix=urn:li:dataset:"], False),  # another kind: not judged within
+        (["nothing"], ["domain=urn:li:domain:a"], True),
+        (["domain=urn:li:domain:a"], ["nothing"], False),
+    ],
+)
+def test_scope_within_judges_each_kind(inner, outer, within):
+    assert scope_within(parse_scope(inner), parse_scope(outer)) is within
