@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 from conf.settings_sections import (
     ENGINE_KINDS,
@@ -28,6 +29,7 @@ from conf.settings_sections import (
     WatchSettings,
 )
 from conf.identity_checks import check_access_log, check_identity
+from conf.locations import is_object_url
 from conf.tables import TABLES
 
 def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
@@ -96,6 +98,13 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
         problems.append(f"audit_chain.signing: {settings.audit_chain.signing!r} is not one of none, hmac, ed25519")
     if ok("audit_chain.max_examples") and settings.audit_chain.max_examples < 1:
         problems.append(f"audit_chain.max_examples: {settings.audit_chain.max_examples!r} must be at least 1")
+    checkpoint = settings.audit_chain.checkpoint
+    if ok("audit_chain.checkpoint") and checkpoint is not None and not (
+        is_object_url(checkpoint) or Path(checkpoint).expanduser().is_absolute()
+    ):
+        problems.append(
+            f"audit_chain.checkpoint: {checkpoint!r} must be an absolute path or an object-storage URL (outside the home)"
+        )
     problems.extend(_check_watch(settings.watch, ok))
     if ok("refine.state_log_max_rows") and settings.refine.state_log_max_rows < 0:
         problems.append(f"refine.state_log_max_rows: {settings.refine.state_log_max_rows!r} must be 0 or more")
@@ -280,6 +289,8 @@ def _check_bi(bi: BiSettings, ok: Callable[..., bool]) -> list[str]:
         problems.append(f"bi.sync_interval_seconds: {bi.sync_interval_seconds!r} must be 0 (no polling) or more")
     if ok("bi.lock_timeout_ms") and bi.lock_timeout_ms < 1:
         problems.append(f"bi.lock_timeout_ms: {bi.lock_timeout_ms!r} must be at least 1")
+    if ok("bi.idle_transaction_timeout_seconds") and bi.idle_transaction_timeout_seconds < 0:
+        problems.append(f"bi.idle_transaction_timeout_seconds: {bi.idle_transaction_timeout_seconds!r} must be 0 (never) or more")
     if ok("bi.run_as") and not bi.run_as.strip():
         problems.append(f"bi.run_as: {bi.run_as!r} must name a system user")
     if ok("bi.dsn") and bi.dsn is not None and not bi.dsn.strip():

@@ -205,6 +205,7 @@ class AuditChainSettings:
     signing: str = "none"
     key_file: str = "auth/audit-chain.key"
     max_examples: int = 10
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,8 @@ class BiSettings:
     run_as: str = "lakehouse-pg"
     sync_on_publish: bool = False
     sync_interval_seconds: float = 2.0
-    lock_timeout_ms: int = 5000
+    lock_timeout_ms: int = 1000
+    idle_transaction_timeout_seconds: int = 600
 
 
 @dataclass(frozen=True)

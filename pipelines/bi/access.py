@@ -35,12 +35,13 @@ from pipelines.bi.replica import (
     STATE_TABLE,
     SYNC_LOCK_KEY,
     SYNC_SCHEMA,
+    replica_column_names,
     replica_table,
     replicated_tables,
 )
+from pipelines.bi.lockdown import ACCESS_SCHEMA, VERIFIERS_TABLE, remember_verifier, set_role_defaults
 from pipelines.runtime.views import VIEW_LAYER, load_views
 
-ACCESS_SCHEMA = "lakehouse_access"
 ROLES_TABLE = "bi_roles"
 # Each entity's domain: the one on its newest audit row (ties: no domain first), as the HTTP change search
 # reads it. Kept by the sync as audit rows arrive, so a domain-scoped query looks it up by domain.
@@ -197,6 +198,8 @@ def apply_access(conn: Connection, table_keys: list[str] | tuple[str, ...] | Non
         table = replica_table(key)
         conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table))
         if reader:
+            # A table moved in from the stage schema has none of the schema's default privileges.
+            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(table, sql.Identifier(READER_ROLE)))
             _replace_policy(conn, table, READER_POLICY, READER_ROLE, None)
         for role in roles:
             _grant_table(conn, role, key)
@@ -225,7 +228,7 @@ def _grant_table(conn: Connection, role: BiRole, table_key: str) -> None:
     if table_key not in readable_tables(role):
         return
     hidden = set() if role.sensitive or table_key != AUDIT_TABLE else set(SENSITIVE_COLUMNS.values())
-    columns = [c for c in table_spec(table_key).column_names if c not in hidden]
+    columns = [c for c in replica_column_names(table_key) if c not in hidden]
     conn.execute(sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(sql.SQL(", ").join(map(sql.Identifier, columns)), table, name))
     _replace_policy(conn, table, f"scope_{role.name}", role.name, row_condition(role, table_key))
 
@@ -254,7 +257,9 @@ def refresh_entity_domains(conn: Connection, entity_urns: set[str] | None) -> No
         'ORDER BY entity_urn, "timestamp" DESC, domain ASC NULLS FIRST'
     )
     if entity_urns is None:
-        conn.execute(sql.SQL("TRUNCATE {}").format(table))
+        # DELETE, not TRUNCATE: a BI session's open transaction may hold this table (through its scope's
+        # lookup function), and TRUNCATE would wait for it.
+        conn.execute(sql.SQL("DELETE FROM {}").format(table))
         conn.execute(sql.SQL("INSERT INTO {} {}").format(table, newest.format(sql.SQL("entity_urn IS NOT NULL"))))
         return
     urns = sorted(u for u in entity_urns if u is not None)
@@ -279,10 +284,11 @@ def prepare_entity_domains(conn: Connection) -> None:
         refresh_entity_domains(conn, None)
 
 
-def save_role(conn: Connection, role: BiRole, password: str | None) -> None:
+def save_role(conn: Connection, role: BiRole, password: str | None, idle_transaction_timeout_seconds: int) -> None:
     """Create or update a scoped BI role: LOGIN, SELECT only, read-only sessions; then its policies and grants.
 
-    The password travels as a SCRAM verifier computed here, never as plain text in SQL.
+    The password travels as a SCRAM verifier computed here, never as plain text in SQL. Session defaults
+    as bi_reader's (`set_role_defaults`).
 
     Raises:
         ConfigError: when the role is new and no password is given, or PostgreSQL is older than 15.
@@ -303,9 +309,10 @@ def save_role(conn: Connection, role: BiRole, password: str | None) -> None:
         if not exists:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOBYPASSRLS").format(name))
         if password:
-            verifier = conn.pgconn.encrypt_password(password.encode(), role.name.encode(), b"scram-sha-256")
-            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(name, sql.Literal(verifier.decode())))
-        conn.execute(sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(name))
+            verifier = conn.pgconn.encrypt_password(password.encode(), role.name.encode(), b"scram-sha-256").decode()
+            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(name, sql.Literal(verifier)))
+            remember_verifier(conn, role.name, verifier)
+        set_role_defaults(conn, role.name, idle_transaction_timeout_seconds)
         conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(conn.info.dbname), name))
         for schema in (*REPLICA_SCHEMAS, SYNC_SCHEMA, ACCESS_SCHEMA):
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), name))
@@ -346,6 +353,8 @@ def remove_role(conn: Connection, name: str) -> bool:
             conn.execute(sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(sql.Identifier(f"scope_{name}"), replica_table(key)))
         conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(domain_function(name)))
         conn.execute(sql.SQL("DELETE FROM {} WHERE role_name = %s").format(sql.Identifier(ACCESS_SCHEMA, ROLES_TABLE)), (name,))
+        if conn.execute("SELECT to_regclass(%s)", (f"{ACCESS_SCHEMA}.{VERIFIERS_TABLE}",)).fetchone()[0] is not None:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE role_name = %s").format(sql.Identifier(ACCESS_SCHEMA, VERIFIERS_TABLE)), (name,))
         conn.execute(sql.SQL("DROP OWNED BY {}").format(role))
         conn.execute(sql.SQL("DROP ROLE {}").format(role))
     return True

@@ -7,18 +7,20 @@ else, it runs as the caller.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from conf.errors import ConfigError, SourceUnavailable
+from conf.errors import ConfigError, InputError, SourceUnavailable
 from conf.settings import Settings
 
 ADMIN_ROLE = "lakehouse_admin"
@@ -40,7 +42,15 @@ SERVER_OPTIONS = {
     "maintenance_work_mem": "256MB",
     "max_parallel_maintenance_workers": "2",
     "timezone": "UTC",
+    # No statement text in the log: a failed `ALTER ROLE ... PASSWORD '...'` would otherwise be written
+    # there verbatim, with every failed BI query. Only superusers may change these.
+    "log_statement": "none",
+    "log_min_error_statement": "panic",
+    "log_min_duration_statement": "-1",
 }
+# The only variables PostgreSQL and initdb are started with: never the caller's secrets
+# (LAKEHOUSE_BI_PASSWORD, cloud credentials, ...).
+SERVER_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,7 @@ def ensure_cluster(settings: Settings, user: ServiceUser | None) -> Path:
         initdb = subprocess.run(
             [str(postgres_bindir() / "initdb"), "-D", str(folder), "-U", ADMIN_ROLE, "--auth=scram-sha-256",
              f"--pwfile={password_file}", "--encoding=UTF8", "--no-locale", "--no-instructions"],
-            capture_output=True, text=True, **_as_user(user),
+            capture_output=True, text=True, env=server_environment(), **_as_user(user),
         )  # fmt: skip
     finally:
         password_file.unlink(missing_ok=True)
@@ -160,13 +170,25 @@ def ensure_cluster(settings: Settings, user: ServiceUser | None) -> Path:
     return folder
 
 
-def write_access_rules(folder: Path, user: ServiceUser | None, tls: Tls | None) -> None:
-    """Write pg_hba.conf: password (SCRAM) logins from any address, over TLS only when TLS is on."""
+def server_environment() -> dict[str, str]:
+    """The environment PostgreSQL runs with: SERVER_ENVIRONMENT's variables of this process, nothing else."""
+    return {name: os.environ[name] for name in SERVER_ENVIRONMENT if name in os.environ}
+
+
+def write_access_rules(folder: Path, user: ServiceUser | None, tls: Tls | None, open_to_readers: bool) -> None:
+    """Write pg_hba.conf: password (SCRAM) logins from any address, over TLS only when TLS is on.
+
+    Args:
+        open_to_readers: every role may log in; else only the sync's superuser (until the first sync
+            has put the data in place, BI users cannot log in and see empty tables).
+    """
     kind = "hostssl" if tls else "host"
+    roles = "all" if open_to_readers else ADMIN_ROLE
     lines = [
-        "# Written by `lakehouse sql-server` at each start: SCRAM password logins only" + (", over TLS." if tls else "."),
-        f"{kind} all all 0.0.0.0/0 scram-sha-256",
-        f"{kind} all all ::/0 scram-sha-256",
+        "# Written by `lakehouse sql-server`: SCRAM password logins only" + (", over TLS" if tls else "")
+        + ("." if open_to_readers else "; the sync's role alone until the first sync ends."),
+        f"{kind} all {roles} 0.0.0.0/0 scram-sha-256",
+        f"{kind} all {roles} ::/0 scram-sha-256",
     ]
     _write_owned(folder / "pg_hba.conf", "\n".join(lines) + "\n", user)
     if tls:
@@ -174,18 +196,46 @@ def write_access_rules(folder: Path, user: ServiceUser | None, tls: Tls | None) 
         _write_owned(folder / "server.key", tls.key.read_text(), user)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Check that host:port can be listened on, as PostgreSQL binds it (SO_REUSEADDR).
+
+    Raises:
+        InputError: naming the address when another process listens there.
+    """
+    if "," in host:  # several addresses: PostgreSQL reports which one it cannot bind
+        return
+    address = connect_host(host) if host in ("", "*") else host
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise _port_in_use(host, port) from None
+            raise InputError(f"--host: cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def _port_in_use(host: str, port: int) -> InputError:
+    return InputError(f"--port: {host}:{port} is in use by another process; choose another port (--port or bi.port)")
+
+
 def start_server(settings: Settings, host: str, port: int, tls: Tls | None) -> subprocess.Popen:
     """Start the cluster's server on host:port (creating the cluster first) and wait until it takes logins.
 
+    Only the sync's superuser may log in until `open_logins` (after the first sync).
+
     Raises:
+        InputError: when host:port is in use.
         ConfigError: when another server runs on the cluster, or it does not come up (with its log's end).
     """
+    check_port_free(host, port)
     user = service_user(settings.bi.run_as)
     folder = ensure_cluster(settings, user)
     running = _running_pid(folder)
     if running:
         raise ConfigError(f"bi.data_dir: a PostgreSQL server (pid {running}) already runs on {folder}")
-    write_access_rules(folder, user, tls)
+    write_access_rules(folder, user, tls, open_to_readers=False)
     options = {**SERVER_OPTIONS, "listen_addresses": host, "port": str(port)}
     if tls:
         options.update({"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key"})
@@ -193,17 +243,41 @@ def start_server(settings: Settings, host: str, port: int, tls: Tls | None) -> s
     for name, value in options.items():
         command += ["-c", f"{name}={value}"]
     log_path = settings.secret_path(LOG_FILE)
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder, **_as_user(user))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    # The log names roles, databases and failed queries' errors: for the owner alone.
+    descriptor = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder, env=server_environment(),
+                                   **_as_user(user))  # fmt: skip
     _write_private(settings.secret_path(STATE_FILE), json.dumps(
         {"pid": process.pid, "host": host, "port": port, "tls": tls is not None, "started_at": time.time()}
     ))  # fmt: skip
     try:
-        _wait_ready(settings, process, log_path)
+        _wait_ready(settings, process, log_path, host, port)
     except BaseException:
         stop_server(settings, process)
         raise
     return process
+
+
+def open_logins(settings: Settings, tls: Tls | None) -> None:
+    """Let every role log in (the first sync has put the data in place): pg_hba.conf rewritten and reloaded."""
+    import psycopg
+
+    conninfo = writer_conninfo(settings)
+    write_access_rules(data_dir(settings), service_user(settings.bi.run_as), tls, open_to_readers=True)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        loaded = conn.execute("SELECT pg_conf_load_time()").fetchone()[0]
+        conn.execute("SELECT pg_reload_conf()")
+    # The reload is asynchronous: a new session reports a later load time once the server has read the rules.
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            if conn.execute("SELECT pg_conf_load_time()").fetchone()[0] > loaded:
+                return
+        time.sleep(0.05)
+    raise ConfigError(f"sql-server: PostgreSQL did not reload its login rules within {READY_TIMEOUT_SECONDS} s")
 
 
 def stop_server(settings: Settings, process: subprocess.Popen) -> None:
@@ -245,7 +319,7 @@ def connect_host(listen_host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "*": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(listen_host, listen_host)
 
 
-def _wait_ready(settings: Settings, process: subprocess.Popen, log_path: Path) -> None:
+def _wait_ready(settings: Settings, process: subprocess.Popen, log_path: Path, host: str, port: int) -> None:
     import psycopg
     import psycopg.conninfo
 
@@ -254,7 +328,10 @@ def _wait_ready(settings: Settings, process: subprocess.Popen, log_path: Path) -
     conninfo = psycopg.conninfo.make_conninfo(writer_conninfo(settings), dbname="postgres")
     while True:
         if process.poll() is not None:
-            raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode}: {_log_tail(log_path)}")
+            tail = _log_tail(log_path)
+            if "Address already in use" in tail:  # taken between the check and PostgreSQL's bind
+                raise _port_in_use(host, port)
+            raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode}: {tail}")
         try:
             psycopg.connect(conninfo, connect_timeout=1).close()
             return

@@ -12,19 +12,26 @@ from typing import Any
 import psycopg
 import psycopg.conninfo
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from psycopg import sql
 
 from conf.errors import ConfigError, LakehouseError, SourceUnavailable
 from conf.settings import Settings
 from conf.tables import table_location
-from pipelines.bi.access import apply_access
+from pipelines.bi.access import apply_access, bi_roles
 from pipelines.bi.cluster import DATABASE, STATE_FILE, writer_conninfo
-from pipelines.bi.replica import prepare_reader, prepare_schemas, replicated_tables
+from pipelines.bi.lockdown import restore_roles
+from pipelines.bi.replica import READER_ROLE, check_reader_password, prepare_reader, prepare_schemas, replicated_tables
 from pipelines.bi.sync import TableSync, replica_versions, sync_replica
 from pipelines.runtime.progress import StageResult
 from pipelines.runtime.storage import delta_storage_options
 
 SYNC_STAGE = "sync_bi_replica"
+# What a sync may meet and be tried again after: the replica or the Delta log not answering, a lock held.
+SYNC_ERRORS = (LakehouseError, psycopg.Error, DeltaError, OSError)
+# How often the server loop puts back BI roles' own settings and passwords when it does not sync itself.
+GUARD_INTERVAL_SECONDS = 2.0
+FIRST_SYNC_RETRY_SECONDS = 5.0
 
 
 def ensure_database(settings: Settings) -> None:
@@ -37,18 +44,74 @@ def ensure_database(settings: Settings) -> None:
 
 
 def prepare_replica(settings: Settings, password: str | None) -> list[TableSync]:
-    """Create the database, schemas, tables, views and bi_reader (its password set when given), then sync.
+    """Create the database, schemas, tables and views, sync them, then create or update bi_reader.
+
+    bi_reader is made (or its password set) after the first sync, so on a new replica it cannot log in
+    before the data is in place.
 
     Raises:
-        ConfigError: when bi_reader does not exist yet and no password is given.
+        ConfigError: when bi_reader does not exist yet and no password is given (checked first).
     """
     ensure_database(settings)
     with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+        check_reader_password(conn, password)
         prepare_schemas(conn, settings)
-        prepare_reader(conn, password)
         with conn.transaction():
             apply_access(conn)
-    return sync_replica(settings)
+    results = sync_replica(settings)
+    with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+        prepare_reader(conn, password, settings.bi.idle_transaction_timeout_seconds)
+        with conn.transaction():
+            apply_access(conn)
+    return results
+
+
+def prepare_until_synced(settings: Settings, password: str | None, stop: threading.Event,
+                         on_error: Callable[[BaseException], None]) -> list[TableSync] | None:  # fmt: skip
+    """prepare_replica, tried again every FIRST_SYNC_RETRY_SECONDS after a failure it may recover from.
+
+    Returns:
+        The first sync's results, or None when `stop` was set first.
+
+    Raises:
+        ConfigError: as prepare_replica (a missing password is not retried).
+    """
+    while True:
+        try:
+            return prepare_replica(settings, password)
+        except ConfigError:
+            raise
+        except SYNC_ERRORS as exc:
+            on_error(exc)
+        if stop.wait(FIRST_SYNC_RETRY_SECONDS):
+            return None
+
+
+def sync_line(results: list[TableSync], seconds: float) -> str | None:
+    """One log line about a sync that found new Delta versions: tables, rows, seconds, lag; None when it found none.
+
+    The lag is how old the oldest commit it applied was when it became visible to BI users.
+    """
+    changed = [r for r in results if r.mode not in ("none", "missing", "deferred")]
+    deferred = [r.table_key for r in results if r.mode == "deferred"]
+    if not changed and not deferred:
+        return None
+    lags = [r.lag_seconds for r in changed if r.lag_seconds is not None]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    tables = ", ".join(f"{r.table_key} {r.mode} {r.rows:,}" for r in changed)
+    line = f"{stamp} sync: {len(changed)} tables ({tables}), {sum(r.rows for r in changed):,} rows in {seconds:.2f} s"
+    line += f", lag {max(lags):.1f} s" if lags else ""
+    if deferred:
+        line += f"; deferred, a BI session holds its lock (tried again at the next sync): {', '.join(deferred)}"
+    return line
+
+
+def guard_roles(settings: Settings) -> list[str]:
+    """Put back the session defaults and passwords BI roles changed themselves (see lockdown.restore_roles)."""
+    with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+        roles = [READER_ROLE] if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (READER_ROLE,)).fetchone() else []
+        roles += [r.name for r in bi_roles(conn)]
+        return restore_roles(conn, roles, settings.bi.idle_transaction_timeout_seconds)
 
 
 def serve_forever(
@@ -56,24 +119,31 @@ def serve_forever(
     stop: threading.Event,
     process: subprocess.Popen | None,
     on_error: Callable[[BaseException], None],
+    on_line: Callable[[str], None],
 ) -> None:
     """Sync every `bi.sync_interval_seconds` until `stop` is set or the managed server exits.
 
-    A failed sync (a swap that met a BI query's lock past the timeout, say) is reported and tried again
-    at the next interval: nothing is lost, the replica is only behind.
+    Each sync that found new versions is reported in one line (`sync_line`), and BI roles that changed
+    their own settings or password are put back (every GUARD_INTERVAL_SECONDS without syncs). A failed
+    sync is reported and tried again at the next interval: nothing is lost, the replica is only behind.
 
     Raises:
         ConfigError: when the managed PostgreSQL server exits on its own.
     """
     interval = settings.bi.sync_interval_seconds
-    while not stop.wait(interval if interval > 0 else 3600):
+    while not stop.wait(interval if interval > 0 else GUARD_INTERVAL_SECONDS):
         if process is not None and process.poll() is not None:
             raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode} (see {settings.secret_path('bi/postgres.log')})")
-        if interval <= 0:
-            continue
         try:
-            sync_replica(settings)
-        except (LakehouseError, psycopg.Error) as exc:
+            for restored in guard_roles(settings):
+                on_line(f"put back {restored} (a BI role changed it itself)")
+            if interval <= 0:
+                continue
+            started = time.monotonic()
+            line = sync_line(sync_replica(settings), time.monotonic() - started)
+            if line:
+                on_line(line)
+        except SYNC_ERRORS as exc:
             on_error(exc)
 
 
@@ -93,7 +163,7 @@ def sync_after_publish(settings: Settings) -> StageResult:
     started = time.monotonic()
     try:
         results = sync_replica(settings)
-    except (LakehouseError, psycopg.Error) as exc:
+    except SYNC_ERRORS as exc:
         print(f"sql-server replica not synced: {exc}", file=sys.stderr)
         return StageResult(SYNC_STAGE, metrics={"failed": 1.0})
     rows = sum(r.rows for r in results)

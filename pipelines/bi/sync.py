@@ -8,8 +8,12 @@ as little as the commits allow:
 - commits that also removed files of a partitioned table (MERGE updates, replaceWhere): the partitions
   they touched are deleted and copied again from the table as of the new version;
 - anything else (the first copy, a schema change, a removed file of an unpartitioned table, a log that
-  was cleaned up): a full copy into a new table, swapped in for the old one
-  in one transaction that waits at most `bi.lock_timeout_ms` for BI queries' locks.
+  was cleaned up): a full copy into a new table built beside the replica's (schema `lakehouse_stage`,
+  which no BI role can reach), then switched in (see `swap_table`).
+
+A BI session that keeps a transaction open holds its tables' locks until it ends (psycopg's default, many
+tools'): no statement of a sync waits for such a lock longer than `bi.lock_timeout_ms`, and a table whose
+lock stays held is left at its version for the next sync (`deferred`), never failing the others.
 
 File rewrites that change no data (OPTIMIZE, compaction: dataChange false) copy nothing. Rows go in by
 COPY, never by row-by-row INSERTs: a full copy by binary COPY from Arrow (ADBC's PostgreSQL driver, in
@@ -47,20 +51,22 @@ from pipelines.bi.replica import (
     STATE_TABLE,
     SYNC_LOCK_KEY,
     SYNC_SCHEMA,
+    STAGE_SCHEMA,
     create_indexes_sql,
     create_table_sql,
     create_views,
-    index_name,
     is_json_column,
     prepare_schemas,
+    replica_column_names,
     replica_table,
     replicated_tables,
-    search_indexes,
 )
 from pipelines.runtime.storage import delta_storage_options, open_source, storage_for
 
-SWAP_SUFFIX = "__sync"
 NO_VERSION = -1
+# A switch is tried this many times, each waiting at most bi.lock_timeout_ms, with these pauses between.
+SWITCH_ATTEMPTS = 3
+SWITCH_PAUSE_SECONDS = 0.5
 CSV_OPTIONS = pacsv.WriteOptions(include_header=False, batch_size=8192)
 CHUNK_ROWS = 65536
 # COPY streams of a full copy: PostgreSQL parses each in its own backend (one core each).
@@ -75,11 +81,13 @@ class TablePlan:
         mode: none, append, partitions or swap.
         added_files: (absolute path, partition values) of the data files to append.
         partitions: partition values (of the table's one partition column) to copy again.
+        oldest_commit_ms: when the oldest of the commits read was made (epoch ms; None: none read).
     """
 
     mode: str
     added_files: tuple[tuple[str, dict[str, str | None]], ...] = ()
     partitions: frozenset[str | None] = field(default_factory=frozenset)
+    oldest_commit_ms: int | None = None
 
 
 @dataclass
@@ -87,6 +95,10 @@ class TableSync:
     """What a sync did to one table.
 
     Attributes:
+        mode: none, append, partitions, swap (a new table switched in), rewrite (a new table's rows put in
+            place of the old ones: BI sessions held the old table), deferred (its lock stayed held: left
+            for the next sync) or missing (no Delta table yet).
+        lag_seconds: how old the oldest commit the sync applied was when the sync ended (None: not known).
         phases: seconds per phase: open (the Delta log: the version; the file list for a scan), plan
             (reading the new commits), read (the new rows from Parquet or the scan), copy (COPY, the
             indexes updated with it), delete (a partition rewrite's old rows), domains (the newest domain
@@ -101,6 +113,7 @@ class TableSync:
     rows: int = 0
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    lag_seconds: float | None = None
 
 
 def plan_changes(location: Location, spec_partitions: tuple[str, ...], from_version: int, to_version: int) -> TablePlan:
@@ -121,6 +134,7 @@ def plan_changes(location: Location, spec_partitions: tuple[str, ...], from_vers
     storage = storage_for(location)
     added: dict[str, dict[str, str | None]] = {}
     partitions: set[str | None] = set()
+    commit_times: list[int] = []
     for version in range(from_version + 1, to_version + 1):
         try:
             commit = storage.read_bytes(location / "_delta_log" / f"{version:020d}.json")
@@ -128,6 +142,8 @@ def plan_changes(location: Location, spec_partitions: tuple[str, ...], from_vers
             return TablePlan("swap")
         for line in commit.decode().splitlines():
             action = json.loads(line)
+            if "commitInfo" in action and isinstance(action["commitInfo"].get("timestamp"), int):
+                commit_times.append(action["commitInfo"]["timestamp"])
             if "metaData" in action or "protocol" in action:
                 return TablePlan("swap")
             if "add" in action and action["add"].get("dataChange", True):
@@ -146,9 +162,10 @@ def plan_changes(location: Location, spec_partitions: tuple[str, ...], from_vers
         for path, values in added.items()
         if not spec_partitions or values.get(spec_partitions[0]) not in partitions
     )
+    oldest = min(commit_times, default=None)
     if partitions:
-        return TablePlan("partitions", files, frozenset(partitions))
-    return TablePlan("append", files) if files else TablePlan("none")
+        return TablePlan("partitions", files, frozenset(partitions), oldest)
+    return TablePlan("append", files, oldest_commit_ms=oldest) if files else TablePlan("none")
 
 
 def _partition_value(action: dict, spec_partitions: tuple[str, ...]) -> str | None:
@@ -363,35 +380,70 @@ def replica_versions(conn: Connection) -> dict[str, int]:
     return dict(rows.fetchall())
 
 
-def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable, phases: Phases) -> int:
-    """Copy the whole table into a new replica table, then swap it in (and recreate the views) in one transaction."""
-    staged = replica_table(table_key, SWAP_SUFFIX)
+def swap_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, table: DeltaTable, phases: Phases) -> tuple[int, str]:
+    """Copy the whole table beside the replica's (indexed, vacuumed), then put it in place; return (rows, mode).
+
+    The switch (the old table dropped, the new one moved into its schema, the views recreated, grants and
+    policies applied) is one transaction holding the tables' locks for milliseconds. Each attempt waits
+    at most `bi.lock_timeout_ms` for BI sessions' locks, so new queries queue behind it no longer than
+    that. When sessions keep the old table locked through every attempt (a transaction left open), its
+    rows are replaced in place instead (mode `rewrite`): DELETE and INSERT take no lock a reader holds,
+    and each reader keeps its session and its snapshot.
+
+    Raises:
+        psycopg.errors.LockNotAvailable: when the table's columns differ from the new ones (only a switch
+            applies that) and readers held it through every attempt: it is left for the next sync.
+    """
+    staged = replica_table(table_key, STAGE_SCHEMA)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staged))
-    conn.execute(create_table_sql(table_key, SWAP_SUFFIX))
+    conn.execute(create_table_sql(table_key, STAGE_SCHEMA))
     spec = table_spec(table_key)
     with phases.phase("copy"):
         chunks = phases.timed("read", scan_rows(table, table_key, json_type=pa.json_()))
-        rows = copy_parallel(conninfo, (spec.layer, spec.name + SWAP_SUFFIX), chunks, COPY_STREAMS)
+        rows = copy_parallel(conninfo, (STAGE_SCHEMA, spec.name), chunks, COPY_STREAMS)
     with phases.phase("index"):
-        execute_parallel(conninfo, create_indexes_sql(table_key, SWAP_SUFFIX), COPY_STREAMS)
+        execute_parallel(conninfo, create_indexes_sql(table_key, STAGE_SCHEMA), COPY_STREAMS)
         # VACUUM marks the new pages all-visible (counts from an index alone need it) and sets their hint
         # bits now, instead of in BI users' first queries; ANALYZE gives the planner its statistics.
         conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(staged))
-    with phases.phase("swap"), conn.transaction():
-        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(replica_table(table_key)))
-        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(staged, sql.Identifier(spec.name)))
-        for columns in search_indexes(table_key):
-            conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-                sql.Identifier(spec.layer, index_name(table_key, columns, SWAP_SUFFIX)),
-                sql.Identifier(index_name(table_key, columns)),
-            ))  # fmt: skip
-        create_views(conn, settings)
-        apply_access(conn, [table_key])
+    held: psycopg.errors.LockNotAvailable | None = None
+    for attempt in range(SWITCH_ATTEMPTS):
+        if attempt:
+            time.sleep(SWITCH_PAUSE_SECONDS * attempt)
+        try:
+            with phases.phase("swap"), conn.transaction():
+                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(replica_table(table_key)))
+                conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(staged, sql.Identifier(spec.layer)))
+                create_views(conn, settings)
+                apply_access(conn, [table_key])
+                if table_key == AUDIT_TABLE:
+                    refresh_entity_domains(conn, None)
+                _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
+            return rows, "swap"
+        except psycopg.errors.LockNotAvailable as exc:
+            held = exc
+    if replica_columns(conn, table_key) != list(replica_column_names(table_key)):
+        raise held
+    columns = sql.SQL(", ").join(sql.Identifier(n) for n in table_spec(table_key).column_names)
+    with phases.phase("rewrite"), conn.transaction():
+        conn.execute(sql.SQL("DELETE FROM {}").format(replica_table(table_key)))
+        conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(replica_table(table_key), columns, columns, staged))
         if table_key == AUDIT_TABLE:
             refresh_entity_domains(conn, None)
-        _record_version(conn, table_key, table.version(), "swap", rows, rows_total=rows)
-    return rows
+        _record_version(conn, table_key, table.version(), "rewrite", rows, rows_total=rows)
+    conn.execute(sql.SQL("DROP TABLE {}").format(staged))
+    return rows, "rewrite"
+
+
+def replica_columns(conn: Connection, table_key: str) -> list[str]:
+    """The columns the replica table has now, in order (none: no such table)."""
+    spec = table_spec(table_key)
+    return [r[0] for r in conn.execute(
+        "SELECT a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum", (spec.layer, spec.name),
+    )]  # fmt: skip
 
 
 def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: str, from_version: int | None) -> TableSync:
@@ -419,8 +471,9 @@ def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
     if plan.mode != "append":
         with phases.phase("open"):
             table = DeltaTable(str(location), version=version, storage_options=options)
+    mode = plan.mode
     if plan.mode == "swap":
-        rows = swap_table(conn, conninfo, settings, table_key, table, phases)
+        rows, mode = swap_table(conn, conninfo, settings, table_key, table, phases)
     else:
         rows = removed = 0
         target = replica_table(table_key)
@@ -441,7 +494,8 @@ def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
             _record_version(conn, table_key, version, plan.mode, rows, removed)
             committing = time.perf_counter()
         phases.add("commit", time.perf_counter() - committing)
-    return TableSync(table_key, from_version, version, plan.mode, rows, phases.total(), phases.rounded())
+    lag = None if plan.oldest_commit_ms is None else round(max(time.time() - plan.oldest_commit_ms / 1000, 0.0), 1)
+    return TableSync(table_key, from_version, version, mode, rows, phases.total(), phases.rounded(), lag)
 
 
 def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableSync]:
@@ -458,10 +512,18 @@ def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableS
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (SYNC_LOCK_KEY,))
         try:
+            # No statement of the sync waits longer than this for a BI session's lock (swaps set their own).
+            conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{settings.bi.lock_timeout_ms}ms")))
             if prepare_schemas(conn, settings):
                 with conn.transaction():
                     apply_access(conn)
             versions = replica_versions(conn)
-            return [sync_table(conn, conninfo, settings, key, versions.get(key)) for key in replicated_tables()]
+            results = []
+            for key in replicated_tables():
+                try:
+                    results.append(sync_table(conn, conninfo, settings, key, versions.get(key)))
+                except psycopg.errors.LockNotAvailable:
+                    results.append(TableSync(key, versions.get(key), None, "deferred"))
+            return results
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SYNC_LOCK_KEY,))

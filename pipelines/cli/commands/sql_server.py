@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from conf.errors import ConfigError
+from conf.errors import ConfigError, SourceUnavailable
 from pipelines.cli.console import print_error, print_json_lines, print_table, print_text
 
 PASSWORD_ENV = "LAKEHOUSE_BI_PASSWORD"
@@ -53,8 +53,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve gold to BI tools over the PostgreSQL protocol: start PostgreSQL (or use bi.dsn), copy gold
         and the silver tables its views read, create the views, then keep it in sync by Delta version."""
-        from pipelines.bi.cluster import Tls, data_dir, start_server, stop_server
-        from pipelines.bi.server import prepare_replica, serve_forever
+        from pipelines.bi.cluster import Tls, data_dir, open_logins, start_server, stop_server
+        from pipelines.bi.server import SYNC_ERRORS, prepare_replica, prepare_until_synced, serve_forever
 
         settings = state_of(ctx).settings
         if (tls_cert is None) != (tls_key is None):
@@ -70,17 +70,26 @@ def register(app: typer.Typer) -> None:
         # SIGTERM ends the command as Ctrl-C does, at any point, so PostgreSQL is always stopped with it.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         process = None if settings.bi.dsn else start_server(settings, listen_host, listen_port, tls)
+        stop = threading.Event()
         try:
-            results = prepare_replica(settings, password)
+            if once:
+                try:
+                    results = prepare_replica(settings, password)
+                except SYNC_ERRORS as exc:
+                    if isinstance(exc, ConfigError):
+                        raise
+                    raise SourceUnavailable(f"sql-server: the replica could not be synced: {exc}".strip()) from None
+            else:
+                # Until the first sync ends, only the sync logs in (BI users would see empty tables).
+                results = prepare_until_synced(settings, password, stop, on_error=print_error)
+            if process is not None:
+                open_logins(settings, tls)
             print_table([r.__dict__ for r in results], ["table_key", "from_version", "to_version", "mode", "rows", "seconds"],
                         title="Replica synced")  # fmt: skip
-            if process is not None:
-                print_text(
-                    f"PostgreSQL on {listen_host}:{listen_port}, database lakehouse, user bi_reader"
-                    f"{', TLS required' if tls else ''} (docs/bi.md)\n"
-                )
+            where = f"PostgreSQL on {listen_host}:{listen_port}" if process is not None else "bi.dsn"
+            print_text(f"ready: {where}, database lakehouse, user bi_reader{', TLS required' if tls else ''} (docs/bi.md)\n")
             if not once:
-                serve_forever(settings, threading.Event(), process, on_error=print_error)
+                serve_forever(settings, stop, process, on_error=print_error, on_line=print_text)
         except KeyboardInterrupt:
             pass
         finally:
@@ -116,8 +125,9 @@ def register_roles(app: typer.Typer) -> None:
         from pipelines.bi.cluster import writer_conninfo
 
         role = BiRole(check_role_name(name), parse_scope(scope), sensitive)
-        with psycopg.connect(writer_conninfo(state_of(ctx).settings), autocommit=True) as conn:
-            save_role(conn, role, reader_password(password_file))
+        settings = state_of(ctx).settings
+        with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+            save_role(conn, role, reader_password(password_file), settings.bi.idle_transaction_timeout_seconds)
         print_text(f"BI role {name}: scope {' '.join(role.scope.to_specs()) or 'everything'}"
                    f"{', sensitive columns' if sensitive else ''}")  # fmt: skip
 

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from pipelines.batch.jobs import run_job
-from pipelines.bi.replica import replicated_tables
+from pipelines.bi.replica import replica_column_names, replicated_tables
 from pipelines.runtime.views import load_views
 from tests.conftest import register_fresh_tables
 from tests.pipelines.bi.conftest import JDBC_JAR, PASSWORD, overrides, reader_conninfo
@@ -86,6 +86,30 @@ def test_maps_are_jsonb_and_timestamps_timestamptz(replica):
     assert types["openmetadata_change_events.current_version"] == "numeric"
 
 
+def test_epoch_millisecond_columns_have_a_timestamptz_beside_them(replica):
+    from datetime import datetime, timezone
+
+    _, port, _ = replica
+    pairs = {
+        "gold.audit_events": [("timestamp", "event_time")],
+        "gold.openmetadata_change_events": [("timestamp", "event_time")],
+        "gold.actor_activity_daily": [("first_event_time", "first_event_at"), ("last_event_time", "last_event_at")],
+        "gold.actor_anomalies": [("window_start", "window_start_at"), ("window_end", "window_end_at")],
+        "silver.entity_change_events": [("event_time", "event_at")],
+    }
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        for table, columns in pairs.items():
+            for millis, stamp in columns:
+                rows = conn.execute(f'SELECT "{millis}", "{stamp}" FROM {table}').fetchall()
+                for ms, at in rows:
+                    assert at == (None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)), (table, ms, at)
+                assert rows or table == "gold.actor_anomalies", table
+        kinds = dict(conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'gold' AND table_name = 'audit_events'"
+        ).fetchall())  # fmt: skip
+    assert kinds["event_time"] == "timestamp with time zone" and kinds["timestamp"] == "bigint"
+
+
 def test_every_gold_view_runs_and_counts_what_the_spark_view_counts(spark, replica):
     settings, port, _ = replica
     register_fresh_tables(spark, settings)
@@ -108,7 +132,7 @@ def test_sqlalchemy_inspector_lists_schemas_tables_views_and_columns(replica):
         }  # fmt: skip
         assert set(inspector.get_view_names(schema="gold")) == {v.name for v in load_views()}
         columns = [c["name"] for c in inspector.get_columns("audit_events", schema="gold")]
-        assert columns == list(table_spec("gold.audit_events").column_names)
+        assert columns == list(replica_column_names("gold.audit_events"))
         view_columns = {c["name"] for c in inspector.get_columns("actor_summary", schema="gold")}
         assert {"actor_urn", "events_total", "active_days"} <= view_columns
     finally:
@@ -143,8 +167,8 @@ def test_the_jdbc_driver_lists_tables_and_columns_and_runs_a_prepared_statement(
     lines = probe.stdout.splitlines()
     assert "table audit_events TABLE" in lines
     assert {f"table {v.name} VIEW" for v in load_views()} <= set(lines)
-    assert [line.split()[1] for line in lines if line.startswith("column ")] == list(table_spec("gold.audit_events").column_names)
-    assert "column timestamp int8" in lines and "column event_date date" in lines
+    assert [line.split()[1] for line in lines if line.startswith("column ")] == list(replica_column_names("gold.audit_events"))
+    assert "column timestamp int8" in lines and "column event_date date" in lines and "column event_time timestamptz" in lines
     assert lines[-1] == f"count {expected}" and expected > 0
 
 
