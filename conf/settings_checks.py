@@ -32,6 +32,10 @@ from conf.identity_checks import check_access_log, check_identity
 from conf.locations import is_object_url
 from conf.tables import TABLES
 
+# storage.file_access: who besides their owner may read the files a command writes (pipelines/runtime/home.py).
+FILE_ACCESS = ("owner", "group")
+
+
 def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     """Return the problems with values that have the right type but are out of range.
 
@@ -92,6 +96,8 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
         problems.append(
             f"events.owner_category: {settings.events.owner_category!r} is not one of {', '.join(OWNER_CATEGORIES)}"
         )
+    if ok("storage.file_access") and settings.storage.file_access not in FILE_ACCESS:
+        problems.append(f"storage.file_access: {settings.storage.file_access!r} is not one of {', '.join(FILE_ACCESS)}")
     problems.extend(_check_anomalies(settings.anomalies, ok))
     problems.extend(_check_kafka(settings.ingest.kafka, ok))
     if ok("audit_chain.signing") and settings.audit_chain.signing not in ("none", "hmac", "ed25519"):

@@ -170,6 +170,7 @@ class StorageSettings:
 
     options: Mapping[str, str] = field(default_factory=dict)
     local_dir: str | None = None
+    file_access: str = "owner"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from conf.errors import ConfigError, LakehouseError
 from conf.settings import Settings, load_settings
 from pipelines.cli.console import print_error
 from pipelines.runtime.engine import is_missing_engine, java_message, missing_engine_error
+from pipelines.runtime.home import restrict_new_files
 from pipelines.runtime.logs import configure_logging
 
 if TYPE_CHECKING:  # commands import the engine when they run: `--help`, serve, tokens start without it
@@ -84,6 +85,7 @@ class CliState:
         """The settings for the chosen profile, home and config file."""
         if self._settings is None:
             self._settings = load_settings(self.profile, self.home, self.config, overrides=self.overrides)
+            restrict_new_files(self._settings)
             configure_logging(self._settings)
         return self._settings
 

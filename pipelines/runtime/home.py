@@ -3,6 +3,7 @@ and the storage that reads and writes there (a local folder or an object-storage
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -102,6 +103,22 @@ class Home:
     def put_if_absent(self, location: Location, data: bytes) -> bool:
         """Create a file unless one is there (True when this call created it)."""
         return self.storage.put_if_absent(location, data)
+
+
+# The process umask of each storage.file_access: what the files and folders a command creates allow beyond
+# their owner (owner: 0600/0700; group: 0640/0750).
+FILE_ACCESS_UMASKS = {"owner": 0o077, "group": 0o027}
+
+
+def restrict_new_files(settings: Settings) -> None:
+    """Set the process umask storage.file_access names, before the command writes anything.
+
+    The umask, not a chmod after each write: the engine and delta-rs run in this process and create their
+    files themselves (tables, logs, MLflow's store), so every file and folder created from now on, by
+    them and by the worker processes started later, gets the mode at once, with no moment of wider
+    access. Files that exist already keep their mode.
+    """
+    os.umask(FILE_ACCESS_UMASKS[settings.storage.file_access])
 
 
 _HOMES: dict[tuple, Home] = {}
