@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[local,dev]'
+	@echo "installing the Python packages into $(VENV): about a minute on a fresh clone, each package named as it comes"
+	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[local,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         principal: str | None = typer.Option(None, "--principal", help="token:<id> or jwt:<issuer>#<subject>."),
         endpoint: str | None = typer.Option(None, "--endpoint", help="A request path, e.g. /openapi/v1/events/audit/search."),
-        outcome: str | None = typer.Option(None, "--outcome", help="ok, refused, invalid, busy or error."),
+        outcome: str | None = typer.Option(None, "--outcome", help="ok, redirect, refused, invalid, busy or error."),
         since: str | None = typer.Option(None, "--since", help="From this time (epoch ms or ISO-8601, UTC)."),
         until: str | None = typer.Option(None, "--until", help="Before this time."),
         size: int = typer.Option(100, "--size", help="The most records shown, newest first (1..1000)."),
