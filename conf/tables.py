@@ -291,7 +291,7 @@ _SPECS = (
         ("access_date",),
         "One request that read (or tried to read) audit data: who (principal token:<id> or jwt:<iss>#<sub>, "
         "actor), when, which endpoint with which filters (JSON), how many results, from where, and the "
-        "outcome (ok, refused, invalid, busy, error) with the HTTP status; batch_id: the server flush that "
+        "outcome (ok, redirect, refused, invalid, busy, error) with the HTTP status; batch_id: the server flush that "
         "appended it (each flush is one link of the audit chain). Older batches are deleted by retention only.",
     ),
     TableSpec(
