@@ -157,6 +157,11 @@ def explorer_router(
     def page() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8")
 
+    @router.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        # Browsers ask for /favicon.ico whatever the page links; an SVG icon answers both.
+        return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+
     @router.get("/api/v1/timeline", summary="The change events of one entity, oldest first")
     async def timeline(request: Request) -> JSONResponse:
         principal, params = await authenticated(request, ("urn",))
