@@ -42,11 +42,13 @@ SERVER_OPTIONS = {
     "maintenance_work_mem": "256MB",
     "max_parallel_maintenance_workers": "2",
     "timezone": "UTC",
-    # No statement text in the log: a failed `ALTER ROLE ... PASSWORD '...'` would otherwise be written
-    # there verbatim, with every failed BI query. Only superusers may change these.
+    # No client's statement nor its error in the log: a failed `ALTER ROLE ... PASSWORD '...'` would
+    # otherwise be written there verbatim, and a failed query's error quotes its values. The log keeps the
+    # server's own events (start, stop, refused logins). Only superusers may change these.
     "log_statement": "none",
     "log_min_error_statement": "panic",
     "log_min_duration_statement": "-1",
+    "log_min_messages": "log",
 }
 # The only variables PostgreSQL and initdb are started with: never the caller's secrets
 # (LAKEHOUSE_BI_PASSWORD, cloud credentials, ...).
@@ -128,6 +130,20 @@ def check_searchable(folder: Path, user: ServiceUser) -> None:
             )
 
 
+def reachable_below_home(folder: Path, home: Path) -> None:
+    """Create the folders between the home and `folder` searchable by others (o+x: entered, never listed).
+
+    The server's user must reach its cluster through them, whatever umask made them (the home's files
+    are for their owner by default). The home itself is left as it is (check_searchable names it).
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    home = home.resolve()
+    for ancestor in (folder.parent.resolve(), *folder.parent.resolve().parents):
+        if ancestor == home or home not in ancestor.parents:
+            break
+        ancestor.chmod(ancestor.stat().st_mode | 0o001)
+
+
 def data_dir(settings: Settings) -> Path:
     """The cluster's folder."""
     return settings.secret_path(settings.bi.data_dir)
@@ -145,6 +161,8 @@ def ensure_cluster(settings: Settings, user: ServiceUser | None) -> Path:
         ConfigError: when initdb fails (with its message) or the user cannot reach the folder.
     """
     folder = data_dir(settings)
+    if user:
+        reachable_below_home(folder, settings.secret_path("."))
     if (folder / "PG_VERSION").exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from gold.scopes import SENSITIVE_EVENT_FIELDS
 from pipelines.bi.access import SENSITIVE_COLUMNS
 from pipelines.bi.cluster import writer_conninfo
 from pipelines.bi.sync import sync_replica
-from tests.pipelines.bi.conftest import overrides
+from tests.pipelines.bi.conftest import overrides, reader_conninfo
 from tests.pipelines.cli.test_cli import run_cli
 
 pytestmark = pytest.mark.slow
@@ -239,3 +239,89 @@ def test_roles_are_listed_and_removed(roles):
     with psycopg.connect(writer_conninfo(settings)) as conn:
         policies = conn.execute("SELECT count(*) FROM pg_policies WHERE policyname = 'scope_dashboards_sensitive'").fetchone()[0]
     assert policies == 0
+
+
+def test_a_scoped_role_cannot_count_the_rows_of_whole_tables(roles):
+    settings, port = roles
+    counting = [
+        "SELECT reltuples, relpages FROM pg_class WHERE relname = 'audit_events'",
+        "SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'audit_events'",
+        "SELECT n_tup_ins FROM pg_stat_all_tables WHERE relname = 'audit_events'",
+        "SELECT heap_blks_read FROM pg_statio_user_tables",
+        "SELECT tup_inserted FROM pg_stat_database",
+        "SELECT pg_stat_get_live_tuples('gold.audit_events'::regclass)",
+        "SELECT pg_stat_get_tuples_inserted('gold.audit_events'::regclass)",
+        "SELECT pg_relation_size('gold.audit_events')",
+        "SELECT pg_total_relation_size('gold.audit_events')",
+    ]
+    for statement in counting:
+        with psycopg.connect(_login(port, "finance_bi")) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(statement)
+    with psycopg.connect(_login(port, "finance_bi")) as conn:
+        # The catalog BI tools browse stays readable, and the column statistics of tables under row-level
+        # security are hidden by PostgreSQL itself.
+        names = {r[0] for r in conn.execute("SELECT relname FROM pg_class WHERE relnamespace = 'gold'::regnamespace")}
+        assert "audit_events" in names
+        assert conn.execute("SELECT count(*) FROM pg_stats WHERE schemaname IN ('gold', 'silver')").fetchone()[0] == 0
+        # EXPLAIN cannot be refused: its estimates come from the whole table's statistics (docs/bi.md).
+        plan = conn.execute("EXPLAIN (FORMAT JSON) SELECT event_id FROM gold.audit_events").fetchone()[0]
+        assert plan[0]["Plan"]["Plan Rows"] >= 1
+    with psycopg.connect(writer_conninfo(settings)) as conn:
+        total = conn.execute("SELECT count(*) FROM gold.audit_events").fetchone()[0]
+    with psycopg.connect(reader_conninfo(port)) as conn:  # bi_reader reads every row: it keeps the statistics
+        assert conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'gold.audit_events'::regclass").fetchone()[0] > 0
+        assert conn.execute("SELECT pg_stat_get_live_tuples('gold.audit_events'::regclass)").fetchone()[0] >= 0
+        assert total > 0
+
+
+def test_a_scoped_role_that_turns_read_only_off_still_cannot_write_anything(roles):
+    _, port = roles
+    writes = [
+        "CREATE TEMP TABLE kept (x int)",
+        "CREATE TABLE public.kept (x int)",
+        "SELECT lo_create(0)",
+        "SELECT lo_from_bytea(0, 'data')",
+        "INSERT INTO gold.audit_events (event_id) VALUES ('forged')",
+    ]
+    for statement in writes:
+        with psycopg.connect(_login(port, "finance_bi"), autocommit=True) as conn:
+            conn.execute("SET default_transaction_read_only = off")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+    for database in ("postgres", "template1"):
+        with pytest.raises(psycopg.OperationalError, match="permission denied"):
+            psycopg.connect(psycopg.conninfo.make_conninfo(_login(port, "finance_bi"), dbname=database)).close()
+
+
+def test_a_role_that_changes_its_own_settings_or_password_gets_them_back(roles):
+    import time
+
+    _, port = roles
+    with psycopg.connect(_login(port, "postgres_datasets"), autocommit=True) as conn:
+        # PostgreSQL lets every role do this to itself; the server puts both back.
+        conn.execute("SET default_transaction_read_only = off")
+        conn.execute("ALTER ROLE postgres_datasets SET default_transaction_read_only = off")
+        conn.execute("ALTER ROLE postgres_datasets SET idle_in_transaction_session_timeout = 0")
+        conn.execute("ALTER ROLE postgres_datasets PASSWORD 'chosen-by-the-role-1'")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with psycopg.connect(_login(port, "postgres_datasets")) as conn:
+                read_only = conn.execute("SHOW default_transaction_read_only").fetchone()[0]
+                idle = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0]
+            if read_only == "on" and idle == "10min":
+                break
+        except psycopg.OperationalError:
+            pass
+        assert time.monotonic() < deadline, "the server did not put the role's settings and password back"
+        time.sleep(0.5)
+    changed = psycopg.conninfo.make_conninfo(_login(port, "postgres_datasets"), password="chosen-by-the-role-1")
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(changed).close()
+
+
+def test_bi_sessions_idle_in_a_transaction_are_ended_after_the_documented_time(roles):
+    _, port = roles
+    for login in (reader_conninfo(port), _login(port, "finance_bi")):
+        with psycopg.connect(login) as conn:
+            assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "10min"

@@ -186,6 +186,33 @@ def test_with_a_certificate_logins_use_tls_and_plain_ones_are_refused(replica):
         psycopg.connect(reader_conninfo(port) + " sslmode=disable").close()
 
 
+def test_postgresql_runs_without_the_callers_secrets_in_its_environment(replica):
+    settings, _, _ = replica
+    pid = json.loads(settings.secret_path("bi/server.json").read_text())["pid"]
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert any(v.startswith(b"PATH=") for v in environ)
+    assert not [v for v in environ if v.startswith(b"LAKEHOUSE_") or PASSWORD.encode() in v]
+
+
+def test_the_server_log_is_private_and_holds_no_statement_nor_its_values(replica):
+    import time
+
+    settings, port, _ = replica
+    with psycopg.connect(reader_conninfo(port), autocommit=True) as conn:
+        with pytest.raises(psycopg.Error):
+            conn.execute("ALTER ROLE lakehouse_admin PASSWORD 'never-logged-secret-1'")
+        with pytest.raises(psycopg.Error):
+            conn.execute("SELECT 'never-logged-secret-2'::int")
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(reader_conninfo(port, password="never-logged-secret-3")).close()
+    log = settings.secret_path("bi/postgres.log")
+    time.sleep(0.5)
+    text = log.read_text()
+    assert "password authentication failed" in text  # the server's own events are still logged
+    assert "never-logged-secret" not in text
+    assert log.stat().st_mode & 0o777 == 0o600
+
+
 def test_bi_reader_cannot_write(replica):
     _, port, _ = replica
     with psycopg.connect(reader_conninfo(port)) as conn:
