@@ -1,7 +1,8 @@
 """Chain links for batches written with delta-rs by a process without a session (the API's access log).
 
 The link's digest is the one `verify` recomputes from the table; links are appended under the chain's
-lock (`pipelines.batch.audit_chain.chain_lock`), one writer at a time across processes.
+lock (`pipelines.batch.audit_chain.chain_lock`), one writer at a time across processes, and each new head
+is written to audit_chain.checkpoint when it is set.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from conf.locations import parse_location
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from gold.audit_chain import CHAINED_TABLES, GENESIS_DIGEST, BatchDigest, canonical_json_lines, new_link
+from pipelines.batch.chain_checkpoint import write_checkpoint_or_log
 from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
 from pipelines.runtime.storage import delta_storage_options, open_source
 
@@ -130,4 +132,6 @@ class ArrowChainLinker:
             if written % CHECKPOINT_EVERY == 0:
                 self._table.create_checkpoint()
             self._head = (written, seq + 1, link["link_digest"])
+            # A failure is logged, never raised: the flush that called this wrote its rows and must not retry them.
+            write_checkpoint_or_log(self._settings, link)
         return link

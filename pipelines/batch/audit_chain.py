@@ -5,6 +5,12 @@ only for a (table, batch) whose latest link has another digest, so a re-run afte
 twice. Verification recomputes every linked batch's digest from the table as it is now and, for a batch
 that differs, compares its rows with the table at the version the link names.
 
+Verification also reads the Delta histories of the chain and the chained tables (`chain_history`), and
+compares the chain with a checkpoint of its head kept outside the home (`chain_checkpoint`), which every
+link appended rewrites when audit_chain.checkpoint is set: a cut tail leaves a chain that verifies in
+itself, but not its history or the checkpoint. Rows of a batch refine committed and publish has not yet
+linked are pending, not forged.
+
 Digests are computed by the engine (`gold.audit_chain_columns`: row hashes, then one aggregate per batch);
 the driver receives one row per batch. Links recorded before that hold byte-stream digests
 (`gold.audit_chain.BatchDigest`, computed here from each batch's rows pulled as Arrow): verify still
@@ -38,10 +44,20 @@ from gold.audit_chain import (
 )
 from gold.audit_chain_columns import EMPTY_ROW_HASHES_DIGEST, is_row_hashes_digest, to_batch_digests, with_row_hash
 from pipelines.batch.access_retention import pruned_by_retention
+from pipelines.batch.chain_checkpoint import Checkpoint, checkpoint_problem, write_checkpoint
+from pipelines.batch.chain_history import table_history_findings
 # create_key: `lakehouse audit-key create` and the tests import it from here, with the chain's other operations.
 from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock, create_key  # noqa: F401
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for
+from pipelines.runtime.progress import pending_batches
+
+# The stage that links each chained table's batches (the API server links the access log's as it writes them).
+LINKING_STAGES = {
+    "gold.audit_events": "publish_audit",
+    "silver.entity_change_events": "publish_openmetadata",
+    "gold.openmetadata_change_events": "publish_openmetadata",
+}
 
 
 def read_chain(spark: SparkSession, settings: Settings) -> list[dict[str, Any]]:
@@ -167,18 +183,24 @@ def link_batches(
 
     Raises:
         InputError: for a table that is not chained.
+        SourceUnavailable: when audit_chain.checkpoint cannot be written (the links are appended; the
+            next publish writes it).
     """
     unchained = [key for key in table_keys if key not in CHAINED_TABLES]
     if unchained:
         raise InputError(f"table_keys: {unchained!r} not chained (chained: {', '.join(CHAINED_TABLES)})")
     with chain_lock(settings):
-        return _append_links(spark, settings, table_keys, batch_ids, appended)
+        chain = read_chain(spark, settings)
+        links = _append_links(spark, settings, chain, table_keys, batch_ids, appended)
+        # Written on every publish, new links or not: a publish that failed to write it is made good by the next.
+        write_checkpoint(settings, links[-1] if links else (chain[-1] if chain else None))
+        return len(links)
 
 
 def _append_links(
-    spark: SparkSession, settings: Settings, table_keys: Sequence[str], batch_ids: list[str], appended: bool
-) -> int:
-    chain = read_chain(spark, settings)
+    spark: SparkSession, settings: Settings, chain: list[dict[str, Any]], table_keys: Sequence[str],
+    batch_ids: list[str], appended: bool,
+) -> list[dict[str, Any]]:  # fmt: skip
     latest = latest_links(chain)
     key = chain_key(settings)
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
@@ -204,7 +226,7 @@ def _append_links(
         schema = table_spec(CHAIN_TABLE).columns
         append(spark.createDataFrame([tuple(l[c] for c in table_spec(CHAIN_TABLE).column_names) for l in links], schema),
                settings, CHAIN_TABLE)  # fmt: skip
-    return len(links)
+    return links
 
 
 def _taken_over(
@@ -247,7 +269,10 @@ def _taken_over(
 
 @dataclass(frozen=True)
 class BrokenLink:
-    """The first link verification found broken."""
+    """A finding of verification: a broken link, a changed batch, unlinked rows, a commit, a cut tail.
+
+    `seq` is the link concerned, -1 for none (rows no link names, a table's history).
+    """
 
     seq: int
     table_key: str | None
@@ -261,8 +286,21 @@ class BrokenLink:
 
 
 @dataclass(frozen=True)
+class PendingBatch:
+    """Rows of a batch refine committed that a publish stage has not linked yet (not tampering)."""
+
+    table_key: str
+    batch_id: str
+    rows: int
+    stage: str
+
+
+@dataclass(frozen=True)
 class Verification:
-    """What `verify` found: OK with the head digest, or the first broken link."""
+    """What `verify` found: OK with the head digest, or the first broken link; batches still pending.
+
+    `problems` holds every finding, the first of them in `broken`.
+    """
 
     head_digest: str
     links: int
@@ -270,10 +308,13 @@ class Verification:
     rows_checked: int
     broken: BrokenLink | None = None
     checked_tables: tuple[str, ...] = field(default=())
+    pending: tuple[PendingBatch, ...] = ()
+    problems: tuple[BrokenLink, ...] = ()
+    checkpoint: Checkpoint | None = None
 
     @property
     def ok(self) -> bool:
-        """True when every link and every linked batch verified."""
+        """True when every link and every linked batch verified (pending batches are not a break)."""
         return self.broken is None
 
 
@@ -287,6 +328,7 @@ def verify_chain(
     from_date: date | None = None,
     to_date: date | None = None,
     now_ms: int | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Verification:
     """Verify the chain links, then recompute each linked batch's digest from its table as it is now.
 
@@ -297,29 +339,39 @@ def verify_chain(
         to_date: ... and on or before this one. The links themselves are always checked whole.
         now_ms: the time retention is judged at (an access log batch linked before its cutoff may be gone);
             default the clock.
+        checkpoint: a head written outside the home (read before the chain): the chain must still hold it.
 
     Returns:
-        The verification; `broken` names the first bad link (by seq) with row counts and example keys.
+        The verification; `broken` names the first problem (a cut tail against the checkpoint first, then
+        by seq, then unlinked rows, then commits in the tables' histories) with row counts and example keys;
+        `pending` the batches a publish stage will link.
     """
     if from_date and to_date and from_date > to_date:
         raise InputError(f"--from: {from_date} is after --to {to_date}")
     chain = read_chain(spark, settings)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
+    failures: list[BrokenLink] = []
+    problem = None if checkpoint is None else checkpoint_problem(chain, checkpoint, chain_key(settings))
+    cut = [] if problem is None else [BrokenLink(checkpoint.seq, CHAIN_TABLE, None, problem)]
+    history = _history_findings(spark, settings, chain, now_ms)
     broken_chain = first_broken_link(chain, chain_key(settings))
     if broken_chain is not None:
         index, reason = broken_chain
         link = chain[index]
-        return Verification(head, len(chain), 0, 0, BrokenLink(index, link.get("table_key"), link.get("batch_id"), reason))
+        failures.append(BrokenLink(index, link.get("table_key"), link.get("batch_id"), reason))
+        return _verification(head, chain, 0, 0, cut + failures + history, (), (), checkpoint)
     latest = latest_links(chain)
     in_window = {
         k: link
         for k, link in latest.items()
         if (from_date is None or _recorded_date(link) >= from_date) and (to_date is None or _recorded_date(link) <= to_date)
     }
-    failures: list[BrokenLink] = []
+    pending: list[PendingBatch] = []
     batches = rows = 0
     tables = tuple(sorted({table for table, _ in in_window}))
+    if from_date is None and to_date is None:
+        tables = tuple(sorted(set(tables) | set(LINKING_STAGES)))
     for table_key in tables:
         windowed = {batch: link for (table, batch), link in in_window.items() if table == table_key}
         chained = frozenset(int(link["delta_version"]) for link in chain if link["table_key"] == table_key)
@@ -329,7 +381,7 @@ def verify_chain(
             older = sorted(b for b, link in windowed.items() if not is_row_hashes_digest(link["batch_digest"]))
             current_older = byte_stream_digests(spark, settings, table_key, older) if older else {}
         except Exception as exc:  # noqa: BLE001 - a data file replaced on disk no longer matches the Delta log
-            first = min(windowed.values(), key=lambda link: link["seq"])
+            first = min(windowed.values(), key=lambda link: link["seq"]) if windowed else {"seq": -1, "delta_version": -1}
             failures.append(BrokenLink(
                 int(first["seq"]), table_key, None,
                 f"the table cannot be read as it is now (a data file was replaced or removed): {_first_line(exc)}",
@@ -349,15 +401,34 @@ def verify_chain(
                 failures.append(_explain(spark, settings, link, count, chained))
         if from_date is None and to_date is None:
             linked = {batch for (table, batch) in latest if table == table_key}
-            for batch_id in sorted(set(current) - linked, key=lambda b: (b is None, b or "")):
-                failures.append(
-                    BrokenLink(-1, table_key, batch_id, "rows of a batch the chain never linked (forged or unpublished)",
-                               added=current[batch_id][0])  # fmt: skip
-                )
-    if failures:
-        first = min(failures, key=lambda f: (f.seq < 0, f.seq))
-        return Verification(head, len(chain), batches, rows, first, tables)
-    return Verification(head, len(chain), batches, rows, None, tables)
+            unlinked = sorted(set(current) - linked, key=lambda b: (b is None, b or ""))
+            stage = LINKING_STAGES.get(table_key)
+            publishable = set(pending_batches(spark, settings, stage)) if unlinked and stage else set()
+            for batch_id in unlinked:
+                if batch_id in publishable:
+                    pending.append(PendingBatch(table_key, batch_id, current[batch_id][0], stage))
+                    continue
+                failures.append(BrokenLink(
+                    -1, table_key, batch_id,
+                    "rows of a batch the chain never linked and no stage will link (forged)", added=current[batch_id][0],
+                ))  # fmt: skip
+    ordered = cut + sorted(failures, key=lambda f: (f.seq < 0, f.seq)) + history
+    return _verification(head, chain, batches, rows, ordered, tables, tuple(pending), checkpoint)
+
+
+def _verification(
+    head: str, chain: list[dict[str, Any]], batches: int, rows: int, failures: list[BrokenLink],
+    tables: tuple[str, ...], pending: tuple[PendingBatch, ...], checkpoint: Checkpoint | None,
+) -> Verification:  # fmt: skip
+    """The verification of these findings (in the order given: the first is the one reported as broken)."""
+    return Verification(head, len(chain), batches, rows, failures[0] if failures else None, tables, pending,
+                        tuple(failures), checkpoint)  # fmt: skip
+
+
+def _history_findings(spark: SparkSession, settings: Settings, chain: list[dict[str, Any]], now_ms: int) -> list[BrokenLink]:
+    """One finding per table whose Delta history holds a commit the pipeline and its maintenance never make."""
+    found = table_history_findings(settings, maintenance_for(settings, spark), chain, now_ms)
+    return [BrokenLink(-1, table_key, None, reason, commits_after=commits) for table_key, reason, commits in found]
 
 
 def _explain(

@@ -5,11 +5,16 @@ from __future__ import annotations
 import sys
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from conf.errors import InputError
 from pipelines.cli.console import console, error_console
+
+# verify's exit status when nothing is broken but batches wait for a publish stage to link them
+# (0: everything verified; 1: broken; 2: bad settings).
+EXIT_PENDING = 3
 
 
 def _parse_date(value: str | None, option: str) -> date | None:
@@ -19,6 +24,38 @@ def _parse_date(value: str | None, option: str) -> date | None:
         return date.fromisoformat(value)
     except ValueError:
         raise InputError(f"{option}: {value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def _checkpoint(against: str | None, configured: str | None) -> Any:
+    """The checkpoint verify compares with: --against, else audit_chain.checkpoint once it was written."""
+    from pipelines.batch.chain_checkpoint import read_checkpoint
+    from pipelines.runtime.storage import file_exists
+
+    if against is not None:
+        return read_checkpoint(against)
+    if configured and file_exists(configured):
+        return read_checkpoint(configured, "audit_chain.checkpoint")
+    return None
+
+
+def _print_problem(problem: Any) -> None:
+    """Print one finding of verify: where, what, the rows and commits concerned."""
+    if problem.seq < 0 and problem.batch_id is None:
+        error_console.print(f"BROKEN: table {problem.table_key}: {problem.reason}")
+        if problem.added:
+            error_console.print(f"  rows missing 0, added {problem.added}, changed 0")
+        if problem.commits_after:
+            error_console.print("  commits: " + ", ".join(problem.commits_after))
+        return
+    where = f"link {problem.seq}" if problem.seq >= 0 else "no link"
+    batch = "" if problem.batch_id is None and problem.seq >= 0 else f", batch {problem.batch_id!r}"
+    error_console.print(f"BROKEN at {where}: table {problem.table_key}{batch}: {problem.reason}")
+    if problem.missing or problem.added or problem.changed or problem.batch_id is not None:
+        error_console.print(f"  rows missing {problem.missing}, added {problem.added}, changed {problem.changed}")
+    if problem.examples:
+        error_console.print("  example keys: " + ", ".join(problem.examples))
+    if problem.commits_after:
+        error_console.print("  commits after the linked version: " + ", ".join(problem.commits_after))
 
 
 def register(app: typer.Typer) -> None:
@@ -32,37 +69,46 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         from_date: str | None = typer.Option(None, "--from", help="Check batches linked on or after this UTC date (YYYY-MM-DD)."),
         to_date: str | None = typer.Option(None, "--to", help="... and on or before this UTC date."),
+        against: str | None = typer.Option(
+            None, "--against", help="A chain checkpoint kept outside the home (path or s3://...); default audit_chain.checkpoint."
+        ),
     ) -> None:
-        """Verify the audit hash chain against the tables; exit 1 naming the first broken link."""
+        """Verify the audit hash chain against the tables; exit 1 naming the first broken link, 3 when batches wait to be linked."""
         from pipelines.batch.audit_chain import verify_chain
         from pipelines.runtime.metrics import last_linked_at_ms, record_verification
         from pipelines.runtime.tracking import tracked_run
 
         state = state_of(ctx)
         start, end = _parse_date(from_date, "--from"), _parse_date(to_date, "--to")
+        # Read before the chain: a publish that links meanwhile moves the checkpoint past what verify read.
+        checkpoint = _checkpoint(against, state.settings.audit_chain.checkpoint)
         with tracked_run(state.settings, "verify") as tracker, state.session() as spark:
-            result = verify_chain(spark, state.settings, start, end)
+            result = verify_chain(spark, state.settings, start, end, checkpoint=checkpoint)
             record_verification(state.settings, result.ok, result.links, last_linked_at_ms(spark, state.settings))
             tracker.log_metrics({
                 "chain_ok": 1.0 if result.ok else 0.0,
                 "chain_links": float(result.links),
                 "batches_checked": float(result.batches_checked),
                 "rows_checked": float(result.rows_checked),
+                "batches_pending": float(len(result.pending)),
             })  # fmt: skip
+        for batch in result.pending:
+            error_console.print(
+                f"PENDING: table {batch.table_key}, batch {batch.batch_id!r}: {batch.rows} rows refined and not yet "
+                f"linked; {batch.stage} links them (lakehouse run)"
+            )
         if result.ok:
+            if result.checkpoint is not None:
+                console.print(f"checkpoint {result.checkpoint.source}: link {result.checkpoint.seq} matches")
             console.print(
                 f"OK: {result.links} links, {result.batches_checked} batches, {result.rows_checked} rows verified; "
                 f"head digest {result.head_digest}"
             )
+            if result.pending:
+                raise typer.Exit(EXIT_PENDING)
             return
-        broken = result.broken
-        where = f"link {broken.seq}" if broken.seq >= 0 else "no link"
-        error_console.print(f"BROKEN at {where}: table {broken.table_key}, batch {broken.batch_id!r}: {broken.reason}")
-        error_console.print(f"  rows missing {broken.missing}, added {broken.added}, changed {broken.changed}")
-        if broken.examples:
-            error_console.print("  example keys: " + ", ".join(broken.examples))
-        if broken.commits_after:
-            error_console.print("  commits after the linked version: " + ", ".join(broken.commits_after))
+        for problem in result.problems:
+            _print_problem(problem)
         error_console.print(f"  head digest {result.head_digest}")
         raise typer.Exit(1)
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from conf.settings_sections import AuditChainSettings
 from conf.tables import table_location, table_name
@@ -319,3 +320,60 @@ def test_a_chain_of_byte_stream_digests_from_an_older_home_still_verifies_and_ca
     spark.sql(f"UPDATE {audit} SET actor_urn = 'urn:li:corpuser:mallory' WHERE actor_urn = '{BOB}' AND batch_id = 'b-2'").collect()
     broken = verify_chain(spark, home_copy).broken
     assert (broken.table_key, broken.batch_id, broken.changed) == ("gold.audit_events", "b-2", 1)
+
+
+def _refine_without_publishing(spark, settings, batch_id: str) -> None:
+    land_refined_batch(
+        spark, settings, batch_id,
+        usage=[usage_event("LogInEvent", ALICE, NOW - 100, batch_id, login_source="SSO_LOGIN")],
+        changes=[change_event(f"cs-{batch_id}", "TAG", "REMOVE", ALICE, NOW - 50, DATASET, "globalTags", batch_id)],
+    )  # fmt: skip
+
+
+def test_rows_refined_and_not_yet_linked_are_pending_naming_the_stage_then_verify_once_published(spark, home_copy):
+    _refine_without_publishing(spark, home_copy, "b-3")
+    result = verify_chain(spark, home_copy)
+    assert result.ok, result.problems
+    assert [(p.table_key, p.batch_id, p.rows, p.stage) for p in result.pending] == [
+        ("silver.entity_change_events", "b-3", 1, "publish_openmetadata")
+    ]
+    publish_audit(spark, home_copy)
+    publish_openmetadata(spark, home_copy)
+    published = verify_chain(spark, home_copy)
+    assert published.ok and published.pending == () and published.batches_checked == 9
+
+
+def test_a_forged_batch_is_broken_beside_a_pending_one(spark, home_copy):
+    _refine_without_publishing(spark, home_copy, "b-3")
+    row = read_table(spark, home_copy, "gold.audit_events").filter("batch_id = 'b-2'").limit(1)
+    append(row.withColumn("batch_id", F.lit("b-forged")), home_copy, "gold.audit_events")
+    result = verify_chain(spark, home_copy)
+    assert (result.broken.table_key, result.broken.batch_id, result.broken.added) == ("gold.audit_events", "b-forged", 1)
+    assert "forged" in result.broken.reason
+    assert [p.batch_id for p in result.pending] == ["b-3"]
+
+
+def test_the_verify_command_exits_3_for_a_publish_that_stopped_and_1_for_a_forged_row(spark, tmp_path):
+    from tests.pipelines.cli.test_cli import run_cli
+
+    home = tmp_path / "home"
+    fixture = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "datahub" / "history-small.mcl.jsonl"
+    quiet = ("--set", "mlflow.enabled=false")
+    run_cli(*quiet, "land", str(fixture), home=home)
+    run_cli(*quiet, "refine", home=home)
+    # Killed after its MERGE, before it links: the audit rows are in the table and no link names them.
+    killed = run_cli(*quiet, "publish-audit", home=home, env={"LAKEHOUSE_CRASH_AT": "publish_audit.merged"}, check=False)
+    assert killed.returncode == -9
+    pending = run_cli(*quiet, "verify", home=home, check=False)
+    assert pending.returncode == 3, pending.stderr
+    assert "PENDING: table gold.audit_events, batch " in pending.stderr and "publish_audit links them" in pending.stderr
+    assert "PENDING: table silver.entity_change_events" in pending.stderr and "publish_openmetadata links them" in pending.stderr
+    assert "BROKEN" not in pending.stderr and "forged" not in pending.stderr and "OK: 0 links" in pending.stdout
+    settings = make_settings(home)
+    register_fresh_tables(spark, settings)
+    row = read_table(spark, settings, "gold.audit_events").limit(1)
+    append(row.withColumn("batch_id", F.lit("b-forged")), settings, "gold.audit_events")
+    forged = run_cli(*quiet, "verify", home=home, check=False)
+    assert forged.returncode == 1, forged.stderr
+    assert "BROKEN at no link: table gold.audit_events, batch 'b-forged': rows of a batch the chain never linked" in forged.stderr
+    assert "PENDING: table gold.audit_events" in forged.stderr and "Traceback" not in forged.stderr
