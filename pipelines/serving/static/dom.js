@@ -24,9 +24,25 @@ export function timeCell(ms) {
   return cell;
 }
 
+// A cell holding an urn: it may break after its punctuation (`<wbr>`, nothing added to the text), never
+// inside a name.
+export function urnCell(urn) {
+  const cell = el("td", null, { class: "urn" });
+  for (const part of urn.split(/(?<=[:,(./])/)) {
+    cell.appendChild(document.createTextNode(part));
+    cell.appendChild(document.createElement("wbr"));
+  }
+  return cell;
+}
+
+// A table row: text breaks only between words, urns also after their punctuation.
 export function row(values) {
   const tr = el("tr");
-  for (const value of values) tr.appendChild(value instanceof Node ? value : el("td", value ?? ""));
+  for (const value of values) {
+    if (value instanceof Node) tr.appendChild(value);
+    else if (typeof value === "string" && value.startsWith("urn:li:")) tr.appendChild(urnCell(value));
+    else tr.appendChild(el("td", value ?? ""));
+  }
   return tr;
 }
 

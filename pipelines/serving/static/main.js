@@ -27,6 +27,7 @@ const open = {
 function showView(name) {
   for (const view of VIEWS) byId(`view-${view}`).hidden = view !== name;
   byId("signin").hidden = true;
+  byId("views").hidden = false;
   for (const button of document.querySelectorAll("nav [data-view]")) {
     button.setAttribute("aria-current", button.dataset.view === name || (name === "actor" && button.dataset.view === "activity") ? "page" : "false");
   }
@@ -34,6 +35,8 @@ function showView(name) {
 
 function signIn(reason) {
   for (const view of VIEWS) byId(`view-${view}`).hidden = true;
+  // Nothing to navigate to, nor to sign out of, before a token is given.
+  byId("views").hidden = true;
   byId("signin").hidden = false;
   byId("signin-reason").textContent = reason;
   byId("token").focus();

@@ -5,7 +5,6 @@ import { byId, clear, download, expandableRows, timeCell, toCsv } from "./dom.js
 const HOUR_MS = 3600 * 1000;
 const PRESETS = { hour: HOUR_MS, day: 24 * HOUR_MS, week: 7 * 24 * HOUR_MS };
 const FIELDS = ["actor", "entityType", "eventType", "aspect", "preset", "from", "to", "size"];
-const STANDARD_KEYS = new Set(["type", "eventType", "timestamp", "actorUrn", "entityUrn", "entityType", "aspectName"]);
 const CSV_COLUMNS = ["timeUtc", "actorUrn", "eventType", "aspectName", "entityUrn", "entityType", "summary"];
 
 const state = { params: null, body: null, scrollId: null, events: [], total: 0 };
@@ -49,15 +48,48 @@ function bodyOf(query) {
   return body;
 }
 
-// A one-line summary of what the raw event says beyond the table's columns.
+// The last readable part of an urn: a dataset's name, a user's id (`urn:li:corpuser:mlee` -> `mlee`).
+export function shortName(urn) {
+  if (!urn) return "";
+  const open = urn.indexOf("(");
+  if (open < 0) return urn.slice(urn.lastIndexOf(":") + 1);
+  const parts = [];
+  let depth = 0;
+  let start = open + 1;
+  for (let i = open + 1; i < urn.length; i += 1) {
+    if (urn[i] === "(") depth += 1;
+    else if (urn[i] === ")" && depth > 0) depth -= 1;
+    else if ((urn[i] === "," && depth === 0) || (urn[i] === ")" && depth === 0)) {
+      parts.push(urn.slice(start, i));
+      start = i + 1;
+    }
+  }
+  // A dataset's key is (platform, name, origin), a schema field's (dataset, field): the name is second.
+  return parts.length > 1 ? parts[1] : parts[0] || urn;
+}
+
+const VERBS = { Create: "created", Update: "updated", Delete: "deleted", Revoke: "revoked" };
+
+// What happened, in words: "changed ownership of orders_9 (1 OWNER change)", "logged in via password".
 export function summary(event) {
   const raw = event.rawUsageEvent || {};
-  const parts = [];
-  for (const [key, value] of Object.entries(raw)) {
-    if (STANDARD_KEYS.has(key) || value === null || value === undefined) continue;
-    parts.push(`${key}=${typeof value === "object" ? JSON.stringify(value) : value}`);
+  const entity = shortName(event.entityUrn);
+  const type = (event.eventType || "").replace(/Event$/, "");
+  let text;
+  if (type === "UpdateAspect") text = `changed ${[event.aspectName, entity].filter(Boolean).join(" of ")}`;
+  else if (type === "DeleteEntity") text = `deleted ${entity}`;
+  else if (type === "Entity") text = `viewed ${entity}`;
+  else if (type === "LogIn") text = "logged in";
+  else if (type === "FailedLogIn") text = "failed to log in";
+  else {
+    const [, verb, object] = type.match(/^(Create|Update|Delete|Revoke)(.*)$/) || [null, null, type];
+    const words = object.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase();
+    text = `${verb ? VERBS[verb] : "did"} ${words}${entity ? ` ${entity}` : ""}`;
   }
-  const text = parts.join("; ");
+  if (event.loginSource || raw.loginSource) text += ` via ${event.loginSource || raw.loginSource}`;
+  if (Array.isArray(raw.changeCategories) && raw.changeCount) {
+    text += ` (${raw.changeCount} ${raw.changeCategories.join(", ")} change${raw.changeCount === 1 ? "" : "s"})`;
+  }
   return text.length > 140 ? `${text.slice(0, 139)}…` : text;
 }
 

@@ -12,7 +12,7 @@ export async function showTimeline(urn) {
   clear(body);
   for (const event of result.events) {
     body.appendChild(row([timeCell(event.event_time), event.actor ?? "", event.category, event.operation,
-      event.modifier ?? "", event.aspect_name ?? "", event.version ?? "", parameters(event.parameters)]));
+      event.modifier ?? "", event.aspect_name ?? "", event.source_version ?? "", parameters(event.parameters)]));
   }
   byId("timeline-count").textContent = `${result.events.length} change events of ${urn}`;
   const times = [...new Set(result.events.map((event) => Number(event.event_time)))].sort((a, b) => a - b);

@@ -131,6 +131,29 @@ def _sign_in(driver, explorer):
     driver.execute_script("sessionStorage.setItem('lakehouse.explorer.token', arguments[0])", explorer["reader"])
 
 
+# The words of the cells under a CSS selector that the browser broke across lines (urns may break).
+_BROKEN_WORDS = """
+const broken = [];
+for (const cell of document.querySelectorAll(arguments[0])) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("pre, button.link, td.urn")) continue;
+    for (const match of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      if (new Set([...range.getClientRects()].map((rect) => Math.round(rect.top))).size > 1) broken.push(match[0]);
+    }
+  }
+}
+return broken;
+"""
+
+
+def _broken_words(driver, selector):
+    return driver.execute_script(_BROKEN_WORDS, selector)
+
+
 def _rows(driver):
     return driver.find_elements(By.CSS_SELECTOR, "#results tbody tr.event")
 
@@ -144,6 +167,9 @@ def test_unknown_token_shows_sign_in_then_the_right_token_searches(browser, expl
     browser.execute_script("sessionStorage.clear()")
     _open(browser, explorer["url"] + f"/?view=search&actor={ALICE}")
     assert browser.find_element(By.ID, "signin").is_displayed()
+    # Nothing to sign out of, nor to navigate to, before signing in.
+    assert not browser.find_element(By.ID, "sign-out").is_displayed()
+    assert not browser.find_element(By.ID, "nav-search").is_displayed()
     token = browser.find_element(By.ID, "token")
     token.send_keys("not-a-token")
     token.submit()
@@ -156,6 +182,7 @@ def test_unknown_token_shows_sign_in_then_the_right_token_searches(browser, expl
     token.submit()
     _wait(browser, lambda d: "matching events" in d.find_element(By.ID, "search-total").text)
     assert browser.find_element(By.ID, "search-total").text.startswith("7 matching events")
+    assert browser.find_element(By.ID, "sign-out").is_displayed()
 
 
 def test_a_token_without_audit_read_shows_the_api_message(browser, explorer):
@@ -189,6 +216,11 @@ def test_search_by_actor_pages_through_every_row_and_exports_them(browser, explo
     assert [r[2] for r in rows] == ["EntityEvent", "LogInEvent", "CreateAccessTokenEvent", "LogInEvent",
                                     "UpdateAspectEvent", "EntityEvent", "LogInEvent"]  # fmt: skip
     assert rows[0][3:6] == ["schemaMetadata", ORDERS, "dataset"]
+    # Every row says what happened in words; an aspect write names the aspect and the entity's name.
+    assert all(r[6] for r in rows)
+    assert rows[4][6].startswith("changed ") and "appdb" not in rows[4][6]
+    assert [r[6] for r in rows if r[2] == "LogInEvent"][0].startswith("logged in")
+    assert _broken_words(browser, "#results th, #results td") == []
     IMAGES.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(IMAGES / "explorer-search.png"))
 
@@ -217,6 +249,7 @@ def test_bookmarked_search_at_phone_width_is_readable(browser, explorer):
         assert browser.find_element(By.ID, "search-total").text == "3 matching events, 3 shown"
         # No horizontal scrolling of the page itself: wide tables scroll inside their own box.
         assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+        assert _broken_words(browser, "#results th, #results td") == []
         browser.execute_script("document.getElementById('search-total').scrollIntoView()")
         browser.save_screenshot(str(IMAGES / "explorer-search-390.png"))
     finally:
@@ -230,6 +263,12 @@ def test_timeline_lists_changes_and_diffs_two_versions(browser, explorer):
     tags = [(r[1], r[2], r[3], r[4]) for r in rows if r[2] == "TAG"]
     assert tags == [(BOB, "TAG", "ADD", "urn:li:tag:Alpha"), (BOB, "TAG", "ADD", "urn:li:tag:Beta")]
     assert any(r[2] == "DOCUMENTATION" for r in rows)
+    # The Version column is the aspect's version, as the timeline endpoint has it (not ECE's format version).
+    events = httpx.get(explorer["url"] + "/api/v1/timeline", params={"urn": ORDERS},
+                       headers={"Authorization": f"Bearer {explorer['reader']}"}).json()["events"]  # fmt: skip
+    assert [r[6] for r in rows] == [str(e["source_version"]) for e in events]
+    assert {r[6] for r in rows} != {"0"}
+    assert _broken_words(browser, "#timeline-events th, #timeline-events td") == []
     Select(browser.find_element(By.ID, "asof-a")).select_by_value(str(ORDERS_TAGS_V1_AT))
     Select(browser.find_element(By.ID, "asof-b")).select_by_value(str(ORDERS_TAGS_V2_AT))
     browser.find_element(By.ID, "asof-form").submit()
@@ -321,6 +360,12 @@ def test_bad_parameters_are_400_naming_the_parameter(explorer, path, params, mes
     response = httpx.get(explorer["url"] + path, params=params, headers={"Authorization": f"Bearer {explorer['reader']}"})
     assert response.status_code == 400
     assert response.json()["error"].startswith(message)
+
+
+def test_the_favicon_is_served(explorer):
+    icon = httpx.get(explorer["url"] + "/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.text.startswith("<svg")
 
 
 def test_the_json_endpoints_need_an_audit_read_token(explorer):
