@@ -12,6 +12,7 @@ import html
 import io
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -177,23 +178,93 @@ def _drain(buffer: io.StringIO) -> str:
     return text
 
 
+# The HTML report's column and header names, as a reader says them.
+COLUMN_LABELS = {
+    "time_utc": "Time (UTC)", "actor": "Actor", "entity": "Entity", "entity_type": "Entity type",
+    "category": "Category", "operation": "Operation", "modifier": "Modifier",
+    "old_value_summary": "Old value", "new_value_summary": "New value", "event_id": "Event id", "batch_id": "Batch id",
+}  # fmt: skip
+HEADER_LABELS = {
+    "window_from_utc": "Window from (UTC)", "window_to_utc_exclusive": "Window to (UTC, exclusive)",
+    "actor_filter": "Actor", "entity_filter": "Entity", "scope": "Reader's scope",
+    "chain_head_digest": "Chain head digest", "generated_at_utc": "Generated (UTC)",
+}  # fmt: skip
+# A4 landscape, the header once on the first page, the column names on every page, page numbers.
+# The row count is written after the rows (they stream) and shown in the header by the flex order.
+_REPORT_CSS = (
+    "@page{size:A4 landscape;margin:12mm 10mm 14mm;"
+    "@bottom-right{content:'page ' counter(page) ' of ' counter(pages);font:8pt sans-serif;color:#555}}"
+    "body{font:8.5pt/1.35 system-ui,sans-serif;color:#111;margin:0;display:flex;flex-direction:column}"
+    "header{order:1}#row-count{order:2;margin:0 0 3mm;font-weight:600}#changes{order:3}#verify{order:4}"
+    "h1{font-size:14pt;margin:0 0 2mm}"
+    "dl{display:grid;grid-template-columns:max-content 1fr;gap:.5mm 4mm;margin:0 0 3mm}dt{font-weight:600;color:#333}dd{margin:0}"
+    ".digest,td.id{font-family:ui-monospace,monospace;overflow-wrap:anywhere}"
+    "table{border-collapse:collapse;width:100%;table-layout:fixed}"
+    "thead{display:table-header-group}tr{break-inside:avoid}"
+    "th{background:#e8ecf2;text-align:left;font-weight:600}"
+    "td,th{border:.3pt solid #999;padding:1mm 1.2mm;vertical-align:top;overflow-wrap:break-word;white-space:pre-wrap}"
+    "td.id{font-size:6pt;color:#444}"
+    "col.time{width:9.5%}col.actor{width:9.5%}col.entity{width:13%}col.entity_type{width:5.5%}col.category{width:11%}"
+    "col.operation{width:7.5%}col.modifier{width:9.5%}col.value{width:11%}col.id{width:6.25%}"
+    "#verify{color:#444;margin-top:3mm}"
+)
+_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+Z")
+_COLUMN_CLASSES = {
+    "time_utc": "time", "old_value_summary": "value", "new_value_summary": "value", "event_id": "id", "batch_id": "id",
+}  # fmt: skip
+
+
+def _with_breaks(text: str) -> str:
+    """Escaped text with break opportunities (`<wbr>`, nothing added to the text): after each `:`, `,`, `(`
+    and `.` of an urn, each `_` (TECHNICAL_SCHEMA), and the `T` of an ISO-8601 time."""
+    escaped = html.escape(text)
+    if text.startswith("urn:"):
+        return re.sub(r"(?<=[:,(._])", "<wbr>", escaped)
+    if _ISO_TIME.fullmatch(text):
+        return escaped.replace("T", "T<wbr>", 1)
+    return escaped.replace("_", "_<wbr>")
+
+
 def html_chunks(header: Mapping[str, str], rows: Iterator[Mapping[str, str]]) -> Iterator[str]:
-    """The HTML report: a standalone page with the header as a definition list and the rows as a table (all escaped)."""
+    """The HTML report: a standalone page styled for print on A4, every value escaped.
+
+    The header names the window, the filters, the reader's scope, the chain head digest and the row count
+    (counted as the rows stream, written after them and shown at the top by the page's style).
+    """
     esc = html.escape
+    title = str(header.get("report", "report"))
     yield (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + esc(header.get("report", "report"))
-        + "</title><style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #999;"
-        "padding:2px 6px;vertical-align:top;white-space:pre-wrap}</style></head><body>\n<dl>\n"
+        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
+        f"<style>{_REPORT_CSS}</style></head><body>\n<header><h1>{esc(title[:1].upper() + title[1:])}</h1>\n<dl>\n"
+    )
+    digest_class = ' class="digest"'
+    yield "".join(
+        f"<dt>{esc(HEADER_LABELS.get(k, k))}</dt><dd{digest_class if k == 'chain_head_digest' else ''}>{esc(v)}</dd>\n"
+        for k, v in header.items() if k not in ("report", "verify")
     )  # fmt: skip
-    yield "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>\n" for k, v in header.items())
-    yield "</dl>\n<table>\n<thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in REPORT_COLUMNS) + "</tr></thead>\n<tbody>\n"
+    columns = "".join(f"<col class=\"{_COLUMN_CLASSES.get(c, c)}\">" for c in REPORT_COLUMNS)
+    yield (
+        f"</dl>\n</header>\n<table id=\"changes\"><colgroup>{columns}</colgroup>\n<thead><tr>"
+        + "".join(f"<th>{esc(COLUMN_LABELS[c])}</th>" for c in REPORT_COLUMNS) + "</tr></thead>\n<tbody>\n"
+    )  # fmt: skip
     lines: list[str] = []
+    count = 0
     for row in rows:
-        lines.append("<tr>" + "".join(f"<td>{esc(row[c])}</td>" for c in REPORT_COLUMNS) + "</tr>\n")
+        count += 1
+        cells = "".join(
+            f"<td class=\"id\">{esc(row[c])}</td>" if c in ("event_id", "batch_id") else f"<td>{_with_breaks(row[c])}</td>"
+            for c in REPORT_COLUMNS
+        )
+        lines.append(f"<tr>{cells}</tr>\n")
         if len(lines) >= 1000:
             yield "".join(lines)
             lines = []
-    yield "".join(lines) + "</tbody>\n</table>\n</body></html>\n"
+    noun = "change" if count == 1 else "changes"
+    yield (
+        "".join(lines) + "</tbody>\n</table>\n"
+        + f"<p id=\"row-count\">{count} {noun} in this report</p>\n"
+        + f"<p id=\"verify\">To verify: {esc(str(header.get('verify', VERIFY_HINT)))}</p>\n</body></html>\n"
+    )
 
 
 def write_parquet(header: Mapping[str, str], rows: Iterator[Mapping[str, str]], out: Path, chunk_rows: int = 10_000) -> int:

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -457,6 +458,32 @@ def test_the_regulator_report_downloads_for_the_form_s_window_and_entity(browser
     assert [(r["actor"], r["category"], r["operation"]) for r in rows] == [
         (BOB, "TAG", "ADD"), (BOB, "TAG", "ADD"), (BOB, "DOCUMENTATION", "ADD"),
     ]  # fmt: skip
+
+
+def test_the_html_report_prints_on_a4_with_its_header_and_row_count(browser, explorer, tmp_path):
+    params = {"from": "2023-01-01", "to": "2025-01-01", "format": "html"}
+    response = httpx.get(explorer["url"] + "/openapi/v1/audit/report", params=params,
+                         headers={"Authorization": f"Bearer {explorer['reader']}"}, timeout=60)  # fmt: skip
+    assert response.status_code == 200
+    page = tmp_path / "report.html"
+    page.write_bytes(response.content)
+    pdf = tmp_path / "report.pdf"
+    subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-pdf-header-footer",
+                    f"--print-to-pdf={pdf}", page.as_uri()], capture_output=True, timeout=120, check=True)  # fmt: skip
+    boxes = re.findall(rb"/MediaBox \[0 0 ([\d.]+) ([\d.]+)\]", pdf.read_bytes())
+    # A4 landscape (297 x 210 mm in points), several pages.
+    assert len(boxes) > 1 and all((round(float(w)), round(float(h))) == (842, 595) for w, h in boxes)
+    browser.get(page.as_uri())
+    rows = browser.find_elements(By.CSS_SELECTOR, "#changes tbody tr")
+    count = browser.find_element(By.ID, "row-count")
+    assert count.text == f"{len(rows)} changes in this report" and len(rows) > 300
+    # Streamed after the rows, shown in the header above the table.
+    assert count.location["y"] < browser.find_element(By.ID, "changes").location["y"]
+    header = browser.find_element(By.TAG_NAME, "header").text
+    for label in ("Window from (UTC)", "Reader's scope", "Chain head digest"):
+        assert label in header
+    assert [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#changes th")][:3] == ["Time (UTC)", "Actor", "Entity"]
+    assert _broken_words(browser, "#changes th, #changes td:nth-child(6)") == []
 
 
 def test_the_bench_reads_the_first_painted_results_of_a_bookmarked_search(explorer):
