@@ -191,3 +191,13 @@ def test_the_verify_command_names_a_cut_tail_against_a_checkpoint(spark, home, t
     assert "Traceback" not in cut.stderr
     missing = run_cli(*settings_args, "verify", "--against", str(tmp_path / "nowhere.json"), home=home.home, check=False)
     assert missing.returncode == 1 and "--against: " in missing.stderr and "does not exist" in missing.stderr
+
+
+def test_a_checkpoint_setting_that_is_not_absolute_is_refused_naming_it(tmp_path):
+    from conf.errors import ConfigError
+    from conf.settings import load_settings
+
+    with pytest.raises(ConfigError, match="audit_chain.checkpoint: 'head.json' must be an absolute path or an object-storage URL"):
+        load_settings("local", home=tmp_path, env={}, overrides=["audit_chain.checkpoint=head.json"])
+    settings = load_settings("local", home=tmp_path, env={}, overrides=["audit_chain.checkpoint=s3://auditors/prod/head.json"])
+    assert settings.audit_chain.checkpoint == "s3://auditors/prod/head.json"
