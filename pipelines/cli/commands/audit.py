@@ -79,6 +79,13 @@ def register(app: typer.Typer) -> None:
             # The in-process engine reads gold Delta directly: no Spark session to start.
             result = open_engine(state.settings).search(request)
         sys.stdout.write(json.dumps(result) + "\n")
+        if start_time is None and result.get("total") == 0:
+            # The default window is DataHub's (the last day): say so when it is why nothing matched.
+            error_console.print(
+                "no events in the default window, the day before --end-time (default now); "
+                "--start-time widens it, e.g. --start-time 2023-01-01",
+                highlight=False,
+            )
 
     @app.command("publish-audit")
     def publish_audit_command(

@@ -203,3 +203,10 @@ def test_help_groups_the_commands_by_task():
     assert panels == ["Options", "Pipeline", "Query", "Serve", "Operate", "Bench"]
     assert "--set              <str>" in result.stdout
     assert result.stdout.index("│ run ") < result.stdout.index("│ sql ") < result.stdout.index("│ serve ")
+
+
+def test_an_empty_search_in_the_default_window_names_start_time(cli_home: Path):
+    result = run_cli("search", home=cli_home)
+    assert json.loads(result.stdout)["total"] == 0
+    assert "no events in the default window" in result.stderr and "--start-time" in result.stderr
+    assert "default window" not in run_cli("search", "--start-time", "2023-01-01", home=cli_home).stderr
