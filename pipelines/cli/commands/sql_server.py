@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -31,6 +33,32 @@ def reader_password(password_file: Path | None) -> str | None:
             raise ConfigError(f"--password-file: {password_file} is empty")
         return password
     return os.environ.get(PASSWORD_ENV) or None
+
+
+@contextlib.contextmanager
+def replica_writer(settings) -> Iterator:
+    """The sync role's connection for a `sql-role` command, waiting at most bi.lock_timeout_ms for each lock.
+
+    Raises:
+        SourceUnavailable: when the replica does not answer, or a BI session's open transaction holds a
+            table the change needs (nothing is changed: the change is one transaction).
+    """
+    import psycopg
+
+    from pipelines.bi.cluster import writer_conninfo
+
+    try:
+        with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+            conn.execute(f"SET lock_timeout = '{settings.bi.lock_timeout_ms}ms'")
+            yield conn
+    except psycopg.errors.LockNotAvailable:
+        raise SourceUnavailable(
+            f"sql-role: a BI session's open transaction held a replica table past bi.lock_timeout_ms "
+            f"({settings.bi.lock_timeout_ms} ms); nothing was changed, try again (a transaction left idle ends after "
+            "bi.idle_transaction_timeout_seconds)"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable(f"sql-role: the replica does not answer: {str(exc).strip()}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -118,15 +146,12 @@ def register_roles(app: typer.Typer) -> None:
     ) -> None:
         """Create or update a BI role: a LOGIN role reading the replica through row-level security policies
         that apply the scope as the HTTP API does (the server must run, or bi.dsn be set)."""
-        import psycopg
-
         from gold.scopes import parse_scope
         from pipelines.bi.access import BiRole, check_role_name, save_role
-        from pipelines.bi.cluster import writer_conninfo
 
         role = BiRole(check_role_name(name), parse_scope(scope), sensitive)
         settings = state_of(ctx).settings
-        with psycopg.connect(writer_conninfo(settings), autocommit=True) as conn:
+        with replica_writer(settings) as conn:
             save_role(conn, role, reader_password(password_file), settings.bi.idle_transaction_timeout_seconds)
         print_text(f"BI role {name}: scope {' '.join(role.scope.to_specs()) or 'everything'}"
                    f"{', sensitive columns' if sensitive else ''}")  # fmt: skip
@@ -134,12 +159,9 @@ def register_roles(app: typer.Typer) -> None:
     @role_app.command("list")
     def role_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="One JSON object per role.")) -> None:
         """List the BI roles with their scopes."""
-        import psycopg
-
         from pipelines.bi.access import bi_roles
-        from pipelines.bi.cluster import writer_conninfo
 
-        with psycopg.connect(writer_conninfo(state_of(ctx).settings), autocommit=True) as conn:
+        with replica_writer(state_of(ctx).settings) as conn:
             rows = [{"name": r.name, "scope": " ".join(r.scope.to_specs()), "sensitive": r.sensitive} for r in bi_roles(conn)]
         if as_json:
             print_json_lines(rows)
@@ -149,12 +171,9 @@ def register_roles(app: typer.Typer) -> None:
     @role_app.command("remove")
     def role_remove(ctx: typer.Context, name: str = typer.Argument(..., help="The BI role to drop.")) -> None:
         """Drop a BI role with its policies and grants."""
-        import psycopg
-
         from pipelines.bi.access import remove_role
-        from pipelines.bi.cluster import writer_conninfo
 
-        with psycopg.connect(writer_conninfo(state_of(ctx).settings), autocommit=True) as conn:
+        with replica_writer(state_of(ctx).settings) as conn:
             if not remove_role(conn, name):
                 raise ConfigError(f"NAME: no BI role {name!r} (`lakehouse sql-role list`)")
         print_text(f"BI role {name} removed")

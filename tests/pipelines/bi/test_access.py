@@ -325,3 +325,20 @@ def test_bi_sessions_idle_in_a_transaction_are_ended_after_the_documented_time(r
     for login in (reader_conninfo(port), _login(port, "finance_bi")):
         with psycopg.connect(login) as conn:
             assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "10min"
+
+
+def test_a_role_change_that_meets_an_open_transaction_says_so_in_one_line_and_changes_nothing(roles):
+    settings, port = roles
+    cli_overrides = [a for o in overrides(port) for a in ("--set", o)]
+    reader = psycopg.connect(reader_conninfo(port))
+    try:
+        reader.execute("SELECT count(*) FROM gold.audit_events").fetchone()
+        result = run_cli(*cli_overrides, "sql-role", "add", "blocked_bi", "--scope", "platform=hive", home=settings.home,
+                         env={"LAKEHOUSE_BI_PASSWORD": "blocked-pw"}, check=False)  # fmt: skip
+    finally:
+        reader.close()
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: sql-role: a BI session's open transaction held a replica table")
+    assert len(result.stderr.strip().splitlines()) == 1
+    with psycopg.connect(writer_conninfo(settings)) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_roles WHERE rolname = 'blocked_bi'").fetchone()[0] == 0
