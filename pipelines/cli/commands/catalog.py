@@ -10,7 +10,7 @@ import typer
 from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import TABLES, schema_name, table_location, table_name
-from pipelines.cli.console import CSV_HELP, console, print_rows, print_table
+from pipelines.cli.console import CSV_HELP, console, error_console, print_rows, print_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +70,8 @@ def register(app: typer.Typer) -> None:
             rows = [row.asDict(recursive=True) for row in result_df.limit(limit + 1).collect()]
         print_rows(rows[:limit], columns, as_json=as_json, as_csv=as_csv)
         if len(rows) > limit:
-            console.print(f"(the first {limit} rows; --limit N shows more)", highlight=False)
+            # On standard error: --json and --csv output stays the rows alone.
+            error_console.print(f"(the first {limit} rows; --limit N shows more)", highlight=False)
 
     @app.command("describe")
     def describe_command(

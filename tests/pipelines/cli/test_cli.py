@@ -210,3 +210,10 @@ def test_an_empty_search_in_the_default_window_names_start_time(cli_home: Path):
     assert json.loads(result.stdout)["total"] == 0
     assert "no events in the default window" in result.stderr and "--start-time" in result.stderr
     assert "default window" not in run_cli("search", "--start-time", "2023-01-01", home=cli_home).stderr
+
+
+def test_sql_names_limit_when_it_cuts_the_rows(cli_home: Path):
+    result = run_cli("sql", "select id from range(5)", "--limit", "2", "--json", home=cli_home)
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [{"id": 0}, {"id": 1}]
+    assert "(the first 2 rows; --limit N shows more)" in result.stderr
+    assert "--limit" not in run_cli("sql", "select id from range(2)", "--limit", "2", home=cli_home).stderr
