@@ -158,7 +158,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
 
     from conf.settings import load_settings
     from pipelines.bench.search import build_table
-    from pipelines.bi.cluster import DATABASE, start_server, stop_server
+    from pipelines.bi.cluster import DATABASE, open_logins, start_server, stop_server
     from pipelines.bi.replica import READER_ROLE
     from pipelines.bi.server import prepare_replica
     from pipelines.runtime.engine import free_loopback_port
@@ -184,6 +184,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
         try:
             with measure() as copied:
                 results = prepare_replica(settings, password)
+            open_logins(settings, None)  # as sql-server does once the first sync has ended
             payload["initial_copy"] = {**dataclasses.asdict(copied), "rows": sum(r.rows for r in results),
                                        "tables": {r.table_key: {"mode": r.mode, "rows": r.rows, "seconds": r.seconds, "phases": r.phases}
                                                   for r in results}}  # fmt: skip
