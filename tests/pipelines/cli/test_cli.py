@@ -217,3 +217,20 @@ def test_sql_names_limit_when_it_cuts_the_rows(cli_home: Path):
     assert [json.loads(line) for line in result.stdout.splitlines()] == [{"id": 0}, {"id": 1}]
     assert "(the first 2 rows; --limit N shows more)" in result.stderr
     assert "--limit" not in run_cli("sql", "select id from range(2)", "--limit", "2", home=cli_home).stderr
+
+
+def test_quarantine_names_limit_when_there_are_more(tmp_path: Path):
+    usage = tmp_path / "in" / "usage.jsonl"
+    usage.parent.mkdir()
+    usage.write_text("".join(
+        json.dumps({"type": "LogInEvent", "actorUrn": f"urn:li:corpuser:u{n}", "timestamp": "yesterday"}) + "\n" for n in range(3)
+    ))  # fmt: skip
+    home = tmp_path / "home"
+    run_cli("land", str(usage), "--no-progress", home=home)
+    cut = run_cli("quarantine", "--limit", "2", home=home, env={"COLUMNS": "80"})
+    title = " ".join(cut.stdout.split("batch_id")[0].split())
+    assert title == ("Quarantined records: the first 2 (--limit N shows more); raw_text cut at 80 characters "
+                     "(--json or --csv shows it whole)")  # fmt: skip
+    whole = run_cli("quarantine", home=home, env={"COLUMNS": "80"})
+    assert whole.stdout.startswith("Quarantined records (3);")
+    assert all(len(line) <= 80 for line in whole.stdout.splitlines())
