@@ -50,7 +50,7 @@ from pipelines.batch.chain_history import table_history_findings
 from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock, create_key  # noqa: F401
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for
-from pipelines.runtime.progress import pending_batches
+from pipelines.runtime.progress import finished_batches
 
 # The stage that links each chained table's batches (the API server links the access log's as it writes them).
 LINKING_STAGES = {
@@ -348,6 +348,11 @@ def verify_chain(
     """
     if from_date and to_date and from_date > to_date:
         raise InputError(f"--from: {from_date} is after --to {to_date}")
+    whole = from_date is None and to_date is None
+    # Read before the chain: a stage links a batch before it records it, so a batch it had not recorded
+    # then may be linked by now without this chain showing it, and is pending, not forged.
+    stages = sorted(set(LINKING_STAGES.values())) if whole else []
+    linked_before = {stage: set(finished_batches(spark, settings, stage)) for stage in stages}
     chain = read_chain(spark, settings)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
@@ -370,8 +375,9 @@ def verify_chain(
     pending: list[PendingBatch] = []
     batches = rows = 0
     tables = tuple(sorted({table for table, _ in in_window}))
-    if from_date is None and to_date is None:
+    if whole:
         tables = tuple(sorted(set(tables) | set(LINKING_STAGES)))
+    refined: set[str] | None = None
     for table_key in tables:
         windowed = {batch: link for (table, batch), link in in_window.items() if table == table_key}
         chained = frozenset(int(link["delta_version"]) for link in chain if link["table_key"] == table_key)
@@ -399,13 +405,14 @@ def verify_chain(
             rows += count
             if digest != link["batch_digest"]:
                 failures.append(_explain(spark, settings, link, count, chained))
-        if from_date is None and to_date is None:
+        if whole:
             linked = {batch for (table, batch) in latest if table == table_key}
             unlinked = sorted(set(current) - linked, key=lambda b: (b is None, b or ""))
             stage = LINKING_STAGES.get(table_key)
-            publishable = set(pending_batches(spark, settings, stage)) if unlinked and stage else set()
+            if unlinked and stage and refined is None:
+                refined = set(finished_batches(spark, settings, "refine"))  # read after the rows
             for batch_id in unlinked:
-                if batch_id in publishable:
+                if stage and batch_id in (refined or set()) and batch_id not in linked_before[stage]:
                     pending.append(PendingBatch(table_key, batch_id, current[batch_id][0], stage))
                     continue
                 failures.append(BrokenLink(

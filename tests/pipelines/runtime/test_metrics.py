@@ -160,7 +160,9 @@ def after_one_file(running) -> dict:
 @pytest.fixture(scope="module")
 def verified(running, after_one_file) -> dict:
     """The home after one real `lakehouse verify` (the chain gauges come from its recorded outcome)."""
-    run_cli("verify", home=running["home"])
+    # The watcher may be publishing the micro-batch's OpenMetadata events meanwhile: 3 says they wait to be linked.
+    result = run_cli("verify", home=running["home"], check=False)
+    assert result.returncode in (0, 3), result.stderr
     return running
 
 
