@@ -13,10 +13,11 @@ from sqlglot import exp
 
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
-from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events, to_entity_domains
+from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
 from pipelines.batch.audit_chain import link_batches
-from pipelines.batch.state_store import read_state
+from pipelines.batch.state_store import read_entity_domains
 from pipelines.runtime.faults import crash_point
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, replace_where
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
@@ -72,7 +73,7 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
         changes_df.select(F.col("aspect_entity_urn").alias("entity_urn"))
     ).filter(F.col("entity_urn").isNotNull())
     # The entity's domain as the state holds it now: scoped readers of the audit API filter on it.
-    domains_df = to_entity_domains(read_state(spark, settings, entities_df, aspect_name="domains"))
+    domains_df = read_entity_domains(spark, settings, entities_df, home_of(settings).scratch(STAGE, "entity_domains"))
     audit_df = to_audit_events(usage_df, changes_df, domains_df)
     per_batch = _counts_per_batch(usage_df, changes_df, audit_df)
     days = sorted(set().union(*(counts.days for counts in per_batch.values())))

@@ -29,6 +29,8 @@ from conf.tables import table_name, table_spec
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import any_stored, append, first_match, insert_row, merge, read_table, write_scratch
+from gold.audit import to_entity_domains
+from pipelines.runtime.storage import Location
 from silver.state import to_current_state
 
 STATE_TABLE = "silver.aspect_state"
@@ -71,6 +73,29 @@ def read_state(
         state_df = state_df.join(entities_df, on="entity_urn", how="left_semi")
         log_df = log_df.join(entities_df, on="entity_urn", how="left_semi")
     return to_current_state(state_df, log_df)
+
+
+def read_entity_domains(spark: SparkSession, settings: Settings, entities_df: DataFrame, folder: Location) -> DataFrame:
+    """Each of these entities' domain as the current state holds it (`gold.audit.to_entity_domains` rows).
+
+    The state's `domains` rows are staged in `folder` before their JSON is parsed: the embedded engine's
+    `from_json` fails on the empty record batches that a scan of silver.aspect_state (a table with deletion
+    vectors, once a batch was MERGEd into it) yields (docs/scaling.md, "Engine defects worked around").
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings.
+        entities_df: the entities (an `entity_urn` column).
+        folder: the scratch folder to stage the rows in (replaced).
+
+    Returns:
+        entity_urn, domain: one row per entity with a live `domains` aspect naming one.
+    """
+    state_df = read_state(spark, settings, entities_df, aspect_name="domains")
+    staged_df = write_scratch(
+        state_df.select("entity_urn", "aspect_name", "aspect_json", "deleted"), folder, home_of(settings).storage
+    )
+    return to_entity_domains(staged_df)
 
 
 def has_logged_rows(spark: SparkSession, settings: Settings, entities_df: DataFrame) -> bool:

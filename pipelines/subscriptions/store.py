@@ -24,7 +24,6 @@ from pyspark.sql import functions as F
 from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
-from gold.audit import to_entity_domains
 from gold.openmetadata import to_change_event_json
 from gold.scopes import scope_from_json, scope_json
 from gold.subscriptions import (
@@ -36,6 +35,7 @@ from gold.subscriptions import (
     filter_change_events,
     filter_openmetadata_events,
 )
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import append, insert_missing, merge, read_table, retry_commit
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.subscriptions.targets import check_target
@@ -465,19 +465,19 @@ def selected_events(
     events_df = read_table(spark, settings, EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
     change_events_df = read_table(spark, settings, CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
     if subscription.filters.scope.domains:
-        events_df = _with_domain(spark, settings, events_df)
+        events_df = _with_domain(spark, settings, events_df, subscription.subscription_id)
     if subscription.format == "openmetadata":
         return filter_openmetadata_events(change_events_df, events_df, subscription.filters).orderBy(*OPENMETADATA_ORDER)
     return filter_change_events(events_df, change_events_df, subscription.filters).orderBy(*ECE_ORDER)
 
 
-def _with_domain(spark: SparkSession, settings: Settings, events_df: DataFrame) -> DataFrame:
+def _with_domain(spark: SparkSession, settings: Settings, events_df: DataFrame, subscription_id: str) -> DataFrame:
     """Add `domain`: the domain of the entity whose aspect each change event wrote, as the state holds it now."""
-    from pipelines.batch.state_store import read_state
+    from pipelines.batch.state_store import read_entity_domains
 
     entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(F.col("entity_urn").isNotNull())
-    state_df = read_state(spark, settings, entities_df, aspect_name="domains")
-    domains_df = to_entity_domains(state_df).withColumnRenamed("entity_urn", "aspect_entity_urn")
+    folder = home_of(settings).scratch("subscriptions", subscription_id, "entity_domains")
+    domains_df = read_entity_domains(spark, settings, entities_df, folder).withColumnRenamed("entity_urn", "aspect_entity_urn")
     return events_df.join(domains_df, on="aspect_entity_urn", how="left")
 
 
