@@ -47,6 +47,29 @@ class SourceUnavailable(LakehouseError):
     """A source that does not answer in time (a Kafka broker, a Schema Registry): nothing was lost, try again."""
 
 
+class StageError(LakehouseError):
+    """A pipeline stage that failed on an engine or system error; its `__cause__` is that error.
+
+    The message names the stage, the batches it was working on, what the run had committed before the
+    failure and what the next run does (every stage resumes where it stopped).
+
+    Args:
+        stage: land, refine or publish.
+        batch_ids: the batches the stage was working on (empty: land, before a batch existed).
+        committed: the tables the run had committed to before the failure, in order.
+        cause: the error, as `error_text` gives it.
+    """
+
+    def __init__(self, stage: str, batch_ids: list[str], committed: list[str], cause: str):
+        self.stage, self.batch_ids, self.committed = stage, list(batch_ids), list(committed)
+        batches = f"batch {', '.join(batch_ids)}" if batch_ids else "new input (no batch landed yet)"
+        done = f"this run committed to {', '.join(committed)}" if committed else "this run committed nothing"
+        super().__init__(
+            f"stage {stage} failed on {batches}; {done}. The next run resumes at {stage}, nothing is lost. "
+            f"Cause: {cause}"
+        )
+
+
 class ConcurrencyError(LakehouseError):
     """Another run holds the lock, or a table commit kept losing races after bounded retries."""
 

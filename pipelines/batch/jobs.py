@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from conf.errors import InputError
+from conf.errors import InputError, LakehouseError, StageError, error_text
 from conf.settings import Settings
 from conf.tables import TABLES
 from pipelines.runtime.engine import open_session
@@ -143,10 +143,15 @@ def run_job(
                         crash_point(f"before_{stage}")
                         if on_stage:
                             on_stage(stage)
-                        reports.append(
-                            _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver,
-                                       kafka_messages, openmetadata=after_audit)  # fmt: skip
-                        )
+                        try:
+                            reports.append(
+                                _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver,
+                                           kafka_messages, openmetadata=after_audit)  # fmt: skip
+                            )
+                        except LakehouseError:
+                            raise  # the project's own errors name their field and value already
+                        except Exception as exc:  # the engine's errors (pyspark, grpc, OS) are not one family
+                            raise _stage_error(spark, settings, stage, versions_before, exc) from exc
                         crash_point(f"after_{stage}")
                 reports.extend(side)
                 versions_after = {key: maintenance.version(key) for key in TABLES}
@@ -171,6 +176,27 @@ def run_job(
             tracker.log_metrics(run_metrics(summary))
             tracker.summary["run"] = summary.as_dict()
     return summary
+
+
+# The progress stage whose pending batches a failed job stage was working on.
+_PROGRESS_STAGE = {"refine": "refine", "publish": "publish_audit"}
+
+
+def _stage_error(
+    spark: SparkSession, settings: Settings, stage: str, versions_before: dict[str, int], exc: BaseException
+) -> StageError:
+    """What a failed stage was doing and what the run had committed: read afresh, best effort."""
+    batch_ids: list[str] = []
+    committed: list[str] = []
+    with contextlib.suppress(Exception):  # the engine may be what failed: the message must still be made
+        if stage in _PROGRESS_STAGE:
+            from pipelines.runtime.progress import pending_batches
+
+            batch_ids = pending_batches(spark, settings, _PROGRESS_STAGE[stage])
+    with contextlib.suppress(Exception):
+        maintenance = maintenance_for(settings, spark)
+        committed = [key for key in TABLES if maintenance.version(key) != versions_before.get(key)]
+    return StageError(stage, batch_ids, committed, error_text(exc))
 
 
 def _run_stage(

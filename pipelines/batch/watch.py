@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable, error_text
+from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable, StageError, error_text
 from conf.locations import Location, ObjectLocation
 from conf.settings import Settings
 from pipelines.batch.jobs import (
@@ -93,7 +93,7 @@ def retry_transient(
     """Run `action`, retrying an engine failure up to `attempts` times with doubling backoff.
 
     Project errors (LakehouseError: bad input, configuration, a held lock) are not transient and are
-    raised at once; anything else (a Spark or connection error) is retried.
+    raised at once; anything else (a Spark or connection error, or a StageError caused by one) is retried.
 
     Raises:
         LakehouseError: as raised by `action`.
@@ -102,9 +102,10 @@ def retry_transient(
     for attempt in range(attempts + 1):
         try:
             return action()
-        except LakehouseError:
-            raise
         except Exception as exc:  # the engine's own errors (pyspark, grpc) are not one family
+            # A stage that failed on an engine error (StageError) is as transient as its cause.
+            if isinstance(exc, LakehouseError) and not isinstance(exc, StageError):
+                raise
             if attempt == attempts:
                 raise
             on_retry(attempt + 1, exc)

@@ -2,7 +2,9 @@
 
 Set LAKEHOUSE_CRASH_AT to a point's name to have the process SIGKILL itself there; `name@MS` kills it
 MS milliseconds after the point is passed instead, which lands the kill in the middle of the work that
-follows (a MERGE, a file write). Unset, a crash point costs one dictionary lookup.
+follows (a MERGE, a file write). Set LAKEHOUSE_FAIL_AT to a point's name to have it raise InjectedFailure
+there instead: an error the project did not raise on purpose, as the engine's are. Unset, a crash point
+costs two dictionary lookups.
 """
 
 from __future__ import annotations
@@ -12,10 +14,21 @@ import signal
 import threading
 
 CRASH_ENV = "LAKEHOUSE_CRASH_AT"
+FAIL_ENV = "LAKEHOUSE_FAIL_AT"
+
+
+class InjectedFailure(RuntimeError):
+    """The failure LAKEHOUSE_FAIL_AT asks for: stands for an engine or system error at that point."""
 
 
 def crash_point(name: str) -> None:
-    """SIGKILL this process here (or after a delay) when LAKEHOUSE_CRASH_AT names this point."""
+    """SIGKILL this process here (or after a delay) when LAKEHOUSE_CRASH_AT names this point.
+
+    Raises:
+        InjectedFailure: when LAKEHOUSE_FAIL_AT names this point.
+    """
+    if os.environ.get(FAIL_ENV) == name:
+        raise InjectedFailure(f"failure injected at {name} ({FAIL_ENV})")
     wanted = os.environ.get(CRASH_ENV)
     if not wanted:
         return

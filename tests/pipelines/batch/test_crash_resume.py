@@ -129,3 +129,26 @@ def test_two_runs_started_together_do_not_corrupt_anything(spark, inputs, uninte
         if key not in ("ops.stage_progress", "ops.audit_chain"):
             assert actual[key] == expected[key], key
     assert chain_shape(spark, tmp_path) == chain_shape(spark, uninterrupted)
+
+
+def test_a_stage_that_fails_says_where_what_was_committed_and_the_next_run_resumes(spark, inputs, uninterrupted, tmp_path):
+    failed = run_cli(*RUN, str(inputs), home=tmp_path, env={"LAKEHOUSE_FAIL_AT": "publish_audit.merged"}, check=False)
+    assert failed.returncode == 1, failed.stderr
+    assert "Traceback" not in failed.stderr
+    [message] = [line for line in failed.stderr.splitlines() if line.strip()]
+    [batch_id] = _landed_batches(spark, tmp_path)
+    assert message.startswith(f"error: stage publish failed on batch {batch_id};"), message
+    assert "committed to bronze." in message and "gold.audit_events" in message, message
+    assert "The next run resumes at publish" in message and "InjectedFailure" in message, message
+    run_cli(*RUN, str(inputs), home=tmp_path)
+    expected = table_contents(spark, uninterrupted)
+    actual = table_contents(spark, tmp_path)
+    for key in TABLES:
+        if key not in ("ops.stage_progress", "ops.audit_chain"):
+            assert actual[key] == expected[key], f"{key} differs after a failed publish and a second run"
+    assert chain_shape(spark, tmp_path) == chain_shape(spark, uninterrupted)
+
+
+def _landed_batches(spark, home: Path) -> list[str]:
+    location = table_location(make_settings(home), "bronze.landed_files")
+    return sorted({r.batch_id for r in spark.read.format("delta").load(str(location)).select("batch_id").collect()})
