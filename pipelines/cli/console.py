@@ -141,6 +141,11 @@ def print_rows(
         print_table(rows, columns, title=title, time_columns=time_columns)
 
 
+def listing_title(title: str, shown: int, more: bool, option: str) -> str:
+    """A listing's title with its row count, naming the option that shows more when rows were left out."""
+    return f"{title}: the first {shown} ({option} N shows more)" if more else f"{title} ({shown})"
+
+
 def iso_utc(millis: Any) -> Any:
     """Epoch milliseconds as ISO-8601 UTC (`2023-11-19T17:30:32Z`, milliseconds shown when not zero); other values as given."""
     if not isinstance(millis, (int, float, Decimal)) or isinstance(millis, bool):

@@ -9,7 +9,7 @@ import time
 import typer
 
 from pipelines.cli.args import parse_time_ms
-from pipelines.cli.console import console, print_table, with_iso_times
+from pipelines.cli.console import console, listing_title, print_table, with_iso_times
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +46,9 @@ def register(app: typer.Typer) -> None:
             sys.stdout.writelines(json.dumps(with_iso_times(r, ("accessedAt",)), sort_keys=True) + "\n" for r in records)
             return
         columns = ["accessedAt", "principal", "endpoint", "outcome", "status", "resultCount", "clientAddress", "filters"]
-        print_table([{**r, "filters": json.dumps(r["filters"], sort_keys=True)} for r in records], columns, title="Access log",
+        # The API caps a page at `size`: a full page may have more behind it.
+        title = listing_title("Access log", len(records), len(records) == size, "--size")
+        print_table([{**r, "filters": json.dumps(r["filters"], sort_keys=True)} for r in records], columns, title=title,
                     time_columns=("accessedAt",))  # fmt: skip
 
     @access_app.command("prune")

@@ -7,7 +7,7 @@ import time
 import typer
 
 from pipelines.cli.args import parse_time_ms
-from pipelines.cli.console import CSV_HELP, console, print_rows
+from pipelines.cli.console import CSV_HELP, console, listing_title, print_rows
 
 
 def register(app: typer.Typer) -> None:
@@ -73,8 +73,9 @@ def register(app: typer.Typer) -> None:
                 since_ms=parse_time_ms(since, "--since") if since else None,
                 actor=actor,
                 granularity=granularity,
-                limit=limit,
+                limit=limit + 1,  # one more tells whether there are more to name --limit for
             )
+        more, rows = len(rows) > limit, rows[:limit]
         table = [
             {
                 "actor": r["actor"],
@@ -87,7 +88,8 @@ def register(app: typer.Typer) -> None:
             for r in rows
         ]
         columns = ["actor", "window", "score", "kind", "top feature", "model"]
-        print_rows(table, columns, title="Unusual activity", as_json=as_json, as_csv=as_csv, json_rows=rows)
+        title = listing_title("Unusual activity", len(table), more, "--limit")
+        print_rows(table, columns, title=title, as_json=as_json, as_csv=as_csv, json_rows=rows)
 
 
 def _describe(feature: dict) -> str:

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from conf.errors import InputError
-from pipelines.cli.console import CSV_HELP, console, format_duration, print_rows, print_table, print_text, progress_bars
+from pipelines.cli.console import (
+    CSV_HELP, console, format_duration, listing_title, print_rows, print_table, print_text, progress_bars,
+)  # fmt: skip
 
 if TYPE_CHECKING:  # the stages import the engine: imported when a command runs
     from pipelines.batch.jobs import RunSummary, StageReport
@@ -70,7 +72,9 @@ def register(app: typer.Typer) -> None:
         """List recent pipeline runs (MLflow) with their key metrics."""
         from pipelines.runtime.tracking import recent_runs
 
-        runs = recent_runs(state_of(ctx).settings, limit)
+        # One more than asked for tells whether there are more to name --limit for.
+        runs = recent_runs(state_of(ctx).settings, limit + 1)
+        more, runs = len(runs) > limit, runs[:limit]
         rows = [
             {
                 "run_id": r["run_id"],
@@ -85,7 +89,8 @@ def register(app: typer.Typer) -> None:
             for r in runs
         ]
         columns = ["run_id", "name", "status", "duration_s", "landed", "quarantined", "events", "audit_rows"]
-        print_rows(rows, columns, title="Recent runs", as_json=as_json, as_csv=as_csv, json_rows=runs)
+        title = listing_title("Recent runs", len(rows), more, "--limit")
+        print_rows(rows, columns, title=title, as_json=as_json, as_csv=as_csv, json_rows=runs)
 
     @app.command("export-sql")
     def export_sql_command(

@@ -16,6 +16,7 @@ from pipelines.cli.console import (
     format_cell,
     format_duration,
     iso_utc,
+    listing_title,
     print_rows,
     print_table,
     render_table,
@@ -155,3 +156,8 @@ def test_csv_and_json_hold_the_full_values(capsys):
     assert json.loads(capsys.readouterr().out) == rows[0]
     with pytest.raises(InputError, match="--json, --csv"):
         print_rows(rows, ["run_id"], as_json=True, as_csv=True)
+
+
+def test_a_listing_title_counts_its_rows_and_names_the_option_that_shows_more():
+    assert listing_title("Recent runs", 3, False, "--limit") == "Recent runs (3)"
+    assert listing_title("Recent runs", 10, True, "--limit") == "Recent runs: the first 10 (--limit N shows more)"
