@@ -127,7 +127,7 @@ def create_table_sql(table_key: str, schema: str | None = None) -> sql.Composed:
         for name, kind in table_spec(table_key).column_types
     ]
     columns += [
-        sql.SQL("{} timestamptz GENERATED ALWAYS AS (to_timestamp({} / 1000.0)) STORED").format(
+        sql.SQL("{} timestamptz GENERATED ALWAYS AS (to_timestamp({}::double precision / 1000)) STORED").format(
             sql.Identifier(name), sql.Identifier(millis)
         )  # fmt: skip
         for millis, name in TIME_COLUMNS.get(table_key, ())
