@@ -35,12 +35,14 @@ export function urnCell(urn) {
   return cell;
 }
 
-// A table row: text breaks only between words, urns also after their punctuation.
+// A table row: text breaks only between words, urns also after their punctuation, long values anywhere.
 export function row(values) {
   const tr = el("tr");
   for (const value of values) {
     if (value instanceof Node) tr.appendChild(value);
     else if (typeof value === "string" && value.startsWith("urn:li:")) tr.appendChild(urnCell(value));
+    // Text with a run of more than 40 characters without a space (a value, not a word) may break anywhere.
+    else if (typeof value === "string" && /\S{41}/.test(value)) tr.appendChild(el("td", value, { class: "long" }));
     else tr.appendChild(el("td", value ?? ""));
   }
   return tr;
