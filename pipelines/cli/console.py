@@ -156,11 +156,12 @@ def iso_utc(millis: Any) -> Any:
 
 
 def with_iso_times(row: Mapping[str, Any], time_columns: Sequence[str]) -> dict[str, Any]:
-    """The row with `<column>_utc` (ISO-8601) beside each epoch-millisecond column it holds."""
+    """The row with `<column>_utc` (`<column>Utc` for a camelCase name) in ISO-8601 beside each epoch-ms column."""
     out = dict(row)
     for column in time_columns:
         if column in row:
-            out[f"{column}_utc"] = iso_utc(row[column])
+            camel = "_" not in column and column != column.lower()
+            out[f"{column}Utc" if camel else f"{column}_utc"] = iso_utc(row[column])
     return out
 
 

@@ -21,6 +21,7 @@ from pipelines.cli.console import (
     print_table,
     render_table,
     vertical_text,
+    with_iso_times,
 )
 from tests.conftest import make_settings
 
@@ -73,6 +74,7 @@ def test_time_columns_are_iso_in_tables_and_csv_and_both_in_json(capsys):
     assert capsys.readouterr().out.splitlines()[1] == "2023-11-19T17:30:32Z,urn:li:corpuser:a"
     print_rows(rows, ["event_time", "actor"], time_columns=["event_time"], as_json=True)
     assert json.loads(capsys.readouterr().out) == {**rows[0], "event_time_utc": "2023-11-19T17:30:32Z"}
+    assert with_iso_times({"accessedAt": 1700415032000}, ["accessedAt"])["accessedAtUtc"] == "2023-11-19T17:30:32Z"
 
 
 def test_ids_are_never_cut_and_every_line_fits_80_columns(capsys, terminal):
