@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "pipelines.bench.anomalies",
     "pipelines.bench.metrics",
     "pipelines.bench.sql_server",
+    "pipelines.bench.life",
 )
 
 # The top-level commands by task, in the order `lakehouse --help` shows them.
@@ -169,9 +170,12 @@ def _panel_position(name: str) -> tuple[int, int]:
 
 
 def _plain_metavars(command: typer.core.TyperCommand | typer.core.TyperGroup) -> None:
-    """Set the value hint of each option of `command` and its subcommands: none for a flag, the element's type for a list."""
+    """Set the value hints of `command` and its subcommands: none for a flag, the element's type for a list,
+    an argument's name in capitals (`lakehouse history URN`)."""
     help_option = command.get_help_option(typer.Context(command))
     for param in [*command.params, *([help_option] if help_option else [])]:
+        if param.metavar is None and isinstance(param, typer.core.TyperArgument):
+            param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")  # usage: history URN
         if param.metavar is not None or not isinstance(param, typer.core.TyperOption):
             continue
         if param.is_flag:
