@@ -175,7 +175,7 @@ def _plain_metavars(command: typer.core.TyperCommand | typer.core.TyperGroup) ->
     help_option = command.get_help_option(typer.Context(command))
     for param in [*command.params, *([help_option] if help_option else [])]:
         if param.metavar is None and isinstance(param, typer.core.TyperArgument):
-            param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")  # usage: history URN
+            param.metavar = param.name.upper()  # usage: history URN
         if param.metavar is not None or not isinstance(param, typer.core.TyperOption):
             continue
         if param.is_flag:
