@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conf.errors import error_text
 from conf.settings import Settings
 from conf.tables import table_spec
 from gold.audit_chain import CHAINED_TABLES
@@ -44,8 +45,7 @@ def table_history_findings(
         try:
             history = maintenance.history(table_key)
         except Exception as exc:  # noqa: BLE001 - a history that cannot be read hides what it held
-            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            findings.append((table_key, f"its Delta history cannot be read: {first_line}", ()))
+            findings.append((table_key, f"its Delta history cannot be read ({error_text(exc)})", ()))
             continue
         unexpected = unexpected_commits(settings, table_key, history, chain, now_ms)
         if unexpected:

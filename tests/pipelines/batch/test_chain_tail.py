@@ -201,3 +201,20 @@ def test_a_checkpoint_setting_that_is_not_absolute_is_refused_naming_it(tmp_path
         load_settings("local", home=tmp_path, env={}, overrides=["audit_chain.checkpoint=head.json"])
     settings = load_settings("local", home=tmp_path, env={}, overrides=["audit_chain.checkpoint=s3://auditors/prod/head.json"])
     assert settings.audit_chain.checkpoint == "s3://auditors/prod/head.json"
+
+
+def test_the_checkpoint_can_be_kept_on_object_storage(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from pipelines.bench.silver_remote import s3_server
+    from pipelines.serving.access_log import arrow_schema
+
+    with s3_server(tmp_path, bucket="auditors-checkpoint") as endpoint:
+        for name, value in endpoint.options.items():
+            monkeypatch.setenv(name, value)  # a bucket outside the home is reached with the standard variables
+        url = "s3://auditors-checkpoint/prod/head.json"
+        settings = dataclasses.replace(make_settings(tmp_path / "home"), audit_chain=AuditChainSettings(checkpoint=url))
+        rows = pa.Table.from_pylist([_access_record("a-s3")], schema=arrow_schema())
+        link = ArrowChainLinker(settings).link(ACCESS_TABLE, "access-s3", rows, 1)
+        checkpoint = read_checkpoint(url)
+    assert checkpoint.source == url and checkpoint.head == {k: link[k] for k in checkpoint.head}
