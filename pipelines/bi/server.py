@@ -19,7 +19,7 @@ from conf.errors import ConfigError, LakehouseError, SourceUnavailable
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.bi.access import apply_access, bi_roles
-from pipelines.bi.cluster import DATABASE, STATE_FILE, writer_conninfo
+from pipelines.bi.cluster import DATABASE, LOG_FILE, STATE_FILE, writer_conninfo
 from pipelines.bi.lockdown import restore_roles
 from pipelines.bi.replica import READER_ROLE, check_reader_password, prepare_reader, prepare_schemas, replicated_tables
 from pipelines.bi.sync import TableSync, replica_versions, sync_replica
@@ -66,7 +66,7 @@ def prepare_replica(settings: Settings, password: str | None) -> list[TableSync]
     return results
 
 
-def prepare_until_synced(settings: Settings, password: str | None, stop: threading.Event,
+def prepare_until_synced(settings: Settings, password: str | None, stop: threading.Event, process: subprocess.Popen | None,
                          on_error: Callable[[BaseException], None]) -> list[TableSync] | None:  # fmt: skip
     """prepare_replica, tried again every FIRST_SYNC_RETRY_SECONDS after a failure it may recover from.
 
@@ -74,7 +74,8 @@ def prepare_until_synced(settings: Settings, password: str | None, stop: threadi
         The first sync's results, or None when `stop` was set first.
 
     Raises:
-        ConfigError: as prepare_replica (a missing password is not retried).
+        ConfigError: as prepare_replica (a missing password is not retried), or when the managed
+            PostgreSQL server exits on its own.
     """
     while True:
         try:
@@ -82,6 +83,9 @@ def prepare_until_synced(settings: Settings, password: str | None, stop: threadi
         except ConfigError:
             raise
         except SYNC_ERRORS as exc:
+            if process is not None and process.poll() is not None:
+                raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode} "
+                                  f"(see {settings.secret_path(LOG_FILE)})") from None  # fmt: skip
             on_error(exc)
         if stop.wait(FIRST_SYNC_RETRY_SECONDS):
             return None
@@ -133,7 +137,7 @@ def serve_forever(
     interval = settings.bi.sync_interval_seconds
     while not stop.wait(interval if interval > 0 else GUARD_INTERVAL_SECONDS):
         if process is not None and process.poll() is not None:
-            raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode} (see {settings.secret_path('bi/postgres.log')})")
+            raise ConfigError(f"sql-server: PostgreSQL exited with {process.returncode} (see {settings.secret_path(LOG_FILE)})")
         try:
             for restored in guard_roles(settings):
                 on_line(f"put back {restored} (a BI role changed it itself)")

@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
                     raise SourceUnavailable(f"sql-server: the replica could not be synced: {exc}".strip()) from None
             else:
                 # Until the first sync ends, only the sync logs in (BI users would see empty tables).
-                results = prepare_until_synced(settings, password, stop, on_error=print_error)
+                results = prepare_until_synced(settings, password, stop, process, on_error=print_error)
             if process is not None:
                 open_logins(settings, tls)
             print_table([r.__dict__ for r in results], ["table_key", "from_version", "to_version", "mode", "rows", "seconds"],
