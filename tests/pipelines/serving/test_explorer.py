@@ -171,6 +171,8 @@ def test_unknown_token_shows_sign_in_then_the_right_token_searches(browser, expl
     # Nothing to sign out of, nor to navigate to, before signing in.
     assert not browser.find_element(By.ID, "sign-out").is_displayed()
     assert not browser.find_element(By.ID, "nav-search").is_displayed()
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(IMAGES / "explorer-sign-in.png"))
     token = browser.find_element(By.ID, "token")
     token.send_keys("not-a-token")
     token.submit()
