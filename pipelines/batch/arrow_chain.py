@@ -22,7 +22,7 @@ from conf.tables import table_location, table_spec
 from gold.audit_chain import CHAINED_TABLES, GENESIS_DIGEST, BatchDigest, canonical_json_lines, new_link
 from pipelines.batch.chain_checkpoint import write_checkpoint_or_log
 from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
-from pipelines.runtime.storage import delta_storage_options, open_source
+from pipelines.runtime.storage import delta_storage_options, open_source, table_exists
 
 _LINK_COLUMN_TYPES = {"BIGINT": pa.int64(), "STRING": pa.string()}
 # Links appended one commit each by a long-running process: a checkpoint every so many keeps the log short.
@@ -87,7 +87,7 @@ class ArrowChainLinker:
         from deltalake import DeltaTable
 
         if self._table is None:
-            if not DeltaTable.is_deltatable(self._location, storage_options=self._options):
+            if not table_exists(self._location):
                 return 0, GENESIS_DIGEST
             self._table = DeltaTable(self._location, storage_options=self._options)
         else:

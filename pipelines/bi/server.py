@@ -24,7 +24,7 @@ from pipelines.bi.lockdown import restore_roles
 from pipelines.bi.replica import READER_ROLE, check_reader_password, prepare_reader, prepare_schemas, replicated_tables
 from pipelines.bi.sync import TableSync, replica_versions, sync_replica
 from pipelines.runtime.progress import StageResult
-from pipelines.runtime.storage import delta_storage_options
+from pipelines.runtime.storage import delta_storage_options, table_exists
 
 SYNC_STAGE = "sync_bi_replica"
 # What a sync may meet and be tried again after: the replica or the Delta log not answering, a lock held.
@@ -189,7 +189,7 @@ def replica_status(settings: Settings) -> dict[str, Any]:
     for key in replicated_tables():
         location = table_location(settings, key)
         options = delta_storage_options(location)
-        delta = DeltaTable(str(location), storage_options=options) if DeltaTable.is_deltatable(str(location), storage_options=options) else None
+        delta = DeltaTable(str(location), storage_options=options) if table_exists(location) else None
         delta_version = delta.version() if delta else None
         replica_version = versions.get(key)
         behind = 0 if delta_version is None else delta_version - (replica_version if replica_version is not None else -1)

@@ -61,7 +61,7 @@ from pipelines.bi.replica import (
     replica_table,
     replicated_tables,
 )
-from pipelines.runtime.storage import delta_storage_options, open_source, storage_for
+from pipelines.runtime.storage import delta_storage_options, open_source, storage_for, table_exists
 
 NO_VERSION = -1
 # A switch is tried this many times, each waiting at most bi.lock_timeout_ms, with these pauses between.
@@ -457,7 +457,7 @@ def sync_table(conn: Connection, conninfo: str, settings: Settings, table_key: s
     location = table_location(settings, table_key)
     options = delta_storage_options(location)
     with phases.phase("open"):
-        if not DeltaTable.is_deltatable(str(location), storage_options=options):
+        if not table_exists(location):
             return TableSync(table_key, from_version, None, "missing", phases=phases.rounded())
         version = DeltaTable(str(location), storage_options=options, without_files=True).version()
     spec = table_spec(table_key)

@@ -6,10 +6,11 @@ from pyspark.sql import SparkSession
 
 from conf.settings import Settings
 from conf.settings_sections import LAYERS
-from conf.tables import ADDED_COLUMNS, TABLES, TableSpec, schema_name, table_location, table_name
+from conf.tables import ADDED_COLUMNS, TABLES, TableSpec, schema_name, table_name
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import sql_string
 from pipelines.runtime.maintenance import maintenance_for
+from pipelines.runtime.storage import table_exists
 
 
 def create_table_sql(settings: Settings, spec: TableSpec) -> str:
@@ -22,9 +23,9 @@ def create_table_sql(settings: Settings, spec: TableSpec) -> str:
     name = table_name(settings, spec.key)
     if settings.catalog.managed_tables:
         return f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}{_properties(spec)}"
-    location = table_location(settings, spec.key)
+    location = home_of(settings).table_location(spec.key)
     quoted = sql_string(str(location))
-    if home_of(settings).storage.has_files(location / "_delta_log"):
+    if table_exists(location):
         # An existing table keeps the schema in its log; the embedded engine mis-compares declared MAP
         # columns with the stored ones, so existing tables are registered by location alone.
         return f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {quoted}"

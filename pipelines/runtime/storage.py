@@ -348,6 +348,17 @@ def file_exists(path: str) -> bool:
     return storage_for(location).stat(location) is not None
 
 
+def table_exists(location: str | Location) -> bool:
+    """Whether a Delta table is at `location`, a local path or an object-storage location or URL.
+
+    The one existence check of the project: a table exists once its log holds a file. Listing the log
+    is one request on object storage, where `Path` calls do not apply and delta-rs's own check would
+    read the whole log.
+    """
+    location = parse_location(location)
+    return storage_for(location).has_files(location / "_delta_log")
+
+
 def delta_storage_options(location: str | Location) -> dict[str, str] | None:
     """The storage options delta-rs needs for a table at `location` (None for a local one)."""
     if not is_object_url(location) and not isinstance(location, ObjectLocation):

@@ -23,7 +23,7 @@ from conf.settings import Settings
 from conf.tables import table_location
 from gold.scopes import ADMIN, UNSCOPED, Principal, Scope, parse_scope, scope_within, visible_events
 from gold.search import SearchRequest
-from pipelines.runtime.storage import delta_storage_options
+from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import ACCESS_TABLE, SCOPE_KEY, AccessLogMiddleware, AccessLogWriter, note_result
 from pipelines.serving.identity import Authenticator
 
@@ -173,7 +173,7 @@ def read_access_log(location: Any, query: Mapping[str, Any], scope: Scope = UNSC
     """
     from deltalake import DeltaTable
 
-    if not (location / "_delta_log").is_dir():
+    if not table_exists(location):
         return []
     condition = None
     for name, column in (("principal", "principal"), ("endpoint", "endpoint"), ("outcome", "outcome")):

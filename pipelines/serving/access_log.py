@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from gold.scopes import Principal
-from pipelines.runtime.storage import delta_storage_options
+from pipelines.runtime.storage import delta_storage_options, table_exists
 
 ACCESS_TABLE = "ops.access_log"
 log = logging.getLogger("lakehouse.access_log")
@@ -210,7 +210,7 @@ class AccessLogWriter:
         batch_id = f"access-{int(time.time() * 1000)}-{secrets.token_hex(4)}"
         rows = [{**(r() if callable(r) else r), "batch_id": batch_id} for r in records]
         table = pa.Table.from_pylist(rows, schema=arrow_schema())
-        if self._table is None and DeltaTable.is_deltatable(self._location, storage_options=self._options):
+        if self._table is None and table_exists(self._location):
             self._table = DeltaTable(self._location, storage_options=self._options)
         if self._table is None:
             write_deltalake(self._location, table, mode="append", storage_options=self._options, partition_by=list(table_spec(ACCESS_TABLE).partitioned_by))

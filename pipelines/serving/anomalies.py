@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
-from pipelines.runtime.storage import delta_storage_options, storage_for
+from pipelines.runtime.storage import delta_storage_options, table_exists
 from gold.serving_contract import BUCKET_MS
 from gold.auth import AUDIT_READ
 from pipelines.cli.args import parse_time_ms
@@ -93,7 +93,7 @@ def read_anomalies(location: Path, query: AnomalyQuery) -> list[dict[str, Any]]:
 
     Ties are broken by actor and window start, so a page is stable. An absent table holds nothing yet.
     """
-    if not storage_for(location).has_files(location / "_delta_log"):
+    if not table_exists(location):
         return []
     dataset = DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
     conditions = [

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location
-from pipelines.runtime.storage import delta_storage_options, storage_for
+from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.anomalies import TABLE as ANOMALIES_TABLE
 from pipelines.serving.anomalies import AnomalyQuery, read_anomalies
 
@@ -27,7 +27,7 @@ AUDIT_TABLE = "gold.audit_events"
 
 def latest_dataset(location: Location) -> ds.Dataset | None:
     """The latest version of the Delta table at `location`, or None while it does not exist."""
-    if not storage_for(location).has_files(location / "_delta_log"):
+    if not table_exists(location):
         return None
     return DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
 

@@ -32,7 +32,7 @@ from pipelines.batch.audit_report import (
 )  # fmt: skip
 from pipelines.batch.arrow_chain import last_link
 from pipelines.batch.chain_keys import CHAIN_TABLE
-from pipelines.runtime.storage import delta_storage_options, storage_for
+from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import AccessNote, current_note, note_result
 from pipelines.serving.explorer_data import latest_dataset
 from pipelines.serving.scoped_reads import EntityDomains, change_event_scope
@@ -47,7 +47,7 @@ EVENT_COLUMNS = ("event_time", "event_id", "actor", "entity_urn", "entity_type",
 def chain_head(settings: Settings) -> str:
     """The digest of the audit chain's newest link (all zeros for an empty chain), read with delta-rs."""
     location = table_location(settings, CHAIN_TABLE)
-    if not storage_for(location).has_files(location / "_delta_log"):
+    if not table_exists(location):
         return GENESIS_DIGEST
     last = last_link(DeltaTable(str(location), storage_options=delta_storage_options(location)), str(location))
     return GENESIS_DIGEST if last is None else last["link_digest"]

@@ -28,7 +28,7 @@ from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location
 from gold.scopes import Scope, change_event_condition
-from pipelines.runtime.storage import delta_storage_options, storage_for
+from pipelines.runtime.storage import delta_storage_options, table_exists
 
 AUDIT_TABLE = "gold.audit_events"
 
@@ -106,7 +106,7 @@ class EntityDomains:
         self._cached: tuple[int, pa.Table] | None = None
 
     def _newest_domains(self) -> pa.Table:
-        if not storage_for(self._location).has_files(self._location / "_delta_log"):
+        if not table_exists(self._location):
             return pa.table({"entity_urn": pa.array([], pa.string()), "domain": pa.array([], pa.string())})
         table = DeltaTable(str(self._location), storage_options=delta_storage_options(self._location))
         version = table.version()

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from conf.errors import ConfigError, RequestError
 from conf.locations import is_object_url
-from pipelines.runtime.storage import delta_storage_options, file_exists
+from pipelines.runtime.storage import delta_storage_options, file_exists, table_exists
 from pipelines.serving.index import FileIndex, build_file_index
 
 # Pinned versions kept open besides the latest: scrolls that started a few publishes ago.
@@ -104,7 +104,7 @@ def open_snapshot(
             the path.
     """
     options = delta_storage_options(location)
-    if version is None and not DeltaTable.is_deltatable(location, storage_options=options):
+    if version is None and not table_exists(location):
         return Snapshot(version=NO_TABLE, files=())
     table = DeltaTable(location, version=version, storage_options=options)
     features = [f for f in (table.protocol().reader_features or []) if f in UNSUPPORTED_READER_FEATURES]
@@ -200,7 +200,7 @@ class TableSnapshots:
 
     def _refresh(self) -> None:
         if self._probe is None:
-            if not DeltaTable.is_deltatable(self._location, storage_options=self._options):
+            if not table_exists(self._location):
                 return
             self._probe = DeltaTable(self._location, storage_options=self._options)
         self._probe.update_incremental()

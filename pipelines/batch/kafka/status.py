@@ -7,7 +7,7 @@ from typing import Any
 from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_location
-from pipelines.runtime.storage import delta_storage_options
+from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.batch.kafka.client import TopicPartition, end_offsets, open_consumer, topic_partitions
 from pipelines.batch.kafka.offsets import next_offsets
 from pipelines.batch.landing.model import KAFKA_OFFSETS_TABLE, LEDGER_TABLE
@@ -52,10 +52,7 @@ def bronze_offsets(settings: Settings) -> dict[TopicPartition, int]:
     offsets_path = str(table_location(settings, KAFKA_OFFSETS_TABLE))
     ledger_path = str(table_location(settings, LEDGER_TABLE))
     options = delta_storage_options(offsets_path)
-    if not (
-        DeltaTable.is_deltatable(offsets_path, storage_options=options)
-        and DeltaTable.is_deltatable(ledger_path, storage_options=options)
-    ):
+    if not (table_exists(offsets_path) and table_exists(ledger_path)):
         return {}
     # The query engine honours deletion vectors (rows of discarded batches), the plain Arrow reader refuses.
     query = (

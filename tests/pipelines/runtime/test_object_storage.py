@@ -266,3 +266,26 @@ def test_file_sink_and_mce_objects_land_on_an_s3_home_as_local_files_do(s3, tmp_
     assert sorted((r["source_kind"], r["line_number"], r["record_hash"]) for r in rows) == expected
     assert {kind for kind, _, _ in expected} == {"file-sink", "mce"}
     assert not Storage(s3.options).has_files(parse_location(f"{home}/_scratch"))
+
+
+def test_table_exists_answers_for_a_local_path_an_object_location_and_its_url(s3, tmp_path):
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    from pipelines.runtime.storage import table_exists
+
+    rows = pa.table({"n": [1, 2]})
+    local = tmp_path / "local_table"
+    assert not table_exists(local)
+    local.mkdir()
+    assert not table_exists(local) and not table_exists(str(local))
+    write_deltalake(str(local), rows)
+    assert table_exists(local) and table_exists(str(local))
+    remote = ObjectLocation("s3", BUCKET, "exists/table")
+    Storage(s3.options).write_bytes(remote / "part.txt", b"not a table")
+    from pipelines.runtime.storage import register_storage
+
+    register_storage(Storage(s3.options), [remote])
+    assert not table_exists(remote) and not table_exists(str(remote))
+    write_deltalake(str(remote), rows, storage_options=s3.options)
+    assert table_exists(remote) and table_exists(str(remote))
