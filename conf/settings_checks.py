@@ -7,10 +7,13 @@ failed there, so a bad value is reported once.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 from conf.settings_sections import (
+    BACKFILL_ENGINES,
+    BACKFILL_TLS_MODES,
     ENGINE_KINDS,
     KAFKA_FORMATS,
     KAFKA_TOPIC_KINDS,
@@ -21,6 +24,7 @@ from conf.settings_sections import (
     SEARCH_MAX_SIZE,
     SERVE_ENGINES,
     AnomalySettings,
+    BackfillSettings,
     BiSettings,
     KafkaSettings,
     ServeSettings,
@@ -100,6 +104,7 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
         problems.append(f"storage.file_access: {settings.storage.file_access!r} is not one of {', '.join(FILE_ACCESS)}")
     problems.extend(_check_anomalies(settings.anomalies, ok))
     problems.extend(_check_kafka(settings.ingest.kafka, ok))
+    problems.extend(_check_backfill(settings.ingest.backfill, ok))
     if ok("audit_chain.signing") and settings.audit_chain.signing not in ("none", "hmac", "ed25519"):
         problems.append(f"audit_chain.signing: {settings.audit_chain.signing!r} is not one of none, hmac, ed25519")
     if ok("audit_chain.max_examples") and settings.audit_chain.max_examples < 1:
@@ -140,6 +145,23 @@ def _is_databricks_uri(uri: str | None) -> bool:
 def _is_urn(value: str) -> bool:
     parts = value.split(":", 3)
     return len(parts) == 4 and parts[0] == "urn" and parts[1] == "li" and bool(parts[2]) and bool(parts[3])
+
+
+def _check_backfill(backfill: BackfillSettings, ok) -> list[str]:
+    problems = []
+    if ok("ingest.backfill.engine") and backfill.engine not in BACKFILL_ENGINES:
+        problems.append(f"ingest.backfill.engine: {backfill.engine!r} is not one of {', '.join(BACKFILL_ENGINES)}")
+    if ok("ingest.backfill.tls_mode") and backfill.tls_mode not in BACKFILL_TLS_MODES:
+        problems.append(
+            f"ingest.backfill.tls_mode: {backfill.tls_mode!r} is not one of {', '.join(BACKFILL_TLS_MODES)}"
+        )
+    if ok("ingest.backfill.port") and not 0 < backfill.port < 65536:
+        problems.append(f"ingest.backfill.port: {backfill.port!r} must be between 1 and 65535")
+    if ok("ingest.backfill.window_rows") and backfill.window_rows < 1:
+        problems.append(f"ingest.backfill.window_rows: {backfill.window_rows!r} must be at least 1")
+    if ok("ingest.backfill.table") and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", backfill.table):
+        problems.append(f"ingest.backfill.table: {backfill.table!r} is not a table name (letters, digits, _)")
+    return problems
 
 
 def _check_kafka(kafka: KafkaSettings, ok) -> list[str]:

@@ -92,6 +92,33 @@ class KafkaSettings:
         return {topic: kind for topic, kind in sorted(self.topics.items()) if kind != "none"}
 
 
+BACKFILL_ENGINES = ("postgres", "mariadb")
+BACKFILL_TLS_MODES = ("disable", "prefer", "require", "verify-ca", "verify-full")
+
+
+@dataclass(frozen=True)
+class BackfillSettings:
+    """DataHub's own database (`metadata_aspect_v2`) as a one-time source of its whole history."""
+
+    engine: str = "postgres"
+    host: str = "127.0.0.1"
+    port: int = 5432
+    database: str = "datahub"
+    user: str = "datahub"
+    password_file: str | None = None
+    password_env: str = "LAKEHOUSE_BACKFILL_PASSWORD"
+    table: str = "metadata_aspect_v2"
+    tls_mode: str = "prefer"
+    tls_ca_file: str | None = None
+    window_rows: int = 100000
+    source_name: str | None = None
+
+    @property
+    def provenance(self) -> str:
+        """The name the backfilled rows carry as their source (`source_name`, else engine://host:port/database)."""
+        return self.source_name or f"{self.engine}://{self.host}:{self.port}/{self.database}"
+
+
 @dataclass(frozen=True)
 class IngestSettings:
     """Landing inputs into bronze."""
@@ -100,6 +127,7 @@ class IngestSettings:
     default_actor: str = "urn:li:corpuser:datahub"
     max_record_bytes: int = 1048576
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    backfill: BackfillSettings = field(default_factory=BackfillSettings)
 
 
 @dataclass(frozen=True)
