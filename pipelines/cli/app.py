@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.catalog",
     "pipelines.cli.commands.jobs",
     "pipelines.cli.commands.landing",
+    "pipelines.cli.commands.backfill",
     "pipelines.cli.commands.export",
     "pipelines.cli.commands.silver",
     "pipelines.cli.commands.audit",
@@ -54,8 +55,8 @@ COMMAND_MODULES = (
 
 # The top-level commands by task, in the order `lakehouse --help` shows them.
 COMMAND_PANELS = {
-    "Pipeline": ("run", "status", "runs", "job", "land", "quarantine", "refine", "publish-audit", "publish-openmetadata",
-                 "replay", "generate", "demo"),
+    "Pipeline": ("run", "status", "runs", "job", "land", "backfill", "quarantine", "refine", "publish-audit",
+                 "publish-openmetadata", "replay", "generate", "demo"),
     "Query": ("sql", "describe", "tables", "history", "as-of", "search", "export", "export-sql", "anomalies"),
     "Serve": ("serve", "token", "sql-server", "sql-role", "subscriptions"),
     "Operate": ("verify", "report", "audit-key", "access-log", "maintain"),
