@@ -15,7 +15,7 @@ from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
 from pipelines.batch.audit_chain import link_batches
-from pipelines.batch.state_store import read_entity_domains
+from pipelines.batch.state_store import staged_entity_domains
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, replace_where
@@ -73,13 +73,15 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
         changes_df.select(F.col("aspect_entity_urn").alias("entity_urn"))
     ).filter(F.col("entity_urn").isNotNull())
     # The entity's domain as the state holds it now: scoped readers of the audit API filter on it.
-    domains_df = read_entity_domains(spark, settings, entities_df, home_of(settings).scratch(STAGE, "entity_domains"))
-    audit_df = to_audit_events(usage_df, changes_df, domains_df)
-    per_batch = _counts_per_batch(usage_df, changes_df, audit_df)
-    days = sorted(set().union(*(counts.days for counts in per_batch.values())))
-    appended = True  # nothing written replaced no stored row
+    folder = home_of(settings).scratch(STAGE, "entity_domains")
+    with staged_entity_domains(spark, settings, entities_df, folder) as domains_df:
+        audit_df = to_audit_events(usage_df, changes_df, domains_df)
+        per_batch = _counts_per_batch(usage_df, changes_df, audit_df)
+        days = sorted(set().union(*(counts.days for counts in per_batch.values())))
+        appended = True  # nothing written replaced no stored row
+        if days:
+            appended = merge_audit_events(spark, settings, audit_df, days)
     if days:
-        appended = merge_audit_events(spark, settings, audit_df, days)
         crash_point("publish_audit.merged")
         # Appended rows (every event new) change only the activity rows of the actors they name. A MERGE
         # may have replaced a stored row whose actor the batch does not name: then the days are redone.

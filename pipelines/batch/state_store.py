@@ -19,6 +19,8 @@ The run lock keeps every other writer out meanwhile.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -75,27 +77,33 @@ def read_state(
     return to_current_state(state_df, log_df)
 
 
-def read_entity_domains(spark: SparkSession, settings: Settings, entities_df: DataFrame, folder: Location) -> DataFrame:
+@contextlib.contextmanager
+def staged_entity_domains(
+    spark: SparkSession, settings: Settings, entities_df: DataFrame, folder: Location
+) -> Iterator[DataFrame]:
     """Each of these entities' domain as the current state holds it (`gold.audit.to_entity_domains` rows).
 
     The state's `domains` rows are staged in `folder` before their JSON is parsed: the embedded engine's
     `from_json` fails on the empty record batches that a scan of silver.aspect_state (a table with deletion
     vectors, once a batch was MERGEd into it) yields (docs/scaling.md, "Engine defects worked around").
+    The folder is removed when the block ends: use the rows inside it.
 
     Args:
         spark: the session (tables registered).
         settings: the lakehouse settings.
         entities_df: the entities (an `entity_urn` column).
-        folder: the scratch folder to stage the rows in (replaced).
+        folder: the scratch folder to stage the rows in (replaced, then removed).
 
-    Returns:
+    Yields:
         entity_urn, domain: one row per entity with a live `domains` aspect naming one.
     """
+    storage = home_of(settings).storage
     state_df = read_state(spark, settings, entities_df, aspect_name="domains")
-    staged_df = write_scratch(
-        state_df.select("entity_urn", "aspect_name", "aspect_json", "deleted"), folder, home_of(settings).storage
-    )
-    return to_entity_domains(staged_df)
+    try:
+        staged_df = write_scratch(state_df.select("entity_urn", "aspect_name", "aspect_json", "deleted"), folder, storage)
+        yield to_entity_domains(staged_df)
+    finally:
+        storage.remove_tree(folder)
 
 
 def has_logged_rows(spark: SparkSession, settings: Settings, entities_df: DataFrame) -> bool:

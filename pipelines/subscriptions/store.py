@@ -10,10 +10,11 @@ events of batch B" names the same events on every run: that is what a cursor row
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -458,27 +459,34 @@ def dead_letter_counts(spark: SparkSession, settings: Settings) -> dict[str, int
     return {r.subscription_id: int(r["count"]) for r in rows}
 
 
+@contextlib.contextmanager
 def selected_events(
     spark: SparkSession, settings: Settings, subscription: Subscription, batch_ids: Sequence[str]
-) -> DataFrame:
-    """The events of `batch_ids` a subscription selects, in delivery order (ChangeEvents for openmetadata)."""
+) -> Iterator[DataFrame]:
+    """The events of `batch_ids` a subscription selects, in delivery order (ChangeEvents for openmetadata).
+
+    A domain-scoped subscription stages its entities' domains for the block (`staged_entity_domains`):
+    read the rows inside it.
+    """
+    from pipelines.batch.state_store import staged_entity_domains
+
     events_df = read_table(spark, settings, EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
     change_events_df = read_table(spark, settings, CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
-    if subscription.filters.scope.domains:
-        events_df = _with_domain(spark, settings, events_df, subscription.subscription_id)
-    if subscription.format == "openmetadata":
-        return filter_openmetadata_events(change_events_df, events_df, subscription.filters).orderBy(*OPENMETADATA_ORDER)
-    return filter_change_events(events_df, change_events_df, subscription.filters).orderBy(*ECE_ORDER)
-
-
-def _with_domain(spark: SparkSession, settings: Settings, events_df: DataFrame, subscription_id: str) -> DataFrame:
-    """Add `domain`: the domain of the entity whose aspect each change event wrote, as the state holds it now."""
-    from pipelines.batch.state_store import read_entity_domains
-
-    entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(F.col("entity_urn").isNotNull())
-    folder = home_of(settings).scratch("subscriptions", subscription_id, "entity_domains")
-    domains_df = read_entity_domains(spark, settings, entities_df, folder).withColumnRenamed("entity_urn", "aspect_entity_urn")
-    return events_df.join(domains_df, on="aspect_entity_urn", how="left")
+    with contextlib.ExitStack() as stack:
+        if subscription.filters.scope.domains:
+            # The domain of the entity whose aspect each change event wrote, as the state holds it now.
+            entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(
+                F.col("entity_urn").isNotNull()
+            )
+            folder = home_of(settings).scratch("subscriptions", subscription.subscription_id, "entity_domains")
+            domains_df = stack.enter_context(staged_entity_domains(spark, settings, entities_df, folder))
+            events_df = events_df.join(
+                domains_df.withColumnRenamed("entity_urn", "aspect_entity_urn"), on="aspect_entity_urn", how="left"
+            )
+        if subscription.format == "openmetadata":
+            yield filter_openmetadata_events(change_events_df, events_df, subscription.filters).orderBy(*OPENMETADATA_ORDER)
+        else:
+            yield filter_change_events(events_df, change_events_df, subscription.filters).orderBy(*ECE_ORDER)
 
 
 def pending_counts(
@@ -487,12 +495,8 @@ def pending_counts(
     """Events still to deliver per pending batch (those with none left out)."""
     if not batches:
         return {}
-    rows = (
-        selected_events(spark, settings, subscription, [b.batch_id for b in batches])
-        .groupBy("batch_id")
-        .count()
-        .collect()
-    )
+    with selected_events(spark, settings, subscription, [b.batch_id for b in batches]) as selected_df:
+        rows = selected_df.groupBy("batch_id").count().collect()
     counts = {r.batch_id: int(r["count"]) - cursor.offsets.get(r.batch_id, 0) for r in rows}
     return {batch_id: n for batch_id, n in counts.items() if n > 0}
 
@@ -504,16 +508,16 @@ def load_items(
     from gold.subscriptions import to_ece_item, to_summary_line
     from pipelines.batch.export_ece import ece_document
 
-    ordered_df = selected_events(spark, settings, subscription, [batch_id])
-    if subscription.format == "openmetadata":
-        values = [r.value for r in to_change_event_json(ordered_df).collect()]
-        keys = ordered_df.select("id", "source_entity_urn").collect()
-        return [DeliveryItem(k.id, k.source_entity_urn, v) for k, v in zip(keys, values, strict=True)]
     columns = [
         "event_id", "entity_urn", "entity_type", "category", "operation", "modifier", "parameters", "version",
         "actor", "event_time", "batch_id",
     ]
-    rows = [r.asDict() for r in ordered_df.select(*columns).collect()]
+    with selected_events(spark, settings, subscription, [batch_id]) as ordered_df:
+        if subscription.format == "openmetadata":
+            values = [r.value for r in to_change_event_json(ordered_df).collect()]
+            keys = ordered_df.select("id", "source_entity_urn").collect()
+            return [DeliveryItem(k.id, k.source_entity_urn, v) for k, v in zip(keys, values, strict=True)]
+        rows = [r.asDict() for r in ordered_df.select(*columns).collect()]
     if subscription.format == "slack":
         return [DeliveryItem(r["event_id"], r["entity_urn"], to_summary_line(r, link_base_url)) for r in rows]
     return [DeliveryItem(r["event_id"], r["entity_urn"], to_ece_item(r["event_id"], ece_document(r), r["batch_id"])) for r in rows]
