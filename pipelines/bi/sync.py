@@ -24,19 +24,13 @@ version.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import queue
 import time
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 import psycopg
 from deltalake import DeltaTable
 from psycopg import Connection, sql
@@ -55,20 +49,18 @@ from pipelines.bi.replica import (
     create_indexes_sql,
     create_table_sql,
     create_views,
-    is_json_column,
     prepare_schemas,
     replica_column_names,
     replica_table,
     replicated_tables,
 )
-from pipelines.runtime.storage import delta_storage_options, open_source, storage_for, table_exists
+from pipelines.bi.rows import copy_parallel, copy_rows, execute_parallel, file_rows, scan_rows
+from pipelines.runtime.storage import delta_storage_options, storage_for, table_exists
 
 NO_VERSION = -1
 # A switch is tried this many times, each waiting at most bi.lock_timeout_ms, with these pauses between.
 SWITCH_ATTEMPTS = 3
 SWITCH_PAUSE_SECONDS = 0.5
-CSV_OPTIONS = pacsv.WriteOptions(include_header=False, batch_size=8192)
-CHUNK_ROWS = 65536
 # COPY streams of a full copy: PostgreSQL parses each in its own backend (one core each).
 COPY_STREAMS = 2
 
@@ -173,175 +165,12 @@ def _partition_value(action: dict, spec_partitions: tuple[str, ...]) -> str | No
     return values.get(spec_partitions[0]) if spec_partitions else None
 
 
-def copy_ready(
-    table: pa.Table | pa.RecordBatch,
-    table_key: str,
-    constants: dict[str, str | None] | None = None,
-    json_type: pa.DataType = pa.string(),
-) -> pa.Table:
-    """Arrange Arrow rows as the replica table's columns for COPY: maps, structs and arrays as JSON text.
-
-    Args:
-        table: rows with (some of) the table's columns.
-        table_key: the registry key.
-        constants: values of columns the rows do not carry (a data file's partition values).
-        json_type: the Arrow type of the JSON texts: plain strings for CSV, `pa.json_()` for a binary
-            COPY (ADBC then sends them as jsonb).
-    """
-    constants = constants or {}
-    present = set(table.schema.names)
-    arrays, names = [], []
-    for name, kind in table_spec(table_key).column_types:
-        if name in present:
-            column = table.column(name)
-            if is_json_column(kind):
-                column = pa.array([_json_text(v) for v in column.to_pylist()], json_type)
-            elif pa.types.is_string_view(column.type):  # the Delta scan's strings; the writers want plain ones
-                column = column.cast(pa.large_string())
-        else:
-            column = pa.array([constants.get(name)] * table.num_rows, pa.string())
-        arrays.append(column)
-        names.append(name)
-    return pa.Table.from_arrays(arrays, names=names)
-
-
-def _json_text(value) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, list) and value and isinstance(value[0], tuple):  # a map: Arrow gives (key, value) pairs
-        value = dict(value)
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def copy_rows(conn: Connection, target: sql.Identifier, table_key: str, tables: Iterable[pa.Table]) -> int:
-    """COPY the rows into `target` (CSV through psycopg 3's COPY FROM STDIN); return how many went in."""
-    columns = sql.SQL(", ").join(sql.Identifier(n) for n in table_spec(table_key).column_names)
-    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, columns)
-    rows = 0
-    with conn.cursor().copy(statement) as copy:
-        for table in tables:
-            if table.num_rows == 0:
-                continue
-            buffer = io.BytesIO()
-            pacsv.write_csv(table, buffer, CSV_OPTIONS)
-            copy.write(buffer.getbuffer())
-            rows += table.num_rows
-    return rows
-
-
-def scan_rows(
-    table: DeltaTable, table_key: str, predicate: str | None = None, json_type: pa.DataType = pa.string()
-) -> Iterator[pa.Table]:
-    """The table's rows as of its loaded version (deletion vectors applied), in COPY-ready chunks (see copy_ready)."""
-    present = [f.name for f in table.schema().fields if f.name in table_spec(table_key).column_names]
-    reader = pa.RecordBatchReader.from_stream(table.scan(columns=present, predicate=predicate))
-    pending: list[pa.RecordBatch] = []
-    for batch in reader:
-        # The scan yields batches of about a thousand rows: COPY chunks of CHUNK_ROWS cost less per row.
-        pending.append(batch)
-        if sum(b.num_rows for b in pending) >= CHUNK_ROWS:
-            yield copy_ready(pa.Table.from_batches(pending), table_key, json_type=json_type)
-            pending = []
-    if pending:
-        yield copy_ready(pa.Table.from_batches(pending), table_key, json_type=json_type)
-
-
-def copy_parallel(conninfo: str, target: tuple[str, str], tables: Iterable[pa.Table], streams: int) -> int:
-    """Binary-COPY the chunks into `target` (schema, table) over `streams` connections at once, each committing its share.
-
-    For a table no reader sees yet (a swap's new table). ADBC's PostgreSQL driver turns the Arrow chunks
-    into binary COPY in C++, so PostgreSQL parses no text (a CSV COPY of the audit table spent most of its
-    time there); each stream is parsed in its own backend, so the copy uses more than one core.
-
-    Raises:
-        whatever a stream raised (the other streams are stopped first).
-    """
-    import adbc_driver_postgresql.dbapi as adbc
-
-    chunks: queue.Queue = queue.Queue(maxsize=streams * 2)
-
-    def stream() -> int:
-        first = chunks.get()
-        if first is None:
-            return 0
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            yield from first.to_batches()
-            for table in iter(chunks.get, None):
-                yield from table.cast(first.schema).to_batches()
-
-        with adbc.connect(conninfo) as conn:
-            with conn.cursor() as cursor:
-                rows = cursor.adbc_ingest(target[1], pa.RecordBatchReader.from_batches(first.schema, batches()),
-                                          mode="append", db_schema_name=target[0])  # fmt: skip
-            conn.commit()
-        return rows
-
-    with ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bi-copy") as pool:
-        futures = [pool.submit(stream) for _ in range(streams)]
-        try:
-            for table in tables:
-                _put_while_streams_live(chunks, table, futures)
-            for _ in futures:
-                _put_while_streams_live(chunks, None, futures)
-        except BaseException:
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    chunks.get_nowait()
-            for _ in futures:
-                chunks.put_nowait(None)
-            raise
-        return sum(future.result() for future in futures)
-
-
-def execute_parallel(conninfo: str, statements: list[sql.Composed], connections: int) -> None:
-    """Run the statements over `connections` connections at once (index builds of a table no reader sees yet).
-
-    Each b-tree build is sorted mostly by one backend; two at a time kept both cores busy (the five
-    audit indexes at 1M rows: 7.3 s one after another, 4.9 s two at a time).
-
-    Raises:
-        the first error of a statement (the others still run to their end).
-    """
-
-    def run(statement: sql.Composed) -> None:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(statement)
-
-    with ThreadPoolExecutor(max_workers=connections, thread_name_prefix="bi-index") as pool:
-        for future in [pool.submit(run, statement) for statement in statements]:
-            future.result()
-
-
-def _put_while_streams_live(chunks: queue.Queue, item: pa.Table | None, futures: list[Future]) -> None:
-    while True:
-        for future in futures:
-            if future.done() and future.exception() is not None:
-                raise future.exception()
-        try:
-            chunks.put(item, timeout=0.5)
-            return
-        except queue.Full:
-            continue
-
-
 def _noting_entities(chunks: Iterator[pa.Table], entities: set[str]) -> Iterator[pa.Table]:
     """Yield the chunks, adding the entity urns they carry (if any) to `entities`."""
     for chunk in chunks:
         if "entity_urn" in chunk.column_names:
             entities.update(chunk.column("entity_urn").unique().to_pylist())
         yield chunk
-
-
-def file_rows(files: Iterable[tuple[str, dict[str, str | None]]], table_key: str) -> Iterator[pa.Table]:
-    """The rows of added data files (local paths or object-storage URLs), partition values filled in, as COPY-ready chunks."""
-    names = set(table_spec(table_key).column_names)
-    for path, partition_values in files:
-        with open_source(path) as source:
-            parquet = pq.ParquetFile(source)
-            columns = [n for n in parquet.schema_arrow.names if n in names]
-            for batch in parquet.iter_batches(batch_size=65536, columns=columns):
-                yield copy_ready(batch, table_key, partition_values)
 
 
 def _partition_predicate(column: str, values: frozenset[str | None]) -> tuple[str, sql.Composed]:

@@ -19,7 +19,8 @@ from pipelines.bi.replica import (
     with_json_paths_on_json,
     with_timestamp_millis_as_to_timestamp,
 )
-from pipelines.bi.sync import NO_VERSION, copy_ready, plan_changes
+from pipelines.bi.rows import copy_ready
+from pipelines.bi.sync import NO_VERSION, plan_changes
 from pipelines.runtime.views import load_views
 
 
