@@ -131,15 +131,16 @@ def check_searchable(folder: Path, user: ServiceUser) -> None:
 
 
 def reachable_below_home(folder: Path, home: Path) -> None:
-    """Create the folders between the home and `folder` searchable by others (o+x: entered, never listed).
+    """Make the home and the folders between it and `folder` searchable by others (o+x: entered, never listed).
 
     The server's user must reach its cluster through them, whatever umask made them (the home's files
-    are for their owner by default). The home itself is left as it is (check_searchable names it).
+    and folders are for their owner by default, so search permission alone opens nothing else). Folders
+    above the home are left as they are (check_searchable names the first one that user cannot enter).
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
     home = home.resolve()
     for ancestor in (folder.parent.resolve(), *folder.parent.resolve().parents):
-        if ancestor == home or home not in ancestor.parents:
+        if ancestor != home and home not in ancestor.parents:
             break
         ancestor.chmod(ancestor.stat().st_mode | 0o001)
 

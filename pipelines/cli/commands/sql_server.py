@@ -110,14 +110,15 @@ def register(app: typer.Typer) -> None:
             else:
                 # Until the first sync ends, only the sync logs in (BI users would see empty tables).
                 results = prepare_until_synced(settings, password, stop, process, on_error=print_error)
-            if process is not None:
-                open_logins(settings, tls)
             print_table([r.__dict__ for r in results], ["table_key", "from_version", "to_version", "mode", "rows", "seconds"],
                         title="Replica synced")  # fmt: skip
+            if once:
+                return
+            if process is not None:
+                open_logins(settings, tls)
             where = f"PostgreSQL on {listen_host}:{listen_port}" if process is not None else "bi.dsn"
             print_text(f"ready: {where}, database lakehouse, user bi_reader{', TLS required' if tls else ''} (docs/bi.md)\n")
-            if not once:
-                serve_forever(settings, stop, process, on_error=print_error, on_line=print_text)
+            serve_forever(settings, stop, process, on_error=print_error, on_line=print_text)
         except KeyboardInterrupt:
             pass
         finally:

@@ -158,3 +158,13 @@ def test_a_busy_port_is_one_line_naming_it(server, tmp_path):
         f"error: --port: 127.0.0.1:{port} is in use by another process; choose another port (--port or bi.port)"
     )
     assert not (tmp_path / "other" / "bi" / "postgres").exists()
+
+
+def test_the_servers_files_are_its_owners_and_the_cluster_folder_only_entered(server):
+    settings, _, _, _, _, _ = server
+    bi = settings.secret_path("bi")
+    for name in ("admin.password", "server.json", "postgres.log"):
+        assert (bi / name).stat().st_mode & 0o777 == 0o600, name
+    assert (bi / "postgres").stat().st_mode & 0o777 == 0o700
+    # The server's user (root starts it as bi.run_as) enters bi/ to reach its cluster; nobody lists or writes it.
+    assert bi.stat().st_mode & 0o077 in (0o000, 0o001)
