@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean browser postgres
+.PHONY: demo test install clean browser postgres mariadb
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,11 @@ postgres:
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && test -f /usr/share/java/postgresql.jar && command -v javac >/dev/null || \
 		(apt-get update && apt-get install -y postgresql libpostgresql-jdbc-java openjdk-17-jdk-headless)
 
-test: $(STAMP) browser postgres
+# The backfill tests run Debian's MariaDB server (as its own user, in a folder of the test's); installed once, when missing.
+mariadb:
+	command -v mariadbd >/dev/null || test -x /usr/sbin/mariadbd || (apt-get update && apt-get install -y mariadb-server)
+
+test: $(STAMP) browser postgres mariadb
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
         def on_window(report, rows: int) -> None:
             if not as_json:
-                totals = report.totals()
+                totals = report.totals
                 console.print(
                     f"window {report.batch_id}: {totals['records_read']} versions, {totals['records_landed']} landed, "
                     f"{totals['records_quarantined']} quarantined ({rows} so far)",
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json_lines([report.as_dict()])
             return
-        totals = report.totals()
+        totals = report.totals
         resumed = "" if report.resumed_after_us is None else f", resumed after createdon {report.resumed_after_us} µs"
         console.print(
             f"backfill from {report.source}{resumed}: {len(report.windows)} windows, {totals['records_read']} versions = "

@@ -1,0 +1,194 @@
+"""Reading `metadata_aspect_v2` as Arrow record batches, in DataHub's version order, inside one read-only snapshot.
+
+PostgreSQL is read through ADBC's PostgreSQL driver (binary COPY into Arrow) in one transaction opened
+READ ONLY, ISOLATION LEVEL REPEATABLE READ; MariaDB / MySQL through connectorx's mysql source in one
+statement (InnoDB answers a statement from one consistent read view) on a session set READ ONLY. Either
+streams: the client holds a batch at a time, never the table.
+
+The order is the one DataHub's own `datahub` ingestion source gives (`VersionOrderer` in
+metadata-ingestion/src/datahub/ingestion/source/datahub/datahub_database_reader.py): by `createdon`,
+and for one `createdon` the archived versions (1..N) before the current ones (version 0).
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from conf.errors import ConfigError, SourceUnavailable
+from conf.settings_sections import BackfillSettings
+
+# The columns read, in the form every reader returns them (`createdon_us`: µs since the epoch, UTC).
+COLUMNS = ("urn", "aspect", "version", "metadata", "systemmetadata", "createdon_us", "createdby")
+# Rows per record batch asked of connectorx (ADBC's batches are sized by bytes).
+STREAM_BATCH_ROWS = 20000
+
+
+def read_password(backfill: BackfillSettings, env: os._Environ | dict = os.environ) -> str:
+    """The database password: the first line of `password_file`, else the variable `password_env`.
+
+    Raises:
+        ConfigError: naming the file or the variable when neither gives a password.
+    """
+    if backfill.password_file:
+        path = Path(backfill.password_file).expanduser()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"ingest.backfill.password_file: {str(path)!r} cannot be read: {exc.strerror}") from None
+        if not lines or not lines[0]:
+            raise ConfigError(f"ingest.backfill.password_file: {str(path)!r} is empty")
+        return lines[0]
+    password = env.get(backfill.password_env)
+    if not password:
+        raise ConfigError(
+            f"ingest.backfill: no password: set {backfill.password_env} or ingest.backfill.password_file"
+        )
+    return password
+
+
+def version_order_query(backfill: BackfillSettings, after_us: int | None) -> str:
+    """The SELECT of every version after `createdon` `after_us` (None: all), in DataHub's version order."""
+    createdon = "createdon"
+    if backfill.engine == "postgres":
+        createdon_us = "CAST(EXTRACT(EPOCH FROM createdon) * 1000000 AS BIGINT)"
+    else:
+        createdon_us = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', createdon) AS SIGNED)"
+    where = ""
+    if after_us is not None:
+        where = f"WHERE {createdon} > '{_timestamp_literal(after_us)}'"
+    return (
+        f"SELECT urn, aspect, version, metadata, systemmetadata, {createdon_us} AS createdon_us, createdby "
+        f"FROM {backfill.table} {where} "
+        f"ORDER BY {createdon}, CASE WHEN version = 0 THEN 1 ELSE 0 END, urn, aspect, version"
+    )
+
+
+def _timestamp_literal(micros: int) -> str:
+    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+@contextmanager
+def version_batches(backfill: BackfillSettings, password: str, after_us: int | None) -> Iterator[Iterator[pa.RecordBatch]]:
+    """Stream the versions after `after_us` as record batches with COLUMNS, in DataHub's version order.
+
+    Raises:
+        SourceUnavailable: the database refuses the connection or the query (nothing was landed from it).
+    """
+    query = version_order_query(backfill, after_us)
+    opener = _postgres_batches if backfill.engine == "postgres" else _mysql_batches
+    with opener(backfill, password, query) as batches:
+        yield _checked(backfill, batches)
+
+
+def _checked(backfill: BackfillSettings, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as exc:  # the driver's errors while streaming: a dropped connection, a cancelled query
+            raise _unavailable(backfill, exc) from None
+        yield _normalized(batch)
+
+
+def postgres_uri(backfill: BackfillSettings, password: str) -> str:
+    """A libpq URI for ADBC (TLS settings as sslmode / sslrootcert); it holds the password: never log it."""
+    query = {"sslmode": backfill.tls_mode, "application_name": "lakehouse-backfill"}
+    if backfill.tls_ca_file:
+        query["sslrootcert"] = backfill.tls_ca_file
+    return (
+        f"postgresql://{_quote(backfill.user)}:{_quote(password)}@{backfill.host}:{backfill.port}/"
+        f"{_quote(backfill.database)}?{urllib.parse.urlencode(query)}"
+    )
+
+
+def mysql_url(backfill: BackfillSettings, password: str) -> str:
+    """A connectorx mysql URL (TLS as the mysql crate's `require_ssl` / `verify_ca` / `verify_identity`)."""
+    query: dict[str, str] = {}
+    if backfill.tls_mode in ("require", "verify-ca", "verify-full"):
+        query["require_ssl"] = "true"
+        query["verify_ca"] = "true" if backfill.tls_mode != "require" else "false"
+        query["verify_identity"] = "true" if backfill.tls_mode == "verify-full" else "false"
+        if backfill.tls_ca_file:
+            query["root_cert_path"] = backfill.tls_ca_file
+    suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
+    return (
+        f"mysql://{_quote(backfill.user)}:{_quote(password)}@{backfill.host}:{backfill.port}/"
+        f"{_quote(backfill.database)}{suffix}"
+    )
+
+
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe="")
+
+
+def _unavailable(backfill: BackfillSettings, exc: BaseException) -> SourceUnavailable:
+    # The driver's message may quote the URL: only its first line, with the password's URL removed.
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    message = message.split("postgresql://")[0].split("mysql://")[0].strip() or type(exc).__name__
+    return SourceUnavailable(
+        f"ingest.backfill: {backfill.engine} at {backfill.host}:{backfill.port} database {backfill.database!r}: {message}"
+    )
+
+
+@contextmanager
+def _postgres_batches(backfill: BackfillSettings, password: str, query: str) -> Iterator[Iterator[pa.RecordBatch]]:
+    import adbc_driver_postgresql.dbapi as adbc
+
+    try:
+        conn = adbc.connect(postgres_uri(backfill, password))
+    except Exception as exc:  # the driver's errors: a refused connection, a bad login, TLS
+        raise _unavailable(backfill, exc) from None
+    try:
+        cursor = conn.cursor()
+        # The driver has begun a transaction (autocommit off): make it one read-only snapshot.
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            cursor.execute(query)
+            reader = cursor.fetch_record_batch()
+        except Exception as exc:
+            raise _unavailable(backfill, exc) from None
+        yield iter(reader)
+        conn.rollback()
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _mysql_batches(backfill: BackfillSettings, password: str, query: str) -> Iterator[Iterator[pa.RecordBatch]]:
+    import connectorx
+
+    try:
+        reader = connectorx.read_sql(
+            mysql_url(backfill, password),
+            query,
+            return_type="arrow_stream",
+            batch_size=STREAM_BATCH_ROWS,
+            pre_execution_query=["SET SESSION TRANSACTION READ ONLY", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"],
+        )
+    except Exception as exc:  # connectorx raises RuntimeError with the server's message
+        raise _unavailable(backfill, exc) from None
+    yield iter(reader)
+
+
+def _normalized(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with COLUMNS typed alike for every reader (strings, int64 version and µs)."""
+    arrays = []
+    for name in COLUMNS:
+        column = batch.column(batch.schema.get_field_index(name))
+        wanted = pa.int64() if name in ("version", "createdon_us") else pa.large_string()
+        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+            column = column.cast(pa.large_binary()).cast(wanted)
+        elif column.type != wanted:
+            column = pc.cast(column, wanted)
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, names=list(COLUMNS))
