@@ -243,6 +243,20 @@ _SPECS = (
         "peers for lack of history, and top_features (JSON: feature, value, baseline, deviation).",
     ),
     TableSpec(
+        "gold",
+        "lineage_edges",
+        "edge_id STRING, upstream_urn STRING, downstream_urn STRING, edge_kind STRING, owner_urn STRING, "
+        "aspect_name STRING, valid_from_time BIGINT, valid_from_version BIGINT, valid_from_aspect STRING, "
+        "added_by STRING, valid_to_time BIGINT, valid_to_version BIGINT, valid_to_aspect STRING, "
+        "removed_by STRING, batch_id STRING",
+        (),
+        "One lineage edge (upstream_urn -> downstream_urn) for one span of its validity, in epoch ms "
+        "[valid_from_time, valid_to_time), valid_to_* null while it holds: held by aspect_name of owner_urn "
+        "(edge_kind dataset, column, job-input, job-output, chart-input, dashboard-chart, ...), added and "
+        "removed by the version (and actor) of that aspect, or of the owner's status / key aspect when a "
+        "delete ended it or a restore started it again; batch_id: the publish that last derived the owner's edges.",
+    ),
+    TableSpec(
         "ops",
         "stage_progress",
         "stage STRING, source_table STRING, batch_id STRING, source_version BIGINT, rows_in BIGINT, "

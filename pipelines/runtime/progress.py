@@ -18,6 +18,7 @@ STAGE_UPSTREAM: Mapping[str, str | None] = {
     "refine": "land",
     "publish_audit": "refine",
     "publish_openmetadata": "refine",
+    "publish_lineage": "refine",
 }
 
 
