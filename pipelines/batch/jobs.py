@@ -20,7 +20,7 @@ from pipelines.runtime.engine import open_session
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table
-from pipelines.runtime.lock import run_lock
+from pipelines.runtime.lock import run_lock, running_step
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import StageResult
 from pipelines.runtime.tracking import tracked_run
@@ -144,10 +144,11 @@ def run_job(
                         if on_stage:
                             on_stage(stage)
                         try:
-                            reports.append(
-                                _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver,
-                                           kafka_messages, openmetadata=after_audit)  # fmt: skip
-                            )
+                            with running_step(stage):
+                                reports.append(
+                                    _run_stage(spark, settings, stage, tracker.run_id, paths, land_progress, deliver,
+                                               kafka_messages, openmetadata=after_audit)  # fmt: skip
+                                )
                         except LakehouseError:
                             raise  # the project's own errors name their field and value already
                         except Exception as exc:  # the engine's errors (pyspark, grpc, OS) are not one family
@@ -262,16 +263,22 @@ def _publish(
     from pipelines.batch.publish_openmetadata import publish_openmetadata
     from pipelines.subscriptions.delivery import deliver_pending
 
-    results = [publish_audit(spark, settings, run_id=run_id)]
+    with running_step("publish", "audit_events"):
+        results = [publish_audit(spark, settings, run_id=run_id)]
     if openmetadata:
         crash_point("between_publish_audit_and_openmetadata")
-        results.append(publish_openmetadata(spark, settings, run_id=run_id))
+        with running_step("publish", "openmetadata"):
+            results.append(publish_openmetadata(spark, settings, run_id=run_id))
     if settings.bi.sync_on_publish:
         from pipelines.bi.server import sync_after_publish
 
-        results.append(sync_after_publish(settings))
-    # Receiver failures never raise: they are retried, recorded on the subscription or dead-lettered.
-    return [*results, deliver_pending(spark, settings)] if deliver else results
+        with running_step("publish", "sql_server_sync"):
+            results.append(sync_after_publish(settings))
+    if deliver:
+        # Receiver failures never raise: they are retried, recorded on the subscription or dead-lettered.
+        with running_step("publish", "deliver"):
+            results.append(deliver_pending(spark, settings))
+    return results
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ from conf.settings import Settings
 from pipelines.batch.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
+from pipelines.runtime.lock import running_step
 from pipelines.runtime.io import insert_missing, read_table, sql_string, write_scratch
 from pipelines.runtime.progress import (
     StageResult,
@@ -125,7 +126,8 @@ def replaced_snapshots(
 def _timed(name: str, seconds: dict[str, float], cpu_seconds: dict[str, float]) -> Iterator[None]:
     """Record the block's wall time in `seconds` and this process's CPU time in `cpu_seconds`, under `name`."""
     started, started_cpu = time.perf_counter(), time.process_time()
-    yield
+    with running_step(STAGE, name):  # what `lakehouse status` shows while it runs
+        yield
     seconds[name] = round(time.perf_counter() - started, 3)
     cpu_seconds[name] = round(time.process_time() - started_cpu, 3)
 

@@ -77,14 +77,19 @@ class Lease:
         return True
 
     def release(self) -> None:
-        """Remove the lease file if it still holds this holder's token."""
-        if self._version is not None and read_token(self.storage, self.location) == self.token:
+        """Remove the lease file if this holder still has it (the facts the holder changes aside)."""
+        if self._version is not None and _holder(read_token(self.storage, self.location)) == _holder(self.token):
             self.storage.delete(self.location)
         self._version = None
 
     def _stored_version(self) -> str | None:
         current = self.storage.stat(self.location)
         return current.version if current else None
+
+
+def _holder(token: dict) -> tuple:
+    """Who holds a lease: what a token says of its process, not what the holder updates while it runs."""
+    return token.get("pid"), token.get("host"), token.get("started_at")
 
 
 def read_token(storage: Storage, location: Location) -> dict:

@@ -353,6 +353,7 @@ class HomeCollector(Collector):
         if self.watcher_state:
             yield from self._watcher()
         yield from verification_families(read_verification(self.settings))
+        yield from run_step_families(self.settings)
 
     def _watcher(self) -> Iterator[Metric]:
         from pipelines.batch.watch_status import watch_status
@@ -378,6 +379,30 @@ class HomeCollector(Collector):
             )
             finished.add_metric([], float(last["finished_at"]))
             yield finished
+
+
+def run_step_families(settings: Settings) -> Iterator[Metric]:
+    """The run in progress on the home (its run lock's lease): how long it, its stage and its step have run."""
+    from pipelines.runtime.lock import run_in_progress
+
+    run = run_in_progress(settings)
+    running = GaugeMetricFamily("lakehouse_run_running", "1 while a pipeline run holds the home's run lock.")
+    running.add_metric([], 0 if run is None else 1)
+    yield running
+    if run is None or run["seconds"] is None:
+        return
+    seconds = GaugeMetricFamily("lakehouse_run_seconds", "How long the run in progress has run.")
+    seconds.add_metric([], run["seconds"])
+    yield seconds
+    if run["stage"] is not None:
+        # A step's time that keeps growing is a query that does not come back.
+        step = GaugeMetricFamily(
+            "lakehouse_run_step_seconds", "How long the run's current step has run (step '-': the stage as a whole).",
+            labels=["stage", "step"],
+        )  # fmt: skip
+        in_step = run["step"] is not None
+        step.add_metric([run["stage"], run["step"] if in_step else "-"], run["step_seconds"] if in_step else run["stage_seconds"])
+        yield step
 
 
 def verification_path(settings: Settings) -> Path:

@@ -1,4 +1,4 @@
-"""`lakehouse status`: the last pipeline run, whether a watcher runs on the home, its last micro-batch, the
+"""`lakehouse status`: the run in progress (its stage and step, and for how long), the last pipeline run, whether a watcher runs on the home, its last micro-batch, the
 freshness lag and the Kafka partitions' lag."""
 
 from __future__ import annotations
@@ -22,14 +22,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show the last pipeline run, the watcher (last micro-batch, lag) and Kafka partitions' lag.
 
+        A run in progress shows its stage and step and how long each has run: a step whose time keeps
+        growing is a query that does not come back.
         The watcher of this home: running or not, its last micro-batch, the oldest unprocessed file and the
         freshness lag; with a Kafka source, each partition's committed offset, end offset and lag.
         """
         from pipelines.batch.watch_status import watch_status
+        from pipelines.runtime.lock import run_in_progress
         from pipelines.runtime.tracking import recent_runs
 
         settings = state_of(ctx).settings
         status = watch_status(settings)
+        status["run"] = run_in_progress(settings)
         runs = recent_runs(settings, 1)
         status["last_run"] = last_run_status(runs[0]) if runs else None
         if settings.ingest.kafka.enabled:
@@ -43,6 +47,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_text(json.dumps(status, default=str, sort_keys=True) + "\n")
             return
+        print_table(_running_rows(status["run"]), ["item", "value"], title="Running now")
         print_table(_last_run_rows(status["last_run"]), ["item", "value"], title="Last run")
         last = status["last_batch"] or {}
         oldest = status["oldest_unprocessed"] or {}
@@ -113,6 +118,21 @@ def _last_run_rows(run: dict | None) -> list[dict]:
             + ("" if run["seconds"] is None else f" in {format_duration(run['seconds'])}"),
         },
     ]
+
+
+def _running_rows(run: dict | None) -> list[dict]:
+    if run is None:
+        return [{"item": "run", "value": "none (no run holds the lock)"}]
+    renewed = f"lease renewed {_when(run['renewed_at'])}" + (" (stale: the holder is gone or cannot reach the home)" if run["stale"] else "")
+    return [
+        {"item": "run", "value": f"{run['owner']} (pid {run['pid']} on {run['host']}), for {_duration(run['seconds'])}; {renewed}"},
+        {"item": "stage", "value": "-" if run["stage"] is None else f"{run['stage']} for {_duration(run['stage_seconds'])}"},
+        {"item": "step", "value": "-" if run["step"] is None else f"{run['step']} for {_duration(run['step_seconds'])}"},
+    ]
+
+
+def _duration(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(seconds)
 
 
 def _when(epoch: float | None) -> str:
