@@ -1,0 +1,141 @@
+"""The impact query against a brute-force replay of the aspect history, over many random cases."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from conf.errors import InputError
+from gold.impact import ChangeEvent, Edge, impact
+from gold.lineage import COLUMN_KIND, to_lineage_edges
+from tests.gold.test_lineage import VERSION_COLUMNS
+
+
+def dataset(n: int) -> str:
+    return f"urn:li:dataset:(urn:li:dataPlatform:hive,t{n},PROD)"
+
+
+def random_history(rng: random.Random, entities: int, versions: int) -> list[tuple]:
+    """Aspect versions with distinct times: upstream lists (cycles likely), soft deletes and restores, hard deletes."""
+    times = rng.sample(range(1_000, 1_000_000), versions)
+    rows, numbers = [], {}
+    for time in sorted(times):
+        urn = dataset(rng.randrange(entities))
+        roll = rng.random()
+        if roll < 0.6:
+            aspect = "upstreamLineage"
+            upstreams = rng.sample(range(entities), rng.randint(0, 3))
+            value = None if rng.random() < 0.1 else {"upstreams": [{"dataset": dataset(u)} for u in upstreams]}
+        elif roll < 0.85:
+            aspect, value = "status", {"removed": rng.random() < 0.5}
+        else:
+            aspect, value = "datasetKey", None if rng.random() < 0.5 else {"name": urn}
+        numbers[urn, aspect] = numbers.get((urn, aspect), 0) + 1
+        number = numbers[urn, aspect]
+        key = f"v{number:019d}.{1 if value is None else 0}"
+        actor = f"urn:li:corpuser:u{rng.randrange(3)}"
+        rows.append((urn, "dataset", aspect, key, number, time, actor, None if value is None else json.dumps(value)))
+    return rows
+
+
+def random_events(rng: random.Random, entities: int, count: int) -> list[ChangeEvent]:
+    return [
+        ChangeEvent(f"e{i}", dataset(rng.randrange(entities)), rng.randrange(1_000, 1_000_000) * 2 + 1, "TAG", "ADD", "urn:li:corpuser:x")
+        for i in range(count)
+    ]
+
+
+def graph_as_of(history: list[tuple], time: int) -> set[tuple[str, str]]:
+    """The lineage edges at `time`, replayed from the aspect versions: each entity's newest versions then."""
+    latest = {}
+    for urn, _, aspect, _, _, created, _, value in sorted(history, key=lambda r: r[5]):
+        if created <= time:
+            latest[urn, aspect] = value
+    edges = set()
+    for (urn, aspect), value in latest.items():
+        status = latest.get((urn, "status"))
+        removed = status is not None and json.loads(status).get("removed", False)
+        hard = (urn, "datasetKey") in latest and latest[urn, "datasetKey"] is None
+        if aspect == "upstreamLineage" and value is not None and not removed and not hard:
+            edges |= {(u["dataset"], urn) for u in json.loads(value)["upstreams"] if u["dataset"] != urn}
+    return edges
+
+
+def brute_force(history, events, target, direction, depth, start, end) -> list[tuple]:
+    """Every event in the window whose entity a path of at most `depth` edges valid at its time joins to `target`.
+
+    Paths are enumerated in full (no search order): the shortest, then the smallest by urns, is kept.
+    """
+    answer = []
+    for event in events:
+        if not start <= event.event_time < end:
+            continue
+        edges = graph_as_of(history, event.event_time)
+        steps = {}
+        for up, down in edges:
+            a, b = (down, up) if direction == "upstream" else (up, down)
+            steps.setdefault(a, []).append(b)
+        paths = []
+
+        def walk(path):
+            if path[-1] == event.entity_urn:
+                paths.append(path)
+                return
+            if len(path) - 1 < depth:
+                for nxt in steps.get(path[-1], []):
+                    if nxt not in path:
+                        walk((*path, nxt))
+
+        walk((target,))
+        if paths:
+            best = min(paths, key=lambda p: (len(p), p))
+            answer.append((event.event_id, len(best) - 1, best))
+    return sorted(answer, key=lambda r: (r[1], next(e.event_time for e in events if e.event_id == r[0]), r[0]))
+
+
+def test_impact_equals_a_brute_force_replay_of_the_history(spark):
+    rng = random.Random(57)
+    entities = 9
+    history = random_history(rng, entities, 160)
+    rows = to_lineage_edges(spark.createDataFrame(history, VERSION_COLUMNS)).collect()
+    edges = [Edge(r.upstream_urn, r.downstream_urn, r.valid_from_time, r.valid_to_time) for r in rows if r.edge_kind != COLUMN_KIND]
+    events = random_events(rng, entities, 120)
+    ended = sum(1 for e in edges if e.valid_to_time is not None)
+    assert ended > 20 and len(edges) > 40  # edges removed, by aspect versions and by deletes
+    reached_any = 0
+    for case in range(300):
+        target = dataset(rng.randrange(entities))
+        direction = rng.choice(["upstream", "downstream"])
+        depth = rng.randint(0, 4)
+        start = rng.randrange(1_000, 2_000_000)
+        end = start + rng.randint(1, 1_000_000)
+        got = impact(target, edges, events, direction=direction, depth=depth, start_ms=start, end_ms=end)
+        expected = brute_force(history, events, target, direction, depth, start, end)
+        assert [(r.event.event_id, r.hop, r.path) for r in got] == expected, (case, target, direction, depth, start, end)
+        reached_any += sum(1 for r in got if r.hop >= 2)
+    assert reached_any > 20
+
+
+def test_an_edge_removed_before_or_added_after_an_event_does_not_connect():
+    a, b, c = dataset(1), dataset(2), dataset(3)
+    edges = [Edge(a, b, 100, 200), Edge(c, b, 300)]
+    events = [ChangeEvent("ea", a, 150, "TAG", "ADD", None), ChangeEvent("ea2", a, 250, "TAG", "ADD", None),
+              ChangeEvent("ec", c, 250, "TAG", "ADD", None), ChangeEvent("ec2", c, 300, "TAG", "ADD", None)]  # fmt: skip
+    got = impact(b, edges, events, direction="upstream", depth=2, start_ms=0, end_ms=1_000)
+    assert [(r.event.event_id, r.path) for r in got] == [("ea", (b, a)), ("ec2", (b, c))]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"direction": "sideways"}, "direction: 'sideways'"),
+        ({"depth": 11}, "depth: 11"),
+        ({"start_ms": 5, "end_ms": 5}, "start: 5"),
+    ],
+)
+def test_bad_arguments_are_named(arguments, message):
+    given = {"direction": "upstream", "depth": 1, "start_ms": 0, "end_ms": 10, **arguments}
+    with pytest.raises(InputError, match=message):
+        impact(dataset(1), [], [], **given)
