@@ -261,6 +261,7 @@ def _publish(
 ) -> list[StageResult]:
     from pipelines.batch.publish_audit import publish_audit
     from pipelines.batch.publish_openmetadata import publish_openmetadata
+    from pipelines.batch.publish_lineage import publish_lineage
     from pipelines.subscriptions.delivery import deliver_pending
 
     with running_step("publish", "audit_events"):
@@ -269,6 +270,8 @@ def _publish(
         crash_point("between_publish_audit_and_openmetadata")
         with running_step("publish", "openmetadata"):
             results.append(publish_openmetadata(spark, settings, run_id=run_id))
+    with running_step("publish", "lineage_edges"):
+        results.append(publish_lineage(spark, settings, run_id=run_id))
     if settings.bi.sync_on_publish:
         from pipelines.bi.server import sync_after_publish
 
