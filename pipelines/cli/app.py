@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.backfill",
     "pipelines.cli.commands.export",
     "pipelines.cli.commands.silver",
+    "pipelines.cli.commands.impact",
     "pipelines.cli.commands.audit",
     "pipelines.cli.commands.tokens",
     "pipelines.cli.commands.access_log",
@@ -57,7 +58,7 @@ COMMAND_MODULES = (
 COMMAND_PANELS = {
     "Pipeline": ("run", "status", "runs", "job", "land", "backfill", "quarantine", "refine", "publish-audit",
                  "publish-openmetadata", "replay", "generate", "demo"),
-    "Query": ("sql", "describe", "tables", "history", "as-of", "search", "export", "export-sql", "anomalies"),
+    "Query": ("sql", "describe", "tables", "history", "as-of", "impact", "search", "export", "export-sql", "anomalies"),
     "Serve": ("serve", "token", "sql-server", "sql-role", "subscriptions"),
     "Operate": ("verify", "report", "audit-key", "access-log", "maintain"),
     "Bench": ("bench",),
