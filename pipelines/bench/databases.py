@@ -21,6 +21,36 @@ from conf.errors import ConfigError
 from pipelines.bi.cluster import postgres_bindir
 from pipelines.runtime.engine import free_loopback_port
 
+# metadata_aspect_v2 as DataHub creates it: the CREATE TABLE statements of github.com/datahub-project/datahub's
+# docker/postgres-setup/init.sql (commit fb13cdf513f92354031c53380d406fee0b0c18b0) and
+# docker/mysql-setup/init.sql (commit df9e07fda24b87bf1e64e637566af7b7d5d70a0b), as they are there.
+DATAHUB_POSTGRES_DDL = """\
+CREATE TABLE IF NOT EXISTS metadata_aspect_v2 (
+  urn                           varchar(500) not null,
+  aspect                        varchar(200) not null,
+  version                       bigint not null,
+  metadata                      text not null,
+  systemmetadata                text,
+  createdon                     timestamp not null,
+  createdby                     varchar(255) not null,
+  createdfor                    varchar(255),
+  CONSTRAINT pk_metadata_aspect_v2 PRIMARY KEY (urn, aspect, version)
+);
+"""
+DATAHUB_MYSQL_DDL = """\
+create table if not exists metadata_aspect_v2 (
+  urn                           varchar(500) not null,
+  aspect                        varchar(200) not null,
+  version                       bigint(20) not null,
+  metadata                      longtext not null,
+  systemmetadata                longtext,
+  createdon                     datetime(6) not null,
+  createdby                     varchar(255) not null,
+  createdfor                    varchar(255),
+  constraint pk_metadata_aspect_v2 primary key (urn,aspect,version)
+);
+"""
+
 ADMIN, READER = "admin", "reader"
 DATABASE = "datahub"
 START_TIMEOUT = 60.0
@@ -97,8 +127,17 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def local_postgres(folder: Path, ddl: str) -> Iterator[LocalDatabase]:
-    """Run Debian's PostgreSQL in `folder` (created) with database `datahub` and `ddl` executed in it."""
+def local_postgres(
+    folder: Path, ddl: str = DATAHUB_POSTGRES_DDL, tls: tuple[Path, Path] | None = None
+) -> Iterator[LocalDatabase]:
+    """Run Debian's PostgreSQL in `folder` (created) with database `datahub` and `ddl` executed in it.
+
+    Args:
+        folder: where its data, socket and log go.
+        ddl: statements run in `datahub` before the read-only user is granted SELECT on metadata_aspect_v2.
+        tls: a certificate and its key (PEM) to serve TLS with (copied into `folder`), the only way in over
+            TCP; None: no TLS.
+    """
     import psycopg
 
     bindir = postgres_bindir()
@@ -115,13 +154,24 @@ def local_postgres(folder: Path, ddl: str) -> Iterator[LocalDatabase]:
     _chown(pwfile, "postgres")
     subprocess.run([str(bindir / "initdb"), "-D", str(data), "-U", ADMIN, "--pwfile", str(pwfile), "-A", "scram-sha-256",
                     "-E", "UTF8", "--no-sync"], check=True, capture_output=True, **user)  # fmt: skip
+    tls_options: list[str] = []
+    if tls is not None:
+        cert, key = folder / "server.crt", folder / "server.key"
+        shutil.copyfile(tls[0], cert)
+        shutil.copyfile(tls[1], key)
+        key.chmod(0o600)
+        for path in (cert, key):
+            _chown(path, "postgres")
+        tls_options = ["-c", "ssl=on", "-c", f"ssl_cert_file={cert}", "-c", f"ssl_key_file={key}"]
+        # TCP logins over TLS only: a client that does not ask for it is refused.
+        (data / "pg_hba.conf").write_text("local all all scram-sha-256\nhostssl all all 127.0.0.1/32 scram-sha-256\n")
     port = free_loopback_port()
     log = folder / "postgres.log"
     with log.open("w") as out:
         _chown(log, "postgres")
         process = subprocess.Popen(
             [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1", "-k", str(socket_dir),
-             "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
+             "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off", *tls_options],
             stdout=out, stderr=subprocess.STDOUT, **user,
         )  # fmt: skip
     try:
@@ -141,7 +191,7 @@ def local_postgres(folder: Path, ddl: str) -> Iterator[LocalDatabase]:
 
 
 @contextmanager
-def local_mariadb(folder: Path, ddl: str) -> Iterator[LocalDatabase]:
+def local_mariadb(folder: Path, ddl: str = DATAHUB_MYSQL_DDL) -> Iterator[LocalDatabase]:
     """Run Debian's MariaDB in `folder` (created) with database `datahub` and `ddl` executed in it."""
     import pymysql
 

@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "pipelines.bench.silver",
     "pipelines.bench.subscriptions",
     "pipelines.bench.kafka",
+    "pipelines.bench.backfill",
     "pipelines.bench.explorer",
     "pipelines.cli.commands.generate",
     "pipelines.cli.commands.demo",

@@ -1,20 +1,20 @@
 """DataHub's database for the backfill tests: a real PostgreSQL and a real MariaDB, started by the tests as
-their Debian packages' unprivileged users, `metadata_aspect_v2` created with DataHub's own DDL
-(datahub_postgres_ddl.sql, datahub_mysql_ddl.sql: the files name DataHub's setup scripts they come from)."""
+their Debian packages' unprivileged users, `metadata_aspect_v2` created with DataHub's own DDL (the CREATE
+TABLE statements of its docker/postgres-setup/init.sql and docker/mysql-setup/init.sql:
+pipelines.bench.databases.DATAHUB_POSTGRES_DDL and DATAHUB_MYSQL_DDL name the commits)."""
 
 from __future__ import annotations
 
 import json
 import tempfile
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from pipelines.bench.databases import LocalDatabase, local_mariadb, local_postgres
+from pipelines.bench.databases import DATAHUB_MYSQL_DDL, DATAHUB_POSTGRES_DDL, LocalDatabase, local_mariadb, local_postgres
 
-HERE = Path(__file__).parent
 ENGINES = ("postgres", "mariadb")
 
 
@@ -23,8 +23,8 @@ def databases() -> Iterator[dict[str, LocalDatabase]]:
     """Both servers, running for the package's tests."""
     root = Path(tempfile.mkdtemp(prefix="lakehouse-backfill-"))
     root.chmod(0o755)
-    with local_postgres(root / "postgres", (HERE / "datahub_postgres_ddl.sql").read_text()) as postgres:
-        with local_mariadb(root / "mariadb", (HERE / "datahub_mysql_ddl.sql").read_text()) as mariadb:
+    with local_postgres(root / "postgres", DATAHUB_POSTGRES_DDL) as postgres:
+        with local_mariadb(root / "mariadb", DATAHUB_MYSQL_DDL) as mariadb:
             yield {"postgres": postgres, "mariadb": mariadb}
 
 
@@ -95,8 +95,3 @@ def upsert_history(source: Path) -> list[str]:
     lines = source.read_text().splitlines()
     deleted = {json.loads(line)["entityUrn"] for line in lines if json.loads(line)["changeType"] == "DELETE"}
     return [line for line in lines if json.loads(line)["entityUrn"] not in deleted]
-
-
-@pytest.fixture(scope="package")
-def utc() -> timezone:
-    return timezone.utc

@@ -96,6 +96,32 @@ def test_a_row_that_is_not_an_aspect_is_quarantined_naming_urn_aspect_and_versio
     assert raw["created"] == {"time": 1700000001000, "actor": "urn:li:corpuser:b"}
 
 
+def test_a_soft_delete_and_its_reinstatement_in_the_table_give_their_lifecycle_events(spark, databases, tmp_path,
+                                                                                      monkeypatch):  # fmt: skip
+    database = databases["mariadb"]
+    clear(database)
+    urn = "urn:li:dataset:(urn:li:dataPlatform:hive,db.retired,PROD)"
+    writes = [('{"removed": false}', 1700000000000, "urn:li:corpuser:creator"),
+              ('{"removed": true}', 1700000100000, "urn:li:corpuser:remover"),
+              ('{"removed": false}', 1700000200000, "urn:li:corpuser:restorer")]  # fmt: skip
+    with database.admin_connection() as conn:
+        for metadata, time_ms, actor in writes:
+            write_version(conn, "mariadb", urn, "status", metadata, None, time_ms, actor)
+    settings = backfill_settings(tmp_path, database, monkeypatch)
+    register_fresh_tables(spark, settings)
+    run_backfill(spark, settings)
+    run_job(settings, paths=[], spark=spark)
+    lifecycle = (
+        read_table(spark, settings, "silver.entity_change_events")
+        .filter("category = 'LIFECYCLE'")
+        .select("operation", "actor", "event_time")
+        .orderBy("event_time")
+        .collect()
+    )
+    assert [tuple(r) for r in lifecycle] == [("SOFT_DELETE", "urn:li:corpuser:remover", 1700000100000),
+                                             ("REINSTATE", "urn:li:corpuser:restorer", 1700000200000)]  # fmt: skip
+
+
 @pytest.mark.parametrize("point", ["backfill.window_committed", "land.after_data"])
 def test_a_backfill_killed_at_a_point_resumes_to_the_same_tables(spark, databases, history, point, tmp_path):
     from tests.pipelines.batch.test_crash_resume import table_contents
