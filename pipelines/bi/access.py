@@ -49,8 +49,9 @@ ENTITY_DOMAINS = "entity_domains"
 AUDIT_TABLE = "gold.audit_events"
 # The HTTP API's sensitive audit fields -> their gold.audit_events columns.
 SENSITIVE_COLUMNS = {"sourceIP": "source_ip", "userAgent": "user_agent", "rawUsageEvent": "raw_event"}
-# Per-actor figures over every entity: no scope narrows them (HTTP: 403 for a scoped principal).
-SCOPE_REFUSED_TABLES = ("gold.actor_activity_daily", "gold.actor_anomalies")
+# Per-actor figures over every entity: no scope narrows them (HTTP: 403 for a scoped principal). A
+# lineage edge names two entities, either of which may be outside the scope.
+SCOPE_REFUSED_TABLES = ("gold.actor_activity_daily", "gold.actor_anomalies", "gold.lineage_edges")
 # Tables whose rows are matched by the entity whose aspect was written: its urn and type columns.
 ASPECT_ENTITY_COLUMNS = {
     "silver.entity_change_events": ("aspect_entity_urn", "aspect_entity_type"),

@@ -153,9 +153,9 @@ def test_the_gold_views_are_narrowed_as_their_tables(roles):
     assert timeline == expected and counted == len(expected)
 
 
-def test_per_actor_aggregates_are_refused_to_a_scoped_role(roles):
+def test_per_actor_aggregates_and_lineage_edges_are_refused_to_a_scoped_role(roles):
     _, port = roles
-    for table in ("gold.actor_activity_daily", "gold.actor_anomalies"):
+    for table in ("gold.actor_activity_daily", "gold.actor_anomalies", "gold.lineage_edges"):
         with psycopg.connect(_login(port, "finance_bi")) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(f"SELECT count(*) FROM {table}")
 

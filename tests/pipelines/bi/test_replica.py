@@ -52,7 +52,7 @@ def test_an_unmapped_type_is_refused_by_name():
 def test_the_replica_holds_gold_and_the_silver_tables_the_views_read():
     assert replicated_tables() == (
         "gold.audit_events", "gold.actor_activity_daily", "gold.openmetadata_change_events", "gold.actor_anomalies",
-        "silver.aspect_state", "silver.aspect_state_log", "silver.entity_change_events",
+        "gold.lineage_edges", "silver.aspect_state", "silver.aspect_state_log", "silver.entity_change_events",
     )  # fmt: skip
 
 

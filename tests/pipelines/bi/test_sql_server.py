@@ -128,7 +128,7 @@ def test_sqlalchemy_inspector_lists_schemas_tables_views_and_columns(replica):
         inspector = sqlalchemy.inspect(engine)
         assert {"gold", "silver"} <= set(inspector.get_schema_names())
         assert set(inspector.get_table_names(schema="gold")) == {
-            "audit_events", "actor_activity_daily", "openmetadata_change_events", "actor_anomalies"
+            "audit_events", "actor_activity_daily", "openmetadata_change_events", "actor_anomalies", "lineage_edges"
         }  # fmt: skip
         assert set(inspector.get_view_names(schema="gold")) == {v.name for v in load_views()}
         columns = [c["name"] for c in inspector.get_columns("audit_events", schema="gold")]
