@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from conf.errors import InputError
 
 DIRECTIONS = ("upstream", "downstream")
+# The kind of the edges between schema fields (fineGrainedLineages): not walked between entities.
+COLUMN_KIND = "column"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from gold.impact import COLUMN_KIND
 from silver.aspects import is_key_aspect
 
 # Each lineage aspect, with the entity types that write it.
@@ -26,9 +27,6 @@ LINEAGE_ASPECTS = (
     "mlModelProperties",
 )
 STATUS_ASPECT = "status"
-
-# The edge kinds that connect entities; `column` edges connect schema fields (fineGrainedLineages).
-COLUMN_KIND = "column"
 
 # Every lineage field of the aspects above in one schema (each name has one type across them); an
 # urn list whose items are objects (`chartInfo.inputs` as `{"string": urn}`) is read as JSON text.

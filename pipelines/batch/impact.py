@@ -7,8 +7,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
-from gold.impact import ChangeEvent, Edge, ImpactRow, impact
-from gold.lineage import COLUMN_KIND
+from gold.impact import COLUMN_KIND, ChangeEvent, Edge, ImpactRow, impact
 from pipelines.runtime.io import read_table
 
 
@@ -43,8 +42,10 @@ def impact_of(
     events_df = read_table(spark, settings, "silver.entity_change_events").filter(
         (F.col("event_time") >= F.lit(start_ms)) & (F.col("event_time") < F.lit(end_ms))
     )
+    # An event belongs to the entity whose aspect was written (a schema field's to its dataset).
+    owner = F.coalesce(F.col("aspect_entity_urn"), F.col("entity_urn")).alias("entity_urn")
     events = [
         ChangeEvent(r.event_id, r.entity_urn, r.event_time, r.category, r.operation, r.actor)
-        for r in events_df.select("event_id", "entity_urn", "event_time", "category", "operation", "actor").collect()
+        for r in events_df.select("event_id", owner, "event_time", "category", "operation", "actor").collect()
     ]
     return impact(urn, edges, events, direction=direction, depth=depth, start_ms=start_ms, end_ms=end_ms)

@@ -25,6 +25,7 @@ from gold.serving_contract import EVENT_TYPES
 from gold.auth import AUDIT_READ
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
+from pipelines.serving.impact import impact_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, build_index_files, encode_json, open_engine
@@ -229,6 +230,7 @@ def create_app(
     app.include_router(anomalies_router(settings, unscoped))
     # The regulator report download (docs/audit-trail.md); a scope narrows it, as it does the change search.
     app.include_router(report_router(settings, verifier))
+    app.include_router(impact_router(settings, verifier))  # change impact across lineage, scoped
     mount_explorer(app, settings, verifier, aggregates=unscoped)
     install_hardening(app, admission)
     # Outside admission, so that the access log records the 503s too.

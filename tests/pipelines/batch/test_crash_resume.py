@@ -40,6 +40,7 @@ CRASH_POINTS = [
     "publish_audit.merged",
     "between_publish_audit_and_openmetadata",
     "publish_openmetadata.merged",
+    "publish_lineage.merged",
 ]
 
 

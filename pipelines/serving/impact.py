@@ -1,0 +1,146 @@
+"""GET /api/v1/impact: the change events that reached an entity through lineage as it was, within the caller's scope.
+
+Read in-process from gold.lineage_edges and silver.entity_change_events (latest versions). A scoped
+caller sees only the events on entities in its scope, counted alike; a path keeps its hops through
+entities outside the scope as hidden nodes (their place, not their urn); an entity asked about outside
+the scope answers 404, as one that does not exist.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow.dataset as ds
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from conf.errors import InputError, RequestError
+from conf.settings import Settings
+from conf.tables import table_location
+from gold.auth import AUDIT_READ
+from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, Edge, ImpactRow, impact
+from pipelines.serving.access_log import note_result
+from pipelines.serving.anomalies import parse_window
+from pipelines.serving.explorer import check_parameters, entity_type_of, parse_urn
+from pipelines.serving.explorer_data import latest_dataset
+from pipelines.serving.scoped_reads import ChangeEventScope, EntityDomains, OutOfScopeError, change_event_scope
+from pipelines.serving.tokens import TokenVerifier
+
+IMPACT_PATH = "/api/v1/impact"
+EDGES_TABLE = "gold.lineage_edges"
+CHANGES_TABLE = "silver.entity_change_events"
+PARAMETERS = ("urn", "direction", "depth", "since", "until")
+DEFAULT_DEPTH = 3
+DEFAULT_WINDOW_MS = 7 * 86_400_000
+_EVENT_COLUMNS = ["event_id", "entity_urn", "entity_type", "event_time", "category", "operation", "actor",
+                  "aspect_entity_urn", "aspect_entity_type"]  # fmt: skip
+
+
+def parse_impact_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str, int, int, int]:
+    """Return (urn, direction, depth, since, until) from the URL parameters (window default: the last 7 days).
+
+    Raises:
+        RequestError: naming the parameter and the value.
+    """
+    urn = parse_urn(params)
+    direction = params.get("direction") or "upstream"
+    if direction not in DIRECTIONS:
+        raise RequestError(f"direction: {direction!r} is not one of {', '.join(DIRECTIONS)}")
+    raw_depth = params.get("depth") or str(DEFAULT_DEPTH)
+    if not raw_depth.isdigit() or int(raw_depth) > 10:
+        raise RequestError(f"depth: {raw_depth!r} is not a whole number from 0 to 10")
+    since, until = parse_window(params)
+    until = until if until is not None else now_ms
+    since = since if since is not None else until - DEFAULT_WINDOW_MS
+    if since >= until:
+        raise RequestError(f"since: {since} is not before until ({until})")
+    return urn, direction, int(raw_depth), since, until
+
+
+def read_edges(settings: Settings, since: int, until: int) -> list[Edge]:
+    """The entity edges of gold.lineage_edges valid at some time of [since, until)."""
+    dataset = latest_dataset(table_location(settings, EDGES_TABLE))
+    if dataset is None:
+        return []
+    valid_to = ds.field("valid_to_time")
+    condition = (
+        (ds.field("edge_kind") != COLUMN_KIND)
+        & (ds.field("valid_from_time") < until)
+        & (valid_to.is_null() | (valid_to > since))
+    )
+    table = dataset.to_table(columns=["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time"], filter=condition)
+    return [Edge(**row) for row in table.to_pylist()]
+
+
+def read_events(settings: Settings, since: int, until: int, scope: ChangeEventScope) -> list[dict[str, Any]]:
+    """The change events of [since, until) that `scope` shows (by the entity whose aspect was written)."""
+    dataset = latest_dataset(table_location(settings, CHANGES_TABLE))
+    if dataset is None:
+        return []
+    condition = (ds.field("event_time") >= since) & (ds.field("event_time") < until)
+    if scope.arrow is not None:
+        condition = condition & scope.arrow
+    return dataset.to_table(columns=_EVENT_COLUMNS, filter=condition).to_pylist()
+
+
+def impact_response(rows: list[ImpactRow], events: Mapping[str, dict[str, Any]], scope: ChangeEventScope) -> list[dict[str, Any]]:
+    """The JSON of each reached event, its path's nodes outside the scope hidden."""
+    nodes = sorted({node for row in rows for node in row.path})
+    shown = dict(zip(nodes, scope.visible_entities(nodes, [entity_type_of(n) for n in nodes])))
+    return [
+        {
+            "hop": row.hop,
+            "eventId": row.event.event_id,
+            "entityUrn": events[row.event.event_id]["entity_urn"],
+            "entityType": events[row.event.event_id]["entity_type"],
+            "eventTime": row.event.event_time,
+            "category": row.event.category,
+            "operation": row.event.operation,
+            "actor": row.event.actor,
+            "path": [{"urn": node, "hidden": False} if shown[node] else {"urn": None, "hidden": True} for node in row.path],
+        }
+        for row in rows
+    ]
+
+
+def impact_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
+    """Return the router of the impact endpoint, authenticated like the change search (audit-read, scoped)."""
+    router = APIRouter()
+    domains = EntityDomains(settings)
+
+    def answer(urn: str, direction: str, depth: int, since: int, until: int, scope: ChangeEventScope) -> dict[str, Any]:
+        if not scope.visible_entities([urn], [entity_type_of(urn)])[0]:
+            raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
+        events = {e["event_id"]: e for e in read_events(settings, since, until, scope)}
+        # An event belongs to the entity whose aspect was written (a schema field's to its dataset).
+        changes = [ChangeEvent(e["event_id"], e["aspect_entity_urn"] or e["entity_urn"], e["event_time"], e["category"],
+                               e["operation"], e["actor"]) for e in events.values()]  # fmt: skip
+        try:
+            rows = impact(urn, read_edges(settings, since, until), changes, direction=direction, depth=depth,
+                          start_ms=since, end_ms=until)  # fmt: skip
+        except InputError as exc:
+            raise RequestError(str(exc)) from None
+        note_result(result_count=len(rows))
+        return {"urn": urn, "direction": direction, "depth": depth, "since": since, "until": until, "count": len(rows),
+                "changes": impact_response(rows, events, scope)}  # fmt: skip
+
+    @router.get(
+        IMPACT_PATH,
+        summary="What changed upstream (or downstream) of an entity, through lineage as it was then",
+        description="The change events of [since, until) on entities joined to `urn` by lineage edges valid at "
+        "each event's time, at most `depth` hops away (0..10, default 3), with the path. Parameters: urn, "
+        "direction (upstream or downstream), depth, since/until (epoch ms or ISO-8601; default the last 7 days).",
+    )
+    async def impact_of(request: Request) -> JSONResponse:
+        principal = await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
+        params = dict(request.query_params)
+        check_parameters(params, PARAMETERS)
+        urn, direction, depth, since, until = parse_impact_query(params, int(time.time() * 1000))
+        note_result({"urn": urn, "direction": direction, "depth": depth, "since": since, "until": until})
+        scope = change_event_scope(principal.scope, domains)
+        return JSONResponse(await run_in_threadpool(answer, urn, direction, depth, since, until, scope))
+
+    return router
