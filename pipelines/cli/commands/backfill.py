@@ -19,8 +19,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Land every version of DataHub's metadata_aspect_v2 table into bronze, window by window; resumes after the last window landed."""
         from pipelines.batch.backfill import run_backfill
+        from pipelines.batch.backfill.reader import read_password
 
         state = state_of(ctx)
+        read_password(state.settings.ingest.backfill)  # a missing password stops here, before the engine starts
 
         def on_window(report, rows: int) -> None:
             if not as_json:
