@@ -75,6 +75,18 @@ def test_each_batch_rederives_only_the_entities_it_wrote_and_a_rerun_changes_not
     assert publish_lineage(spark, settings).batch_ids == ()
     assert edges(spark, settings) == expected
 
+    def graph_as_of(ms: int) -> set[tuple]:
+        at = f"timestamp_millis({ms})"
+        return {tuple(r) for r in spark.sql(
+            "SELECT upstream_urn, downstream_urn FROM gold.lineage_graph "
+            f"WHERE valid_from <= {at} AND (valid_to IS NULL OR valid_to > {at})"
+        ).collect()}  # fmt: skip
+
+    assert graph_as_of(1_500) == {(A, B), (B, CHART)}
+    assert graph_as_of(2_500) == {(C, B), (B, CHART)}
+    assert graph_as_of(3_500) == {(B, CHART)}  # b soft-deleted from 3_000 to 4_000
+    assert graph_as_of(4_000) == {(C, B), (B, CHART)}
+
 
 def sdk_proposals() -> list[dict]:
     """Lineage written with DataHub's own aspect classes, as an emitter sends it (MCPs, lastObserved times)."""

@@ -1,0 +1,17 @@
+-- Every lineage edge between entities with the span it held (column edges left out). The graph as of a
+-- time T: WHERE valid_from <= T AND (valid_to IS NULL OR valid_to > T); is_current: the edges holding now.
+SELECT
+  e.upstream_urn,
+  e.downstream_urn,
+  e.edge_kind,
+  e.owner_urn,
+  e.aspect_name,
+  timestamp_millis(e.valid_from_time) AS valid_from,
+  timestamp_millis(e.valid_to_time) AS valid_to,
+  e.added_by,
+  e.removed_by,
+  e.valid_to_time IS NULL AS is_current,
+  e.valid_from_time,
+  e.valid_to_time
+FROM gold.lineage_edges AS e
+WHERE e.edge_kind <> 'column'
