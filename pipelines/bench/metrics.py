@@ -31,6 +31,7 @@ from pipelines.bench.search import _start_server, _stop_server, server_cpu_secon
 from pipelines.bench.search_clients import measure_load
 from pipelines.bench.search_mix import request_mix
 from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.storage import table_exists
 
 VARIANTS = ("on", "off")
 # The actors `bench search` generates (its --actors default).
@@ -161,7 +162,7 @@ def run_metrics_bench(
     from pipelines.serving.tokens import create_token
 
     audit_dir = table_location(settings, "gold.audit_events")
-    if not DeltaTable.is_deltatable(str(audit_dir)):
+    if not table_exists(audit_dir):
         raise InputError(f"--work-dir: {settings.home} holds no gold.audit_events; build it with `lakehouse bench search --work-dir`")
     dataset = DeltaTable(str(audit_dir)).to_pyarrow_dataset()
     now_ms = int(pc.max(dataset.to_table(columns=["timestamp"]).column("timestamp")).as_py()) + 1

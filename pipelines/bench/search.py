@@ -39,6 +39,7 @@ from pipelines.bench.search_clients import Client, load_in_child, measure_latenc
 from pipelines.bench.search_mix import MIXES, request_mix
 from pipelines.cli.commands.bench import bench_app
 from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.storage import table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -351,7 +352,7 @@ def run_search_bench(
     actor_urns = [f"urn:li:corpuser:user{i:05d}" for i in range(actors)]
     payload: dict[str, Any] = {"events": events, "days": days, "actors": actors, "engines": list(engines), "mix": mix}
     audit_dir = table_location(settings, "gold.audit_events")
-    if DeltaTable.is_deltatable(str(audit_dir)) and DeltaTable(str(audit_dir)).to_pyarrow_dataset().count_rows():
+    if table_exists(audit_dir) and DeltaTable(str(audit_dir)).to_pyarrow_dataset().count_rows():
         import pyarrow.compute as pc
 
         dataset = DeltaTable(str(audit_dir)).to_pyarrow_dataset()

@@ -29,6 +29,7 @@ from tests.pipelines.runtime.test_object_storage import BUCKET, INPUT, S3Server,
 HOME = f"s3://{BUCKET}/commands"
 ORDERS = "urn:li:dataset:(urn:li:dataPlatform:postgres,appdb.public.orders_9,PROD)"
 ADMIN = "urn:li:corpuser:admin"
+REPO = Path(__file__).resolve().parents[3]
 READY = re.compile(r"ready: serving audit search on (http://127\.0\.0\.1:\d+)")
 WINDOW = ("--from", "2023-01-01", "--to", "2025-01-01")
 
@@ -37,6 +38,18 @@ def test_an_object_location_has_no_local_file_methods():
     location = ObjectLocation("s3", BUCKET, "commands/gold/audit_events")
     for method in ("is_dir", "is_file", "exists", "mkdir", "unlink", "rglob", "glob", "read_text", "resolve", "stat"):
         assert not hasattr(location, method), method
+
+
+def test_no_table_existence_check_but_the_one():
+    # A second check would be one more place where an object-storage location meets a local-path call.
+    check = re.compile(r"is_deltatable|_delta_log\"\)\.(is_dir|exists)|has_files\([^)]*_delta_log")
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "pipelines").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if check.search(line) and path != REPO / "pipelines" / "runtime" / "storage.py"
+    ]
+    assert found == [], "use pipelines.runtime.storage.table_exists"
 
 
 @pytest.fixture(scope="module")
