@@ -16,4 +16,6 @@ generate_usage_events) and `manifest` (GeneratorManifest). The modules, from the
 - history: argument checks, the output folder, and the public entry points.
 - actor_activity: weeks of catalog activity by people and service accounts, as change events, with
   labelled unusual activity.
+- lineage: lineage histories (edges added and removed, column edges, jobs, charts, dashboards, deletes
+  and restores) as MCL records.
 """
