@@ -64,6 +64,7 @@ class LocalDatabase:
     port: int
     admin_password: str
     reader_password: str
+    ca_file: Path | None = None  # the certificate the server presents, when it serves TLS
 
     def settings_overrides(self) -> list[str]:
         """`--set` values that point `ingest.backfill` at this server as the read-only user."""
@@ -86,7 +87,8 @@ class LocalDatabase:
         import pymysql
 
         return pymysql.connect(host="127.0.0.1", port=self.port, database=DATABASE, user=ADMIN,
-                               password=self.admin_password, charset="utf8mb4")  # fmt: skip
+                               password=self.admin_password, charset="utf8mb4",
+                               ssl={"ca": str(self.ca_file)} if self.ca_file else None)  # fmt: skip
 
 
 def _run_as(name: str) -> dict:
@@ -185,14 +187,23 @@ def local_postgres(
             conn.execute(f"CREATE ROLE {READER} LOGIN PASSWORD '{reader_password}'")
             conn.execute(f"GRANT CONNECT ON DATABASE {DATABASE} TO {READER}")
             conn.execute(f"GRANT SELECT ON metadata_aspect_v2 TO {READER}")
-        yield LocalDatabase("postgres", port, admin_password, reader_password)
+        yield LocalDatabase("postgres", port, admin_password, reader_password, tls[0] if tls else None)
     finally:
         _stop(process)
 
 
 @contextmanager
-def local_mariadb(folder: Path, ddl: str = DATAHUB_MYSQL_DDL) -> Iterator[LocalDatabase]:
-    """Run Debian's MariaDB in `folder` (created) with database `datahub` and `ddl` executed in it."""
+def local_mariadb(
+    folder: Path, ddl: str = DATAHUB_MYSQL_DDL, tls: tuple[Path, Path] | None = None
+) -> Iterator[LocalDatabase]:
+    """Run Debian's MariaDB in `folder` (created) with database `datahub` and `ddl` executed in it.
+
+    Args:
+        folder: where its data, socket and log go.
+        ddl: statements run in `datahub` before the read-only user is granted SELECT on metadata_aspect_v2.
+        tls: a certificate and its key (PEM) to serve TLS with (copied into `folder`), the only way in over
+            TCP; None: no TLS.
+    """
     import pymysql
 
     if not shutil.which("mariadbd") and not Path("/usr/sbin/mariadbd").exists():
@@ -207,12 +218,21 @@ def local_mariadb(folder: Path, ddl: str = DATAHUB_MYSQL_DDL) -> Iterator[LocalD
     run_user = ["--user=mysql"] if os.geteuid() == 0 else []
     subprocess.run(["mariadb-install-db", f"--datadir={data}", "--auth-root-authentication-method=socket",
                     "--skip-test-db", *run_user], check=True, capture_output=True)  # fmt: skip
+    tls_options: list[str] = []
+    if tls is not None:
+        cert, key = run / "server.crt", run / "server.key"
+        shutil.copyfile(tls[0], cert)
+        shutil.copyfile(tls[1], key)
+        key.chmod(0o600)
+        for path in (cert, key):
+            _chown(path, "mysql")
+        tls_options = [f"--ssl-cert={cert}", f"--ssl-key={key}", "--require-secure-transport=ON"]
     port = free_loopback_port()
     log = run / "mariadb.log"
     process = subprocess.Popen(
         ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}", f"--port={port}", "--bind-address=127.0.0.1",
          f"--socket={socket}", f"--log-error={log}", f"--pid-file={run / 'mariadb.pid'}",
-         "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin", *run_user],
+         "--innodb-flush-log-at-trx-commit=0", "--skip-log-bin", *tls_options, *run_user],
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )  # fmt: skip
     admin_password, reader_password = "admin-secret-1", "reader-secret-1"
@@ -227,6 +247,6 @@ def local_mariadb(folder: Path, ddl: str = DATAHUB_MYSQL_DDL) -> Iterator[LocalD
             cursor.execute(f"USE {DATABASE}")
             cursor.execute(ddl)
             cursor.execute(f"GRANT SELECT ON {DATABASE}.metadata_aspect_v2 TO '{READER}'@'127.0.0.1'")
-        yield LocalDatabase("mariadb", port, admin_password, reader_password)
+        yield LocalDatabase("mariadb", port, admin_password, reader_password, tls[0] if tls else None)
     finally:
         _stop(process)

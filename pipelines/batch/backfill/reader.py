@@ -111,19 +111,24 @@ def postgres_uri(backfill: BackfillSettings, password: str) -> str:
     )
 
 
+# tls_mode as MySQL's ssl-mode, which connectorx's mysql source takes (with ssl-ca) in its URL.
+MYSQL_SSL_MODES = {
+    "disable": "DISABLED",
+    "prefer": "PREFERRED",
+    "require": "REQUIRED",
+    "verify-ca": "VERIFY_CA",
+    "verify-full": "VERIFY_IDENTITY",
+}
+
+
 def mysql_url(backfill: BackfillSettings, password: str) -> str:
-    """A connectorx mysql URL (TLS as the mysql crate's `require_ssl` / `verify_ca` / `verify_identity`)."""
-    query: dict[str, str] = {}
-    if backfill.tls_mode in ("require", "verify-ca", "verify-full"):
-        query["require_ssl"] = "true"
-        query["verify_ca"] = "true" if backfill.tls_mode != "require" else "false"
-        query["verify_identity"] = "true" if backfill.tls_mode == "verify-full" else "false"
-        if backfill.tls_ca_file:
-            query["root_cert_path"] = backfill.tls_ca_file
-    suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
+    """A connectorx mysql URL (TLS as `ssl-mode` / `ssl-ca`); it holds the password: never log it."""
+    query = {"ssl-mode": MYSQL_SSL_MODES[backfill.tls_mode]}
+    if backfill.tls_ca_file:
+        query["ssl-ca"] = backfill.tls_ca_file
     return (
         f"mysql://{_quote(backfill.user)}:{_quote(password)}@{backfill.host}:{backfill.port}/"
-        f"{_quote(backfill.database)}{suffix}"
+        f"{_quote(backfill.database)}?{urllib.parse.urlencode(query)}"
     )
 
 

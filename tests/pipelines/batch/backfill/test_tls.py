@@ -1,4 +1,5 @@
-"""The backfill's TLS settings reach the database driver: a PostgreSQL that takes TCP logins over TLS only."""
+"""The backfill's TLS settings reach the database drivers: a PostgreSQL and a MariaDB that take TCP logins
+over TLS only, with a self-signed certificate for 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from conf.errors import SourceUnavailable
 from conf.settings import load_settings
 from pipelines.batch.backfill import run_backfill
-from pipelines.bench.databases import LocalDatabase, local_postgres
+from pipelines.bench.databases import LocalDatabase, local_mariadb, local_postgres
 from tests.conftest import register_fresh_tables
 from tests.pipelines.batch.backfill.conftest import write_version
 from tests.pipelines.bi.conftest import _self_signed
@@ -33,6 +34,19 @@ def tls_postgres() -> Iterator[tuple[LocalDatabase, Path, Path]]:
             write_version(conn, "postgres", "urn:li:corpuser:tls", "status", '{"removed": false}', None,
                           1700000000000, "urn:li:corpuser:admin")  # fmt: skip
         yield database, cert, other_cert
+
+
+@pytest.fixture(scope="module")
+def tls_mariadb() -> Iterator[LocalDatabase]:
+    """MariaDB serving a self-signed certificate for 127.0.0.1, TCP logins over TLS only."""
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-backfill-tls-mariadb-"))
+    root.chmod(0o755)
+    cert, key = _self_signed(root)
+    with local_mariadb(root / "server", tls=(cert, key)) as database:
+        with database.admin_connection() as conn:
+            write_version(conn, "mariadb", "urn:li:corpuser:tls", "status", '{"removed": false}', None,
+                          1700000000000, "urn:li:corpuser:admin")  # fmt: skip
+        yield database
 
 
 def settings_for(home, database, monkeypatch, tls_mode, ca_file):
@@ -60,3 +74,10 @@ def test_without_tls_or_with_another_ca_the_database_is_unavailable(spark, tls_p
         run_backfill(spark, settings)
     assert f"127.0.0.1:{database.port}" in str(raised.value)
     assert database.reader_password not in str(raised.value)
+
+
+def test_mariadb_verify_ca_with_the_servers_certificate_reads_over_tls(spark, tls_mariadb, tmp_path, monkeypatch):
+    # A refusal is not tested here: connectorx's pool tries a refused login again for 30 s before it reports it.
+    settings = settings_for(tmp_path, tls_mariadb, monkeypatch, "verify-ca", tls_mariadb.ca_file)
+    register_fresh_tables(spark, settings)
+    assert run_backfill(spark, settings).totals["records_landed"] == 1
