@@ -78,6 +78,36 @@ def test_a_history_in_datahubs_tables_gives_the_events_of_its_mcl_files(spark, d
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_versions_written_while_the_backfill_runs_are_not_read_by_it(spark, databases, engine, tmp_path, monkeypatch):
+    database = databases[engine]
+    clear(database)
+    urns = [f"urn:li:dataset:(urn:li:dataPlatform:hive,db.t{i},PROD)" for i in range(6)]
+    with database.admin_connection() as conn:
+        for i, urn in enumerate(urns):
+            write_version(conn, engine, urn, "status", '{"removed": false}', None, 1700000000000 + i, "urn:li:corpuser:a")
+    settings = backfill_settings(tmp_path, database, monkeypatch, **{"ingest.backfill.window_rows": 2})
+    register_fresh_tables(spark, settings)
+
+    def datahub_writes_meanwhile(report, rows) -> None:
+        # After the first window: each entity gets a new version 0, its old one moving to version 1.
+        if rows == 2:
+            with database.admin_connection() as conn:
+                for urn in urns:
+                    write_version(conn, engine, urn, "status", '{"removed": true}', None, 1800000000000,
+                                  "urn:li:corpuser:late")  # fmt: skip
+
+    report = run_backfill(spark, settings, on_window=datahub_writes_meanwhile)
+    assert len(report.windows) == 3 and report.totals["records_landed"] == 6
+    landed = read_table(spark, settings, "bronze.aspect_snapshots").select("entity_urn", "created_actor").collect()
+    assert sorted(tuple(r) for r in landed) == [(urn, "urn:li:corpuser:a") for urn in urns]
+    # The next backfill starts after the mark: the later writes, once each.
+    again = run_backfill(spark, settings)
+    assert again.totals["records_landed"] == 6
+    late = read_table(spark, settings, "bronze.aspect_snapshots").filter("created_actor = 'urn:li:corpuser:late'")
+    assert late.count() == 6
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_row_that_is_not_an_aspect_is_quarantined_naming_urn_aspect_and_version(spark, databases, engine, tmp_path,
                                                                                    monkeypatch):
     database = databases[engine]
