@@ -95,8 +95,11 @@ READING_COMMANDS = [
 ]
 # Commands that write, in this order.
 WRITING_COMMANDS = [
+    ("job", "land"),
     ("refine",),
     ("publish-audit",),
+    ("publish-openmetadata",),
+    ("access-log", "prune"),
     ("subscriptions", "add", "audit-hook", "--url", "https://receiver.example/hook"),
     ("subscriptions", "list"),
     ("subscriptions", "deliver"),
