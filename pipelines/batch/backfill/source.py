@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -59,6 +64,23 @@ class BackfillReport:
         }
 
 
+@dataclass(frozen=True)
+class PreparedWindow:
+    """A window written out as numbered MCL lines, ready to land."""
+
+    source: str
+    path: Path
+    rows: int
+    content_hash: str
+
+
+def _prepared_windows(windows: Iterator[pa.Table], backfill, folder: Path) -> Iterator[PreparedWindow]:
+    for index, window in enumerate(windows):
+        path = folder / f"{index:06d}.txt"
+        rows = write_numbered_copy(window, backfill.provenance, backfill.table, path)
+        yield PreparedWindow(window_source(backfill.provenance, backfill.table, window), path, rows, sha256_of(path))
+
+
 def committed_mark(spark: SparkSession, settings: Settings) -> int | None:
     """The high-water mark of this database's table: the last `createdon` (µs) a committed window holds."""
     backfill = settings.ingest.backfill
@@ -98,20 +120,26 @@ def run_backfill(spark: SparkSession, settings: Settings, on_window: WindowCallb
     report = BackfillReport(source=f"{backfill.provenance}/{backfill.table}", resumed_after_us=mark)
     log.info("backfill from %s, after createdon %s µs", report.source, mark)
     rows = 0
-    with version_batches(backfill, password, mark) as batches:
-        for window in createdon_windows(batches, backfill.window_rows):
-            source = window_source(backfill.provenance, backfill.table, window)
+    with version_batches(backfill, password, mark) as batches, tempfile.TemporaryDirectory(
+        prefix="lakehouse-backfill-"
+    ) as staging, ThreadPoolExecutor(max_workers=1, thread_name_prefix="backfill-read") as reader:
+        windows = _prepared_windows(createdon_windows(batches, backfill.window_rows), backfill, Path(staging))
+        # The next window is read and written out while the engine lands this one.
+        upcoming = reader.submit(next, windows, None)
+        while (prepared := upcoming.result()) is not None:
+            upcoming = reader.submit(next, windows, None)
 
-            def make_plans(scratch, _hasher, window=window, source=source) -> list[FilePlan]:
+            def make_plans(scratch, _hasher, prepared=prepared) -> list[FilePlan]:
                 path = scratch / "backfill" / "window.txt"
-                lines = write_numbered_copy(window, backfill.provenance, backfill.table, path)
-                plan = FilePlan(index=0, path=path, kind="mcl", source_name=source)
-                plan.numbered = NumberedCopy(lines=lines, lines_read=lines)
-                plan.content_hash = sha256_of(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(prepared.path, path)
+                plan = FilePlan(index=0, path=path, kind="mcl", source_name=prepared.source)
+                plan.numbered = NumberedCopy(lines=prepared.rows, lines_read=prepared.rows)
+                plan.content_hash = prepared.content_hash
                 return [plan]
 
             landed = land_plans(spark, settings, make_plans)
-            rows += window.num_rows
+            rows += prepared.rows
             report.windows.append(landed)
             crash_point("backfill.window_committed")
             if on_window is not None:
