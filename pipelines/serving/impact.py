@@ -8,11 +8,13 @@ the scope answers 404, as one that does not exist.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow.dataset as ds
+from deltalake import DeltaTable
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -21,7 +23,8 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
 from gold.auth import AUDIT_READ
-from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, Edge, ImpactRow, impact
+from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, Edge, EdgeIndex, ImpactRow, impact
+from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import parse_window
 from pipelines.serving.explorer import check_parameters, entity_type_of, parse_urn
@@ -60,19 +63,38 @@ def parse_impact_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str
     return urn, direction, int(raw_depth), since, until
 
 
-def read_edges(settings: Settings, since: int, until: int) -> list[Edge]:
-    """The entity edges of gold.lineage_edges valid at some time of [since, until)."""
-    dataset = latest_dataset(table_location(settings, EDGES_TABLE))
-    if dataset is None:
-        return []
-    valid_to = ds.field("valid_to_time")
-    condition = (
-        (ds.field("edge_kind") != COLUMN_KIND)
-        & (ds.field("valid_from_time") < until)
-        & (valid_to.is_null() | (valid_to > since))
-    )
-    table = dataset.to_table(columns=["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time"], filter=condition)
-    return [Edge(**row) for row in table.to_pylist()]
+class LineageIndex:
+    """The entity edges of gold.lineage_edges as an `EdgeIndex`, built once per table version.
+
+    Args:
+        settings: the lakehouse settings (the table's location).
+    """
+
+    def __init__(self, settings: Settings):
+        self._location = table_location(settings, EDGES_TABLE)
+        self._lock = threading.Lock()
+        self._cached: tuple[int, EdgeIndex] | None = None
+
+    def current(self) -> EdgeIndex:
+        """The index of the table's latest version (empty while the table does not exist)."""
+        if not table_exists(self._location):
+            return EdgeIndex(())
+        table = DeltaTable(str(self._location), storage_options=delta_storage_options(self._location))
+        version = table.version()
+        with self._lock:
+            if self._cached is not None and self._cached[0] == version:
+                return self._cached[1]
+        rows = table.to_pyarrow_dataset().to_table(
+            columns=["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time"],
+            filter=ds.field("edge_kind") != COLUMN_KIND,
+        )
+        index = EdgeIndex(
+            Edge(*values)
+            for values in zip(*(rows[name].to_pylist() for name in ("upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time")))
+        )
+        with self._lock:
+            self._cached = (version, index)
+        return index
 
 
 def read_events(settings: Settings, since: int, until: int, scope: ChangeEventScope) -> list[dict[str, Any]]:
@@ -110,6 +132,7 @@ def impact_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
     """Return the router of the impact endpoint, authenticated like the change search (audit-read, scoped)."""
     router = APIRouter()
     domains = EntityDomains(settings)
+    lineage = LineageIndex(settings)
 
     def answer(urn: str, direction: str, depth: int, since: int, until: int, scope: ChangeEventScope) -> dict[str, Any]:
         if not scope.visible_entities([urn], [entity_type_of(urn)])[0]:
@@ -119,7 +142,7 @@ def impact_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
         changes = [ChangeEvent(e["event_id"], e["aspect_entity_urn"] or e["entity_urn"], e["event_time"], e["category"],
                                e["operation"], e["actor"]) for e in events.values()]  # fmt: skip
         try:
-            rows = impact(urn, read_edges(settings, since, until), changes, direction=direction, depth=depth,
+            rows = impact(urn, lineage.current(), changes, direction=direction, depth=depth,
                           start_ms=since, end_ms=until)  # fmt: skip
         except InputError as exc:
             raise RequestError(str(exc)) from None
