@@ -3,8 +3,10 @@
 A version's ordering key sorts as text: `v<version>.<rank>`, or `t<created time>.<rank>` when the record
 has no version, each number left-padded with zeros to KEY_DIGITS, rank DELETE_RANK for a DELETE (after the
 upsert of the same version) else OTHER_RANK. A PATCH is an operation, not a value, so a PATCH's key ends
-with where it arrived (`.<landed_at µs>.<line>.<CRC-32 of the file name>`): two patches with one time are
-both applied, in arrival order. Of two copies of one version, the first in ARRIVAL_ORDER counts.
+with where it stands in its input (`.<line>.<CRC-32 of the file name>`): two patches with one time are both
+applied, in the order of their lines. Not the landing time: a key, and the change set and event ids made from
+it, must not depend on when or in which batch the record landed, so that a life of batches ends with the ids
+one run over the same input gives. Of two copies of one version, the first in ARRIVAL_ORDER counts.
 
 `silver.state` renders these rules as Spark columns; `order_key` and `patch_arrival` here compute them in
 Python for the serving's as-of reads, which run without a session (tests compare the two).
@@ -40,7 +42,7 @@ def order_key(version: int | None, created_time: int | None, change_type: str, a
     return f"{key}.{arrival}" if arrival is not None and upper == PATCH else key
 
 
-def patch_arrival(landed_at_us: int, line_number: int, source_file: str) -> str:
-    """Where a bronze row arrived, as sortable text: landing time (µs), line, then the file name's CRC-32."""
+def patch_arrival(line_number: int, source_file: str) -> str:
+    """Where a bronze row stands in its input, as sortable text: its line, then the file name's CRC-32."""
     crc = zlib.crc32(source_file.encode("utf-8"))
-    return f"{lpad(str(landed_at_us), KEY_DIGITS)}.{lpad(str(line_number), KEY_DIGITS)}.{lpad(str(crc), CRC_DIGITS)}"
+    return f"{lpad(str(line_number), KEY_DIGITS)}.{lpad(str(crc), CRC_DIGITS)}"

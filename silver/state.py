@@ -103,10 +103,8 @@ def order_key(version: Column, created_time: Column, change_type: Column, arriva
 
 
 def patch_arrival() -> Column:
-    """Where a bronze row arrived, as sortable text: landing time (microseconds), line, then the file's CRC-32."""
+    """Where a bronze row stands in its input, as sortable text: line, then the file's CRC-32 (`silver.order_keys`)."""
     return F.concat(
-        F.lpad(F.unix_micros(F.col("landed_at")).cast("string"), KEY_DIGITS, "0"),
-        F.lit("."),
         F.lpad(F.col("line_number").cast("string"), KEY_DIGITS, "0"),
         F.lit("."),
         F.lpad(F.crc32(F.col("source_file").cast("binary")).cast("string"), CRC_DIGITS, "0"),

@@ -12,13 +12,15 @@ import hashlib
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from pyspark.sql import SparkSession
 
 from conf.settings import Settings, load_settings
 from pipelines.bench.harness import measure, write_result
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # The columns that identify each compared table's rows whatever the cut into batches (batch ids, write
 # times and the state's prev_* columns depend on it).
@@ -43,11 +45,15 @@ def register(app: typer.Typer) -> None:
         entities: int = typer.Option(20_000, "--entities", min=11, help="Entities of the generated history (about 21 records each)."),
         batches: int = typer.Option(8, "--batches", min=2, help="Time-ordered batches the history is cut into."),
         seed: int = typer.Option(53, "--seed", help="Generator seed."),
+        mcp_share: float = typer.Option(0.1, "--mcp-share", help="Share of entities written as MCP lines."),
+        file_sink_share: float = typer.Option(0.05, "--file-sink-share", help="Share written as file-sink arrays."),
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
         work: Path | None = typer.Option(None, "--work", help="Scratch folder (default: a temporary one, removed after)."),
     ) -> None:
         """Run a generated history batch by batch and in one run; compare the tables and time each run."""
-        result = run_life_bench(entities=entities, batches=batches, seed=seed, work=work)
+        result = run_life_bench(
+            entities=entities, batches=batches, seed=seed, mcp_share=mcp_share, file_sink_share=file_sink_share, work=work
+        )
         path = write_result(out, "life", result)
         runs = result["batch_runs"]
         console.print(
@@ -59,7 +65,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def run_life_bench(*, entities: int, batches: int, seed: int, work: Path | None = None) -> dict[str, Any]:
+def run_life_bench(
+    *, entities: int, batches: int, seed: int, mcp_share: float = 0.1, file_sink_share: float = 0.05, work: Path | None = None
+) -> dict[str, Any]:
     """Generate, run the batches one at a time and all at once, compare; return the figures.
 
     Raises:
@@ -73,7 +81,10 @@ def run_life_bench(*, entities: int, batches: int, seed: int, work: Path | None 
     scratch = Path(tempfile.mkdtemp(prefix="bench-life-")) if work is None else work
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        manifest = generate_history(scratch / "input", entities=entities, seed=seed, batches=batches, overwrite=True)
+        manifest = generate_history(
+            scratch / "input", entities=entities, seed=seed, batches=batches, mcp_share=mcp_share,
+            file_sink_share=file_sink_share, overwrite=True,
+        )  # fmt: skip
         folders = sorted((scratch / "input").glob("batch-*"))
         life = _settings(scratch / "life")
         batch_runs = []
@@ -96,6 +107,8 @@ def run_life_bench(*, entities: int, batches: int, seed: int, work: Path | None 
         return {
             "entities": entities,
             "batches": batches,
+            "mcp_share": mcp_share,
+            "file_sink_share": file_sink_share,
             "records": manifest.totals["records"],
             "batch_runs": batch_runs,
             "one_run": one_run.__dict__,

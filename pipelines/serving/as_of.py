@@ -35,8 +35,8 @@ ARRIVAL_COLUMNS = tuple("landed_at_us" if column == "landed_at" else column for 
 
 
 def row_order_key(row: dict[str, Any]) -> str:
-    """The ordering key `silver.state` gives a snapshot row (a PATCH's ends with where it arrived)."""
-    arrival = patch_arrival(row["landed_at_us"], row["line_number"], row["source_file"])
+    """The ordering key `silver.state` gives a snapshot row (a PATCH's ends with where it stands in its input)."""
+    arrival = patch_arrival(row["line_number"], row["source_file"])
     return order_key(row["version"], row["created_time"], str(row["change_type"]), arrival)
 
 

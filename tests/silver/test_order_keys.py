@@ -32,7 +32,7 @@ def test_the_python_keys_are_the_spark_keys(spark):
     ).withColumn("version", F.col("version").cast("decimal(38,0)"))
     keyed = rows_df.select(order_key(F.col("version"), F.col("created_time"), F.col("change_type"), patch_arrival()).alias("key"),
                            "line_number").orderBy("line_number").collect()  # fmt: skip
-    expected = [order_keys.order_key(v, t, c, order_keys.patch_arrival(LANDED_US, n, f)) for v, t, c, n, f in ROWS]
+    expected = [order_keys.order_key(v, t, c, order_keys.patch_arrival(n, f)) for v, t, c, n, f in ROWS]
     assert [r.key for r in keyed] == expected
 
 
@@ -52,4 +52,14 @@ def test_order_key(arguments, key):
 
 
 def test_patch_arrival_pads_each_part():
-    assert order_keys.patch_arrival(12, 3, "") == "0000000000000000012.0000000000000000003.0000000000"
+    assert order_keys.patch_arrival(3, "") == "0000000000000000003.0000000000"
+
+
+def test_a_patch_s_key_does_not_depend_on_when_it_landed(spark):
+    """A life of batches must end with the event ids of one run: nothing of the landing in a PATCH's key."""
+    rows_df = spark.createDataFrame(
+        [(None, 1795000000001, "PATCH", landed, 7, "patches.mcp.jsonl") for landed in (LANDED, LANDED + datetime.timedelta(days=1))],
+        "version string, created_time bigint, change_type string, landed_at timestamp, line_number bigint, source_file string",
+    ).withColumn("version", F.col("version").cast("decimal(38,0)"))
+    keys = rows_df.select(order_key(F.col("version"), F.col("created_time"), F.col("change_type"), patch_arrival()).alias("k"))
+    assert len({r.k for r in keys.collect()}) == 1
