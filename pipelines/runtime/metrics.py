@@ -382,27 +382,27 @@ class HomeCollector(Collector):
 
 
 def run_step_families(settings: Settings) -> Iterator[Metric]:
-    """The run in progress on the home (its run lock's lease): how long it, its stage and its step have run."""
+    """The run in progress on the home (its run lock's lease): how long it, its stage and its step have run.
+
+    The families are declared without a run too (no samples), so rules that name them always find them.
+    """
     from pipelines.runtime.lock import run_in_progress
 
     run = run_in_progress(settings)
     running = GaugeMetricFamily("lakehouse_run_running", "1 while a pipeline run holds the home's run lock.")
     running.add_metric([], 0 if run is None else 1)
-    yield running
-    if run is None or run["seconds"] is None:
-        return
     seconds = GaugeMetricFamily("lakehouse_run_seconds", "How long the run in progress has run.")
-    seconds.add_metric([], run["seconds"])
-    yield seconds
-    if run["stage"] is not None:
-        # A step's time that keeps growing is a query that does not come back.
-        step = GaugeMetricFamily(
-            "lakehouse_run_step_seconds", "How long the run's current step has run (step '-': the stage as a whole).",
-            labels=["stage", "step"],
-        )  # fmt: skip
-        in_step = run["step"] is not None
-        step.add_metric([run["stage"], run["step"] if in_step else "-"], run["step_seconds"] if in_step else run["stage_seconds"])
-        yield step
+    # A step's time that keeps growing is a query that does not come back.
+    step = GaugeMetricFamily(
+        "lakehouse_run_step_seconds", "How long the run's current step has run (step '-': the stage as a whole).",
+        labels=["stage", "step"],
+    )  # fmt: skip
+    if run is not None and run["seconds"] is not None:
+        seconds.add_metric([], run["seconds"])
+        if run["stage"] is not None:
+            in_step = run["step"] is not None
+            step.add_metric([run["stage"], run["step"] if in_step else "-"], run["step_seconds"] if in_step else run["stage_seconds"])
+    yield from (running, seconds, step)
 
 
 def verification_path(settings: Settings) -> Path:
