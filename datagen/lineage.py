@@ -100,14 +100,24 @@ class _Lineage:
         return "dashboardInfo", {"title": urn, "description": "", "charts": charts,
                                  "datasetEdges": [{"destinationUrn": d} for d in datasets]}  # fmt: skip
 
-    def candidates(self, urn: str) -> list[str]:
+    def _pools(self, urn: str) -> list[list[str]]:
         """The entities that may feed `urn`: datasets feed datasets (cycles allowed), jobs and charts; jobs feed jobs."""
         kind = urn.split(":")[2]
         if kind == "dataJob":
-            return self.datasets + [j for j in self.jobs if j != urn]
+            return [self.datasets, self.jobs]
         if kind == "dashboard":
-            return self.charts + self.datasets
-        return [d for d in self.datasets if d != urn]
+            return [self.charts, self.datasets]
+        return [self.datasets]
+
+    def pick_input(self, urn: str, taken: list[str]) -> str | None:
+        """A random entity that may feed `urn` and does not yet (None when a few draws find none)."""
+        pools = [pool for pool in self._pools(urn) if pool]
+        for _ in range(20):
+            pool = pools[self.rng.randrange(len(pools))]
+            found = pool[self.rng.randrange(len(pool))]
+            if found != urn and found not in taken:
+                return found
+        return None
 
 
 def lineage_history(
@@ -120,6 +130,7 @@ def lineage_history(
     changes: int = 200,
     start_ms: int = 1_704_067_200_000,
     gap_ms: int = 3_600_000,
+    max_upstreams: int = 2,
 ) -> list[dict[str, Any]]:
     """A lineage history as MCL records, oldest first.
 
@@ -129,23 +140,30 @@ def lineage_history(
         changes: edits after the initial lineage (an edge added or removed, a delete or a restore).
         start_ms: the first record's time (epoch ms).
         gap_ms: the most time between two records.
+        max_upstreams: the most inputs an entity starts with (at least one).
 
     Raises:
         InputError: naming a count below its minimum.
     """
     for name, value, least in (("datasets", datasets, 2), ("jobs", jobs, 0), ("charts", charts, 0),
-                               ("dashboards", dashboards, 0), ("changes", changes, 0)):  # fmt: skip
+                               ("dashboards", dashboards, 0), ("changes", changes, 0),
+                               ("max_upstreams", max_upstreams, 1)):  # fmt: skip
         if value < least:
             raise InputError(f"{name}: {value} is below {least}")
     world = _Lineage(random.Random(seed), datasets, jobs, charts, dashboards, start_ms)
-    return list(_records(world, changes, gap_ms))
+    return list(_records(world, changes, gap_ms, max_upstreams))
 
 
-def _records(world: _Lineage, changes: int, gap_ms: int) -> Iterator[dict[str, Any]]:
+def _records(world: _Lineage, changes: int, gap_ms: int, max_upstreams: int) -> Iterator[dict[str, Any]]:
     rng = world.rng
     owners = world.datasets[1:] + world.jobs + world.charts + world.dashboards
     for urn in owners:
-        world.upstreams[urn] = rng.sample(world.candidates(urn), min(len(world.candidates(urn)), rng.randint(1, 2)))
+        ups: list[str] = []
+        for _ in range(rng.randint(1, max_upstreams)):
+            found = world.pick_input(urn, ups)
+            if found is not None:
+                ups.append(found)
+        world.upstreams[urn] = ups
         if urn.startswith("urn:li:dataJob:"):
             world.outputs[urn] = [rng.choice(world.datasets)]
         aspect, value = world.lineage_value(urn)
@@ -165,11 +183,11 @@ def _records(world: _Lineage, changes: int, gap_ms: int) -> Iterator[dict[str, A
             yield world.record(urn, KEY_ASPECTS[urn.split(":")[2]], None, gap_ms)
         else:
             ups = world.upstreams[urn]
-            spare = [c for c in world.candidates(urn) if c not in ups]
-            if ups and (not spare or rng.random() < 0.45):
+            spare = world.pick_input(urn, ups)
+            if ups and (spare is None or rng.random() < 0.45):
                 ups.remove(rng.choice(ups))
-            elif spare:
-                ups.append(rng.choice(spare))
+            elif spare is not None:
+                ups.append(spare)
             aspect, value = world.lineage_value(urn)
             yield world.record(urn, aspect, value, gap_ms)
 

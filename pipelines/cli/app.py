@@ -46,6 +46,7 @@ COMMAND_MODULES = (
     "pipelines.bench.kafka",
     "pipelines.bench.backfill",
     "pipelines.bench.explorer",
+    "pipelines.bench.impact",
     "pipelines.cli.commands.generate",
     "pipelines.cli.commands.demo",
     "pipelines.cli.commands.anomalies",

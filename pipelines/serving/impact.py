@@ -8,6 +8,7 @@ the scope answers 404, as one that does not exist.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Mapping
@@ -28,7 +29,6 @@ from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import parse_window
 from pipelines.serving.explorer import check_parameters, entity_type_of, parse_urn
-from pipelines.serving.explorer_data import latest_dataset
 from pipelines.serving.scoped_reads import ChangeEventScope, EntityDomains, OutOfScopeError, change_event_scope
 from pipelines.serving.tokens import TokenVerifier
 
@@ -97,15 +97,47 @@ class LineageIndex:
         return index
 
 
-def read_events(settings: Settings, since: int, until: int, scope: ChangeEventScope) -> list[dict[str, Any]]:
-    """The change events of [since, until) that `scope` shows (by the entity whose aspect was written)."""
-    dataset = latest_dataset(table_location(settings, CHANGES_TABLE))
-    if dataset is None:
-        return []
-    condition = (ds.field("event_time") >= since) & (ds.field("event_time") < until)
-    if scope.arrow is not None:
-        condition = condition & scope.arrow
-    return dataset.to_table(columns=_EVENT_COLUMNS, filter=condition).to_pylist()
+class ChangeEventReader:
+    """Reads windows of silver.entity_change_events, its dataset kept per table version.
+
+    Making the dataset lists every data file (one per day and more): once per version, not per request.
+
+    Args:
+        settings: the lakehouse settings (the table's location).
+    """
+
+    def __init__(self, settings: Settings):
+        self._location = table_location(settings, CHANGES_TABLE)
+        self._lock = threading.Lock()
+        self._cached: tuple[int, ds.Dataset] | None = None
+
+    def _dataset(self) -> ds.Dataset | None:
+        if not table_exists(self._location):
+            return None
+        table = DeltaTable(str(self._location), storage_options=delta_storage_options(self._location))
+        version = table.version()
+        with self._lock:
+            if self._cached is not None and self._cached[0] == version:
+                return self._cached[1]
+        dataset = table.to_pyarrow_dataset()
+        with self._lock:
+            self._cached = (version, dataset)
+        return dataset
+
+    def window(self, since: int, until: int, scope: ChangeEventScope) -> list[dict[str, Any]]:
+        """The change events of [since, until) that `scope` shows (by the entity whose aspect was written)."""
+        dataset = self._dataset()
+        if dataset is None:
+            return []
+        # The event dates bound the partitions read; the times then cut the window exactly.
+        first, last = (dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).date() for ms in (since, until - 1))
+        condition = (
+            (ds.field("event_date") >= first) & (ds.field("event_date") <= last)
+            & (ds.field("event_time") >= since) & (ds.field("event_time") < until)
+        )  # fmt: skip
+        if scope.arrow is not None:
+            condition = condition & scope.arrow
+        return dataset.to_table(columns=_EVENT_COLUMNS, filter=condition).to_pylist()
 
 
 def impact_response(rows: list[ImpactRow], events: Mapping[str, dict[str, Any]], scope: ChangeEventScope) -> list[dict[str, Any]]:
@@ -133,11 +165,12 @@ def impact_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
     router = APIRouter()
     domains = EntityDomains(settings)
     lineage = LineageIndex(settings)
+    change_events = ChangeEventReader(settings)
 
     def answer(urn: str, direction: str, depth: int, since: int, until: int, scope: ChangeEventScope) -> dict[str, Any]:
         if not scope.visible_entities([urn], [entity_type_of(urn)])[0]:
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
-        events = {e["event_id"]: e for e in read_events(settings, since, until, scope)}
+        events = {e["event_id"]: e for e in change_events.window(since, until, scope)}
         # An event belongs to the entity whose aspect was written (a schema field's to its dataset).
         changes = [ChangeEvent(e["event_id"], e["aspect_entity_urn"] or e["entity_urn"], e["event_time"], e["category"],
                                e["operation"], e["actor"]) for e in events.values()]  # fmt: skip
