@@ -57,7 +57,7 @@ class BackfillReport:
         """The report as JSON-ready values."""
         return {
             "source": self.source,
-            "resumedAfterUs": self.resumed_after_us,
+            "resumed_after_us": self.resumed_after_us,
             "windows": [w.batch_id for w in self.windows],
             "seconds": round(self.seconds, 3),
             **self.totals,
