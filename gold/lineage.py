@@ -101,8 +101,8 @@ def _column_edges(fine_grained: Column) -> Column:
     )
 
 
-def _aspect_edges(parsed: Column, owner: Column, aspect_name: Column) -> Column:
-    """The edges one parsed lineage aspect holds, as an array of (upstream_urn, downstream_urn, edge_kind)."""
+def _aspect_edges(parsed: Column, owner: Column) -> dict[str, Column]:
+    """Per lineage aspect, the edges one parsed version holds: an array of (upstream_urn, downstream_urn, edge_kind)."""
     me = F.array(owner)
 
     def both(plain: str, edges: str) -> Column:
@@ -131,10 +131,7 @@ def _aspect_edges(parsed: Column, owner: Column, aspect_name: Column) -> Column:
             _edges(me, _urn_items(parsed["downstreamJobs"]), "model-downstream-job"),
         ),
     }
-    chosen = None
-    for name, edges in by_aspect.items():
-        chosen = (F.when(aspect_name == name, edges) if chosen is None else chosen.when(aspect_name == name, edges))
-    return chosen
+    return by_aspect
 
 
 def to_version_edges(versions_df: DataFrame) -> DataFrame:
@@ -148,12 +145,18 @@ def to_version_edges(versions_df: DataFrame) -> DataFrame:
         entity_urn, aspect_name, order_key, upstream_urn, downstream_urn, edge_kind; an edge naming a
         blank urn or the owner on both ends is left out.
     """
-    parsed = F.from_json(F.col("new_json"), _LINEAGE_SCHEMA)
-    edges = _aspect_edges(parsed, F.col("entity_urn"), F.col("aspect_name"))
+    key = ("entity_urn", "aspect_name", "order_key")
+    # Parsed once into a column, and each aspect's edges built on its own rows only: one expression
+    # choosing among all aspects had the engine parse the JSON once per field it reads.
+    parsed_df = versions_df.filter(F.col("aspect_name").isin(*LINEAGE_ASPECTS) & F.col("new_json").isNotNull()).select(
+        *key, F.from_json(F.col("new_json"), _LINEAGE_SCHEMA).alias("_parsed")
+    )
+    edges_df = None
+    for name, edges in _aspect_edges(F.col("_parsed"), F.col("entity_urn")).items():
+        part_df = parsed_df.filter(F.col("aspect_name") == name).select(*key, F.explode(edges).alias("edge"))
+        edges_df = part_df if edges_df is None else edges_df.unionByName(part_df)
     return (
-        versions_df.filter(F.col("aspect_name").isin(*LINEAGE_ASPECTS) & F.col("new_json").isNotNull())
-        .select("entity_urn", "aspect_name", "order_key", F.explode(edges).alias("edge"))
-        .select("entity_urn", "aspect_name", "order_key", "edge.*")
+        edges_df.select(*key, "edge.*")
         .filter(
             (F.trim(F.coalesce(F.col("upstream_urn"), F.lit(""))) != "")
             & (F.trim(F.coalesce(F.col("downstream_urn"), F.lit(""))) != "")
