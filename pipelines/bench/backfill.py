@@ -30,7 +30,7 @@ def fill_sql(engine: str, versions: int) -> str:
     keys = max(versions // VERSIONS_PER_KEY, 1)
     v = VERSIONS_PER_KEY
     if engine == "postgres":
-        source, div, cat = f"generate_series(0, {versions - 1}) AS s(i)", "/", lambda *p: " || ".join(p)
+        source, div, cat = f"generate_series(CAST(0 AS BIGINT), {versions - 1}) AS s(i)", "/", lambda *p: " || ".join(p)
         createdon = "TIMESTAMP '1970-01-01' + t * INTERVAL '1 millisecond'"
         text = lambda e: f"CAST({e} AS TEXT)"  # noqa: E731
     else:
