@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -31,7 +31,7 @@ COLUMNS = ("urn", "aspect", "version", "metadata", "systemmetadata", "createdon_
 STREAM_BATCH_ROWS = 20000
 
 
-def read_password(backfill: BackfillSettings, env: os._Environ | dict = os.environ) -> str:
+def read_password(backfill: BackfillSettings, env: Mapping[str, str] = os.environ) -> str:
     """The database password: the first line of `password_file`, else the variable `password_env`.
 
     Raises:
