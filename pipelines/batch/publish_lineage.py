@@ -5,7 +5,8 @@ wrote have their edges derived again from their whole aspect history in bronze (
 finished), and that entity's rows in the table are replaced by them in one MERGE. So a late version
 lands where it belongs, and a re-run after a crash derives the same rows and changes nothing more:
   1. stage: the touched entities' edges, written to Parquet under `<home>/_scratch/publish_lineage`;
-  2. MERGE on edge_id: new spans inserted, changed ones updated, the entities' stale spans deleted;
+  2. MERGE on edge_id: new spans inserted, changed ones updated, the entities' stale spans deleted
+     (an append when none of the entities has a row yet);
   3. record progress for each batch (last).
 """
 
@@ -19,7 +20,7 @@ from gold.lineage import EDGE_COLUMNS, is_lineage_input, to_lineage_edges
 from pipelines.batch.refine import STAGE as REFINE_STAGE
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
-from pipelines.runtime.io import insert_row, merge, read_table, write_scratch
+from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, retry_commit, write_scratch
 from pipelines.runtime.progress import StageResult, finished_batches, pending_batches, record_progress
 from silver.patching import with_patches_applied
 from silver.state import ACCEPTED, to_empty_state, to_sequenced_batch
@@ -88,7 +89,10 @@ def publish_lineage(spark: SparkSession, settings: Settings, run_id: str | None 
 
 
 def replace_owner_edges(spark: SparkSession, settings: Settings, edges_df: DataFrame, owners_df: DataFrame) -> None:
-    """Make the table's rows of the owners in `owners_df` exactly `edges_df` (one MERGE on edge_id).
+    """Make the table's rows of the owners in `owners_df` exactly `edges_df`.
+
+    One MERGE on edge_id, or an append when none of the owners has a row yet (a re-run after a crash
+    then finds them and MERGEs the same rows).
 
     Args:
         spark: the session.
@@ -97,9 +101,13 @@ def replace_owner_edges(spark: SparkSession, settings: Settings, edges_df: DataF
         owners_df: `owner_urn` of every owner whose rows are replaced (those with no edge left included).
     """
     columns = [*EDGE_COLUMNS, "batch_id"]
+    stored_df = read_table(spark, settings, TARGET_TABLE)
+    if not any_stored(owners_df, stored_df, ["owner_urn"]):
+        # No row of these owners yet (a first publish, new entities): nothing to update or delete.
+        retry_commit(lambda: append(edges_df, settings, TARGET_TABLE))
+        return
     stale_df = (
-        read_table(spark, settings, TARGET_TABLE)
-        .join(owners_df, "owner_urn", "left_semi")
+        stored_df.join(owners_df, "owner_urn", "left_semi")
         .join(edges_df.select("edge_id"), "edge_id", "left_anti")
         .select(*columns)
     )
