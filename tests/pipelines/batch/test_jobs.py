@@ -54,8 +54,9 @@ def test_run_is_an_mlflow_run_with_params_metrics_and_summary(tracked_home: Path
     ] == metrics["land.records_read"]
     assert metrics["events.OWNER"] > 0 and metrics["events.TECHNICAL_SCHEMA"] > 0
     assert metrics["publish.rows_out"] > 0
-    # The publish step's two stages, each with its own rows; together the step's.
+    # The publish step's stages, each with its own rows; together the step's (the fixture holds no lineage).
     assert metrics["publish_audit.rows_out"] > 0 and metrics["publish_openmetadata.rows_out"] > 0
+    assert metrics["publish_lineage.rows_out"] == 0
     assert metrics["publish_audit.rows_out"] + metrics["publish_openmetadata.rows_out"] == metrics["publish.rows_out"]
     for stage in ("land", "refine", "publish"):
         assert metrics[f"{stage}.duration_s"] > 0
