@@ -6,6 +6,7 @@ pipelines.bench.databases.DATAHUB_POSTGRES_DDL and DATAHUB_MYSQL_DDL name the co
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -23,9 +24,12 @@ def databases() -> Iterator[dict[str, LocalDatabase]]:
     """Both servers, running for the package's tests."""
     root = Path(tempfile.mkdtemp(prefix="lakehouse-backfill-"))
     root.chmod(0o755)
-    with local_postgres(root / "postgres", DATAHUB_POSTGRES_DDL) as postgres:
-        with local_mariadb(root / "mariadb", DATAHUB_MYSQL_DDL) as mariadb:
-            yield {"postgres": postgres, "mariadb": mariadb}
+    try:
+        with local_postgres(root / "postgres", DATAHUB_POSTGRES_DDL) as postgres:
+            with local_mariadb(root / "mariadb", DATAHUB_MYSQL_DDL) as mariadb:
+                yield {"postgres": postgres, "mariadb": mariadb}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def createdon(millis: int) -> datetime:

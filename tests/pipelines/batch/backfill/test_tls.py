@@ -3,6 +3,7 @@ over TLS only, with a self-signed certificate for 127.0.0.1."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,11 +30,14 @@ def tls_postgres() -> Iterator[tuple[LocalDatabase, Path, Path]]:
     (root / "other").mkdir()
     cert, key = _self_signed(root / "ours")
     other_cert, _ = _self_signed(root / "other")
-    with local_postgres(root / "server", tls=(cert, key)) as database:
-        with database.admin_connection() as conn:
-            write_version(conn, "postgres", "urn:li:corpuser:tls", "status", '{"removed": false}', None,
-                          1700000000000, "urn:li:corpuser:admin")  # fmt: skip
-        yield database, cert, other_cert
+    try:
+        with local_postgres(root / "server", tls=(cert, key)) as database:
+            with database.admin_connection() as conn:
+                write_version(conn, "postgres", "urn:li:corpuser:tls", "status", '{"removed": false}', None,
+                              1700000000000, "urn:li:corpuser:admin")  # fmt: skip
+            yield database, cert, other_cert
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +46,14 @@ def tls_mariadb() -> Iterator[LocalDatabase]:
     root = Path(tempfile.mkdtemp(prefix="lakehouse-backfill-tls-mariadb-"))
     root.chmod(0o755)
     cert, key = _self_signed(root)
-    with local_mariadb(root / "server", tls=(cert, key)) as database:
-        with database.admin_connection() as conn:
-            write_version(conn, "mariadb", "urn:li:corpuser:tls", "status", '{"removed": false}', None,
-                          1700000000000, "urn:li:corpuser:admin")  # fmt: skip
-        yield database
+    try:
+        with local_mariadb(root / "server", tls=(cert, key)) as database:
+            with database.admin_connection() as conn:
+                write_version(conn, "mariadb", "urn:li:corpuser:tls", "status", '{"removed": false}', None,
+                              1700000000000, "urn:li:corpuser:admin")  # fmt: skip
+            yield database
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def settings_for(home, database, monkeypatch, tls_mode, ca_file):
