@@ -85,6 +85,7 @@ READING_COMMANDS = [
     ("describe", "gold.audit_events"),
     ("history", ORDERS),
     ("as-of", ORDERS, "2024-01-01"),
+    ("impact", ORDERS, "--start-time", "2023-01-01", "--end-time", "2025-01-01"),
     ("search", "--start-time", "2023-01-01", "--size", "2", "--no-raw"),
     ("replay", *WINDOW),
     ("report", *WINDOW),
