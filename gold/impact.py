@@ -9,7 +9,7 @@ urns in order, so the answer does not depend on the order edges are read in.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from conf.errors import InputError
@@ -86,45 +86,6 @@ class EdgeIndex:
         return [(edge.downstream_urn, edge) for edge in edges]
 
 
-def reachable(
-    target: str, index: EdgeIndex, direction: str, depth: int, keep: Callable[[Edge], bool], seen: set[Edge] | None = None
-) -> dict[str, tuple[str, ...]]:
-    """Every entity within `depth` hops of `target` over the edges `keep` accepts, with its path.
-
-    Args:
-        target: the urn the paths start at.
-        index: the edges by their ends.
-        direction: upstream walks from downstream to upstream ends, downstream the other way.
-        depth: the most hops a path takes (0: the target alone).
-        keep: which edges count (valid at a time, or at some time of a window).
-        seen: when given, receives every kept edge leaving an entity the walk expanded (those to
-            entities reached before included).
-
-    Returns:
-        urn -> path (the target first): the shortest, and among the shortest the smallest by its urns.
-    """
-    paths = {target: (target,)}
-    frontier = [target]
-    for _ in range(depth):
-        reached: dict[str, tuple[str, ...]] = {}
-        for node in frontier:
-            for nxt, edge in index.steps(node, direction):
-                if not keep(edge):
-                    continue
-                if seen is not None:
-                    seen.add(edge)
-                if nxt in paths:
-                    continue
-                path = (*paths[node], nxt)
-                if nxt not in reached or path < reached[nxt]:
-                    reached[nxt] = path
-        if not reached:
-            break
-        paths.update(reached)
-        frontier = sorted(reached)
-    return paths
-
-
 def impact(
     target: str,
     edges: Iterable[Edge] | EdgeIndex,
@@ -137,9 +98,9 @@ def impact(
 ) -> list[ImpactRow]:
     """The events of [start_ms, end_ms) on entities connected to `target` at each event's time.
 
-    The graph is walked once over the edges valid at some time of the window (an entity out of that
-    reach is connected at no time of it), then once per span of time in which none of the edges that
-    walk took changed, not once per event.
+    The graph is walked once, each entity labelled with the spans of time in which it lies at each hop
+    (`_levels`); an event then reads its hop there, and its path is rebuilt backwards from it through
+    entities one hop nearer at the event's time.
 
     Args:
         target: the entity urn asked about.
@@ -163,24 +124,97 @@ def impact(
     if start_ms >= end_ms:
         raise InputError(f"start: {start_ms} must be before the end {end_ms}")
     index = edges if isinstance(edges, EdgeIndex) else EdgeIndex(edges)
-
-    def in_window(edge: Edge) -> bool:
-        return edge.valid_from_time < end_ms and (edge.valid_to_time is None or edge.valid_to_time > start_ms)
-
-    taken: set[Edge] = set()
-    candidates = reachable(target, index, direction, depth, in_window, taken)
-    window_events = [e for e in events if start_ms <= e.event_time < end_ms and e.entity_urn in candidates]
-    # A walk at any time of the window expands only entities the window's walk expanded (an entity's hop
-    # then is never below its hop over the whole window), so it reads only edges that walk saw: the graph
-    # it sees changes only where one of those starts or ends.
-    bounds = sorted({t for e in taken for t in (e.valid_from_time, e.valid_to_time) if t is not None})
-    graphs: dict[int, dict[str, tuple[str, ...]]] = {}
+    levels = _levels(target, index, direction, depth, start_ms, end_ms)
+    back = "downstream" if direction == "upstream" else "upstream"
     rows = []
-    for event in window_events:
-        span = bisect.bisect_right(bounds, event.event_time)
-        if span not in graphs:
-            graphs[span] = reachable(target, index, direction, depth, lambda edge, t=event.event_time: edge.valid_at(t))
-        path = graphs[span].get(event.entity_urn)
-        if path is not None:
-            rows.append(ImpactRow(event, len(path) - 1, path))
+    for event in events:
+        if not start_ms <= event.event_time < end_ms:
+            continue
+        hop = next((k for k, level in enumerate(levels) if _holds(level.get(event.entity_urn), event.event_time)), None)
+        if hop is not None:
+            path = _smallest_path(event.entity_urn, hop, event.event_time, levels, index, back, {})
+            rows.append(ImpactRow(event, hop, path))
     return sorted(rows, key=lambda r: (r.hop, r.event.event_time, r.event.event_id))
+
+
+# Spans of time: sorted, disjoint [start, end) pairs in epoch ms (end inf: still open).
+Spans = list[tuple[float, float]]
+
+
+def _merged(spans: Iterable[tuple[float, float]]) -> Spans:
+    merged: Spans = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _without(spans: Spans, removed: Spans) -> Spans:
+    kept: Spans = []
+    for start, end in spans:
+        for cut_start, cut_end in removed:
+            if cut_end <= start or cut_start >= end:
+                continue
+            if cut_start > start:
+                kept.append((start, cut_start))
+            start = max(start, cut_end)
+            if start >= end:
+                break
+        if start < end:
+            kept.append((start, end))
+    return kept
+
+
+def _holds(spans: Spans | None, time_ms: int) -> bool:
+    if not spans:
+        return False
+    at = bisect.bisect_right(spans, (time_ms, float("inf"))) - 1
+    return at >= 0 and spans[at][0] <= time_ms < spans[at][1]
+
+
+def _levels(target: str, index: EdgeIndex, direction: str, depth: int, start_ms: int, end_ms: int) -> list[dict[str, Spans]]:
+    """Per hop k, each entity with the spans of [start_ms, end_ms) in which its shortest path from `target` has k edges.
+
+    An entity is k + 1 hops away at t when an entity k hops away then has an edge to it valid then, and
+    it is not nearer: so each hop is built from the one before alone.
+    """
+    levels: list[dict[str, Spans]] = [{target: [(start_ms, end_ms)]}]
+    nearer: dict[str, Spans] = {target: [(start_ms, end_ms)]}
+    for _ in range(depth):
+        gained: dict[str, list[tuple[float, float]]] = {}
+        for node, spans in levels[-1].items():
+            for nxt, edge in index.steps(node, direction):
+                valid_to = float("inf") if edge.valid_to_time is None else edge.valid_to_time
+                for start, end in spans:
+                    low, high = max(start, edge.valid_from_time), min(end, valid_to)
+                    if low < high:
+                        gained.setdefault(nxt, []).append((low, high))
+        level: dict[str, Spans] = {}
+        for node, parts in gained.items():
+            new = _without(_merged(parts), nearer.get(node, []))
+            if new:
+                level[node] = new
+                nearer[node] = _merged([*nearer.get(node, []), *new])
+        if not level:
+            break
+        levels.append(level)
+    return levels
+
+
+def _smallest_path(
+    node: str, hop: int, time_ms: int, levels: list[dict[str, Spans]], index: EdgeIndex, back: str,
+    known: dict[tuple[str, int], tuple[str, ...]],
+) -> tuple[str, ...]:
+    """The smallest by urns of the shortest paths to `node` (`hop` edges) at `time_ms`, from the target."""
+    if hop == 0:
+        return (node,)
+    if (node, hop) not in known:
+        paths = [
+            _smallest_path(previous, hop - 1, time_ms, levels, index, back, known)
+            for previous, edge in index.steps(node, back)
+            if edge.valid_at(time_ms) and _holds(levels[hop - 1].get(previous), time_ms)
+        ]
+        known[node, hop] = (*min(paths), node)
+    return known[node, hop]
