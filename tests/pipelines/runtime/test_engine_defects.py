@@ -89,7 +89,8 @@ def test_lag_ignore_nulls_skips_nulls_on_the_cluster_runner(tmp_path_factory: py
     settings = load_settings("local", home=tmp_path_factory.mktemp("defect-home"), env={})
     workdir = str(tmp_path_factory.mktemp("defect-cwd"))
     with sail_connect_server(settings, mode="local-cluster", workdir=workdir) as url:
-        remote = SparkSession.builder.remote(url).getOrCreate()
+        # create(), not getOrCreate(): that would hand back the suite's own session, which stop() would end.
+        remote = SparkSession.builder.remote(url).create()
         try:
             # Every third value is null: a right lag skips them, a plain lag returns them.
             wrong = remote.sql(
