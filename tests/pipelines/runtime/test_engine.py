@@ -142,7 +142,7 @@ def test_the_classic_profile_without_the_delta_jars_says_so_in_one_message(tmp_p
     # whose spark-submit forgot --packages.
     done = run_cli("--profile", "classic", "tables", home=tmp_path, check=False)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "- engine: JVM Spark cannot open its session catalog:" in done.stderr
+    assert "engine: JVM Spark cannot open its session catalog:" in done.stderr
     assert "DeltaCatalog" in done.stderr and "needs the delta-spark jars" in done.stderr
     assert "Traceback" not in done.stderr
 

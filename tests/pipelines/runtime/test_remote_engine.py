@@ -50,7 +50,7 @@ def remote(url: str) -> tuple[str, ...]:
 
 
 def stages(inputs: Path) -> tuple[tuple[str, ...], ...]:
-    return ("land", "--no-progress", str(inputs)), ("refine",), ("publish-audit",)
+    return ("land", "--no-progress", str(inputs)), ("refine",), ("publish-audit",), ("publish-openmetadata",)
 
 
 @pytest.fixture(scope="module")
