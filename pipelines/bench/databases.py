@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conf.errors import ConfigError
 from pipelines.bi.cluster import postgres_bindir
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine import free_loopback_port, stop_process
 
 # metadata_aspect_v2 as DataHub creates it: the CREATE TABLE statements of github.com/datahub-project/datahub's
 # docker/postgres-setup/init.sql (commit fb13cdf513f92354031c53380d406fee0b0c18b0) and
@@ -119,15 +119,6 @@ def _wait(connect, process: subprocess.Popen, log: Path) -> None:
     raise ConfigError(f"database server did not answer in {START_TIMEOUT:.0f} s: {last}")
 
 
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @contextmanager
 def local_postgres(
     folder: Path, ddl: str = DATAHUB_POSTGRES_DDL, tls: tuple[Path, Path] | None = None
@@ -189,7 +180,7 @@ def local_postgres(
             conn.execute(f"GRANT SELECT ON metadata_aspect_v2 TO {READER}")
         yield LocalDatabase("postgres", port, admin_password, reader_password, tls[0] if tls else None)
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 @contextmanager
@@ -249,4 +240,4 @@ def local_mariadb(
             cursor.execute(f"GRANT SELECT ON {DATABASE}.metadata_aspect_v2 TO '{READER}'@'127.0.0.1'")
         yield LocalDatabase("mariadb", port, admin_password, reader_password, tls[0] if tls else None)
     finally:
-        _stop(process)
+        stop_process(process)

@@ -38,7 +38,7 @@ from pipelines.bench.harness import measure, process_tree, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
 from pipelines.bench.search_mix import MIXES, request_mix
 from pipelines.cli.commands.bench import bench_app
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine import free_loopback_port, stop_process
 from pipelines.runtime.storage import table_exists
 
 if TYPE_CHECKING:
@@ -166,12 +166,7 @@ def _proc_kb(path: Path, field: str) -> int:
 def _stop_server(process: subprocess.Popen) -> dict[str, int | None]:
     """Stop the server (SIGTERM, as a supervisor does); return its memory figures taken just before."""
     memory = server_memory(process.pid)
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_process(process)
     return memory
 
 

@@ -303,12 +303,17 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
             wait_for_port(process, port, log, time.monotonic() + startup_timeout, "JVM Spark Connect server")
             yield f"sc://127.0.0.1:{port}"
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """Stop a child process: SIGTERM, as a supervisor does, then SIGKILL if it has not exited within 30 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def wait_for_port(process, port: int, log, deadline: float, what: str) -> None:

@@ -93,14 +93,10 @@ def identities(spark, home: Path) -> dict[str, list[tuple]]:
     found = {}
     for key, columns in IDENTITIES.items():
         # The state as its readers see it: the log of small batches applied.
-        table_df = read_state(spark, settings) if key == "silver.aspect_state" else spark.table(settings_table(settings, key))
+        table_df = read_state(spark, settings) if key == "silver.aspect_state" else spark.table(table_name(settings, key))
         rows = table_df.select(*columns).collect()
         found[key] = sorted(tuple(json.dumps(v, sort_keys=True, default=str) for v in row) for row in rows)
     return found
-
-
-def settings_table(settings, key: str) -> str:
-    return table_name(settings, key)
 
 
 def run_life(spark, home: Path, batches: list[list[Path]]) -> Settings:
@@ -145,10 +141,10 @@ def test_the_life_crossed_the_merge_path_with_patches_deletes_and_domains(spark,
     register_fresh_tables(spark, settings)
     state_log = "".join(p.read_text() for p in sorted((Path(str(table_location(settings, "silver.aspect_state"))) / "_delta_log").glob("*.json")))
     assert '"operation":"MERGE"' in state_log and '"deletionVector":{' in state_log
-    patched = spark.table(settings_table(settings, "silver.patched_aspects")).count()
-    categories = {r.category for r in spark.table(settings_table(settings, "silver.entity_change_events")).select("category").distinct().collect()}
-    domains = spark.table(settings_table(settings, "gold.audit_events")).filter("domain IS NOT NULL").count()
-    deleted = spark.table(settings_table(settings, "silver.aspect_state")).filter("entity_deleted").count()
+    patched = spark.table(table_name(settings, "silver.patched_aspects")).count()
+    categories = {r.category for r in spark.table(table_name(settings, "silver.entity_change_events")).select("category").distinct().collect()}
+    domains = spark.table(table_name(settings, "gold.audit_events")).filter("domain IS NOT NULL").count()
+    deleted = spark.table(table_name(settings, "silver.aspect_state")).filter("entity_deleted").count()
     assert patched > 0 and {"DOMAIN", "LIFECYCLE", "TAG", "OWNER"} <= categories and domains > 0 and deleted > 0
 
 
