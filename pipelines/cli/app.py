@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -191,7 +193,39 @@ def _plain_metavars(command: typer.core.TyperCommand | typer.core.TyperGroup) ->
 
 
 def main() -> None:
-    """Entry point of the `lakehouse` script: run the CLI, turning project errors into clean exits."""
+    """Entry point of the `lakehouse` script: run the CLI, then leave without the native libraries' teardown.
+
+    Once the command has answered, the process ends with os._exit after Python's own exit handlers: a
+    native thread pool (Arrow's, the Delta reader's) still joinable when the interpreter finalizes calls
+    std::terminate, and the command, its output complete, then exits -6 ("terminate called without an
+    active exception"). An uncaught error still leaves through the interpreter, with its traceback.
+    """
+    try:
+        code = run_command()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    leave(code)
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with `code` once exit handlers ran and output is flushed, skipping native teardown."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe: the reader left, nothing more can be told
+    os._exit(code)
+
+
+def run_command() -> int:
+    """Run the CLI on sys.argv; return the exit code, turning project errors into clean exits.
+
+    Raises:
+        SystemExit: with the exit code, for errors reported to the user.
+    """
     try:
         result = command_tree().main(standalone_mode=False, prog_name="lakehouse")
     except ConfigError as exc:
@@ -216,7 +250,7 @@ def main() -> None:
             raise
         print_error(java_message(exc))
         raise SystemExit(1) from None
-    raise SystemExit(result if isinstance(result, int) else 0)
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":
