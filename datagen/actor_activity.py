@@ -15,9 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from conf.errors import InputError
+from conf.values import DAY_MS, HOUR_MS
 
-DAY_MS = 86_400_000
-HOUR_MS = 3_600_000
 PLATFORMS = ("hive", "snowflake", "kafka", "postgres", "looker", "bigquery")
 ANOMALY_KINDS = (
     "mass_classification_removal",

@@ -9,8 +9,9 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
+from conf.values import DAY_MS
+
 DEFAULT_START_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
-DAY_MS = 86_400_000
 MIN_ENTITIES = 11  # one of each entity type, and a person besides the `datahub` system user
 
 ENTITY_TYPES = (

@@ -8,7 +8,6 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,17 +17,15 @@ from sqlglot import exp
 
 from conf.errors import ConfigError, RequestError
 from conf.settings_sections import SEARCH_MAX_SIZE
+from conf.values import DAY_MS, MAX_TIME_MS, WHOLE_NUMBER
 from gold.serving_contract import AUDIT_COLUMNS, EVENT_TYPES, LOGIN_EVENT_TYPES
 from gold.scopes import UNSCOPED, Scope, scope_condition
 
-DAY_MS = 86_400_000
 DEFAULT_TIME = -1
 DEFAULT_SIZE = 10
 MAX_SIZE = SEARCH_MAX_SIZE
 MAX_FILTER_VALUES = 1_000
 MAX_FILTER_VALUE_CHARS = 4_096
-# 9999-12-31T23:59:59.999Z: the last instant a date partition can name.
-MAX_TIME_MS = 253_402_300_799_999
 # JSON body key -> gold.audit_events column it filters.
 BODY_FILTERS = {
     "eventTypes": "event_type",
@@ -202,10 +199,6 @@ class SearchRequest:
         if start_time > end_time:
             raise RequestError(f"startTime: {start_time} is after endTime {end_time}")
         return dataclasses.replace(self, start_time=start_time, end_time=end_time)
-
-
-# ASCII digits only: str.isdigit() also accepts characters such as "²" that int() rejects.
-WHOLE_NUMBER = re.compile(r"-?[0-9]{1,20}")
 
 
 def _parse_int(value: Any, name: str) -> int:

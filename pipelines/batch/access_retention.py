@@ -14,10 +14,10 @@ from pyspark.sql import functions as F
 
 from conf.settings import Settings
 from conf.tables import table_name
+from conf.values import DAY_MS
 from pipelines.runtime.io import read_table, sql_string
 
 ACCESS_TABLE = "ops.access_log"
-DAY_MS = 86_400_000
 # A batch's link is recorded when its flush wrote it, moments after its newest record.
 LINK_SLACK_MS = 3_600_000
 

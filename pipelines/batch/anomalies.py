@@ -15,12 +15,12 @@ from pyspark.sql import functions as F
 
 from conf.errors import ConfigError, InputError
 from conf.settings import Settings
+from conf.values import DAY_MS
 from gold.anomaly_features import FEATURES, bucket_width_ms, to_actor_features
 from gold.anomaly_model import ActivityModel, fit, score
 from pipelines.runtime.io import read_table, replace_where
 from pipelines.runtime.tracking import tracked_run
 
-DAY_MS = 86_400_000
 TABLE = "gold.actor_anomalies"
 log = logging.getLogger("lakehouse.anomalies")
 

@@ -353,7 +353,7 @@ def parse_report_query(values: Mapping[str, Any]) -> ReportQuery:
     Raises:
         InputError: naming the missing or bad field.
     """
-    from pipelines.cli.args import parse_time_ms
+    from conf.values import parse_time_ms
 
     for name in ("from", "to"):
         if not values.get(name):

@@ -33,7 +33,7 @@ import typer
 from conf.errors import ConfigError, InputError
 from conf.settings import Settings
 from conf.tables import table_location
-from gold.search import DAY_MS
+from conf.values import DAY_MS
 from pipelines.bench.harness import measure, process_tree, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
 from pipelines.bench.search_mix import MIXES, request_mix

@@ -12,10 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conf.errors import InputError
-from gold.search import DAY_MS
+from conf.values import DAY_MS, HOUR_MS
 
 MIXES = ("basic", "contract")
-HOUR_MS = 3_600_000
 # Entity types, aspects and event types the generated usage events hold (datagen.usage).
 _ASSET_TYPES = (("dataset",), ("dataset", "chart"), ("dashboard", "chart"), ("dataJob", "dataFlow"))
 _ASPECTS = (("ownership",), ("globalTags", "glossaryTerms"), ("schemaMetadata",), ("domains", "deprecation"))

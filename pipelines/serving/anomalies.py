@@ -20,7 +20,7 @@ from conf.tables import table_location
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from gold.serving_contract import BUCKET_MS
 from gold.auth import AUDIT_READ
-from pipelines.cli.args import parse_time_ms
+from conf.values import parse_time_ms
 from pipelines.serving.access_log import note_result
 from pipelines.serving.tokens import TokenVerifier
 

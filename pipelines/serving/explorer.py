@@ -28,7 +28,7 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from gold.auth import AUDIT_READ
 from gold.scopes import Principal
-from pipelines.cli.args import parse_time_ms
+from conf.values import parse_time_ms
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
 from pipelines.serving.as_of import read_aspects_as_of

@@ -8,7 +8,7 @@ import time
 
 import typer
 
-from pipelines.cli.args import parse_time_ms
+from conf.values import parse_time_ms
 from pipelines.cli.console import console, listing_title, print_table, with_iso_times
 
 

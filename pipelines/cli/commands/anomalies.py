@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from pipelines.cli.args import parse_time_ms
+from conf.values import parse_time_ms
 from pipelines.cli.console import CSV_HELP, console, listing_title, print_rows
 
 

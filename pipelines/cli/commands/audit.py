@@ -8,7 +8,7 @@ import sys
 import typer
 
 from conf.errors import RequestError
-from pipelines.cli.args import parse_time_ms
+from conf.values import parse_time_ms
 from pipelines.cli.console import CSV_HELP, console, error_console, print_rows
 
 

@@ -10,12 +10,12 @@ import typer
 
 from conf.settings import Settings
 from conf.tables import TABLES, table_location, table_name
+from conf.values import DAY_MS
 from pipelines.cli.console import console, print_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-DAY_MS = 86_400_000
 
 
 def register(app: typer.Typer) -> None:

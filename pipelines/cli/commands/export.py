@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from conf.errors import InputError
-from pipelines.cli.args import parse_json_object, parse_time_ms
+from conf.values import parse_json_object, parse_time_ms
 from pipelines.cli.console import console
 
 FORMATS = ("ece-jsonl", "openmetadata-jsonl")

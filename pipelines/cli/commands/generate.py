@@ -11,7 +11,7 @@ import typer
 from conf.errors import InputError
 from datagen.history import DEFAULT_PART_SIZE, generate_aspect_versions, generate_history
 from datagen.manifest import GeneratorManifest
-from pipelines.cli.args import parse_time_ms
+from conf.values import parse_time_ms
 from pipelines.cli.console import console, print_table
 
 

@@ -6,11 +6,10 @@ import time
 
 import typer
 
-from pipelines.cli.args import parse_time_ms
+from conf.values import DAY_MS, parse_time_ms
 from pipelines.cli.console import CSV_HELP, print_rows
 
 IMPACT_COLUMNS = ("hop", "event_time", "entity_urn", "category", "operation", "actor", "path")
-DAY_MS = 86_400_000
 
 
 def register(app: typer.Typer) -> None:

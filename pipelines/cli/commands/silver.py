@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from pipelines.cli.args import parse_time_ms
+from conf.values import parse_time_ms
 from pipelines.cli.console import CSV_HELP, console, iso_utc, print_rows, print_table
 
 HISTORY_COLUMNS = ("event_time", "category", "operation", "entity_urn", "modifier", "parameters", "actor", "aspect_name")

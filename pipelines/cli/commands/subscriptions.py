@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from conf.errors import InputError
-from pipelines.cli.args import parse_json_object, parse_time_ms
+from conf.values import parse_json_object, parse_time_ms
 from pipelines.cli.console import CSV_HELP, console, print_rows
 
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import typer
 
-from pipelines.cli.args import parse_duration_ms
+from conf.values import parse_duration_ms
 from pipelines.cli.console import CSV_HELP, console, error_console, print_rows
 
 

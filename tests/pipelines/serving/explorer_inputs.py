@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from conf.values import DAY_MS, HOUR_MS
+
 # 2024-03-01T00:00:00Z: after the shared fixture's history (which ends 2024-01-16), so these days hold
 # only the events below.
 DAY0 = 1_709_251_200_000
-DAY_MS = 86_400_000
-HOUR_MS = 3_600_000
 ALICE = "urn:li:corpuser:explorer.alice"
 BOB = "urn:li:corpuser:explorer.bob"
 ORDERS = "urn:li:dataset:(urn:li:dataPlatform:hive,explorer.orders,PROD)"

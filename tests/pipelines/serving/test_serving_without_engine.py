@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from conf.tables import table_location
+from conf.values import DAY_MS
 from pipelines.batch.audit_chain import head_digest
 from pipelines.batch.audit_report import ReportQuery, report_rows
 from pipelines.batch.landing import land_paths
@@ -40,7 +41,6 @@ from tests.pipelines.batch.datahub_producers import ORDERS as PATCHED, patch_pro
 REPO = Path(__file__).resolve().parents[3]
 NOW = int(time.time() * 1000)
 MINUTE = 60_000
-DAY_MS = 86_400_000
 ALICE = "urn:li:corpuser:alice"
 ORDERS = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"
 ORDERS_FIELD = f"urn:li:schemaField:({ORDERS},amount)"

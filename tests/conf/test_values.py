@@ -1,11 +1,11 @@
-"""Command-line values: epoch milliseconds or ISO-8601 times, and JSON objects."""
+"""Times, durations and JSON options: epoch milliseconds or ISO-8601 times, and JSON objects."""
 
 from __future__ import annotations
 
 import pytest
 
 from conf.errors import InputError
-from pipelines.cli.args import parse_json_object, parse_time_ms
+from conf.values import parse_json_object, parse_time_ms
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,21 @@
-"""Parse command-line values shared by several commands."""
+"""Values given as text: times and durations as epoch milliseconds (with their constants), JSON objects."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from conf.errors import InputError
-from gold.search import MAX_TIME_MS, WHOLE_NUMBER
+
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+DAY_MS = 86_400_000
+# 9999-12-31T23:59:59.999Z: the last instant a date partition can name.
+MAX_TIME_MS = 253_402_300_799_999
+# ASCII digits only: str.isdigit() also accepts characters such as "²" that int() rejects.
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,20}")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # The instants a date can name: 0001-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z.
@@ -42,7 +50,7 @@ def parse_time_ms(value: str, name: str) -> int:
 
 
 def parse_json_object(value: str, name: str) -> dict[str, Any]:
-    """Parse a JSON object given on the command line.
+    """Parse a JSON object given as an option's value.
 
     Raises:
         InputError: when the text is not JSON or not an object, naming the option and the value.
@@ -56,7 +64,7 @@ def parse_json_object(value: str, name: str) -> dict[str, Any]:
     return loaded
 
 
-_DURATION_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION_UNITS_MS = {"s": 1_000, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS}
 
 
 def parse_duration_ms(value: str, name: str) -> int:
