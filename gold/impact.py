@@ -27,6 +27,7 @@ class Edge:
     downstream_urn: str
     valid_from_time: int
     valid_to_time: int | None = None
+    edge_kind: str = ""
 
     def valid_at(self, time_ms: int) -> bool:
         """True when the edge held at `time_ms`."""
@@ -84,6 +85,63 @@ class EdgeIndex:
         if direction == "upstream":
             return [(edge.upstream_urn, edge) for edge in edges]
         return [(edge.downstream_urn, edge) for edge in edges]
+
+
+@dataclass(frozen=True)
+class LineageGraph:
+    """The entities within `depth` hops of a target at one time, and the edges between them then.
+
+    `hops` maps each entity to its hop (0: the target); `edges` holds (upstream, downstream, kinds)
+    triples, kinds the edge kinds joining the two, sorted; `truncated` says the walk stopped at its
+    entity limit before reaching the depth.
+    """
+
+    hops: dict[str, int]
+    edges: tuple[tuple[str, str, tuple[str, ...]], ...]
+    truncated: bool
+
+
+def graph_at(target: str, index: EdgeIndex, *, direction: str, depth: int, at_ms: int, max_entities: int) -> LineageGraph:
+    """The lineage graph around `target` as it was at `at_ms`: the entities at most `depth` hops away then.
+
+    Args:
+        target: the entity urn asked about.
+        index: the lineage edge spans (entity edges), by their ends.
+        direction: upstream (what fed the target then) or downstream (what it fed).
+        depth: the most hops (0 to 10).
+        at_ms: the time the graph is taken at (epoch ms).
+        max_entities: the most entities kept; the walk stops there (nearest first, by urn within a hop).
+
+    Raises:
+        InputError: naming a bad direction or depth.
+    """
+    check_direction(direction)
+    if not 0 <= depth <= 10:
+        raise InputError(f"depth: {depth} must be between 0 and 10")
+    hops = {target: 0}
+    kinds: dict[tuple[str, str], set[str]] = {}
+    frontier, truncated = [target], False
+    for hop in range(1, depth + 1):
+        reached: dict[str, list[tuple[str, Edge]]] = {}
+        for node in frontier:
+            for nxt, edge in index.steps(node, direction):
+                if edge.valid_at(at_ms):
+                    reached.setdefault(nxt, []).append((node, edge))
+        frontier = []
+        for nxt in sorted(reached):
+            if nxt not in hops:
+                if len(hops) >= max_entities:
+                    truncated = True
+                    continue
+                hops[nxt] = hop
+                frontier.append(nxt)
+            for node, edge in reached[nxt]:
+                pair = (node, nxt) if direction == "downstream" else (nxt, node)
+                kinds.setdefault(pair, set()).add(edge.edge_kind)
+        if not frontier:
+            break
+    edges = tuple(sorted((up, down, tuple(sorted(k))) for (up, down), k in kinds.items()))
+    return LineageGraph(hops, edges, truncated)
 
 
 def impact(

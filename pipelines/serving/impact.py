@@ -23,8 +23,9 @@ from starlette.concurrency import run_in_threadpool
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
+from conf.values import parse_time_ms
 from gold.auth import AUDIT_READ
-from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, Edge, EdgeIndex, ImpactRow, impact
+from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, Edge, EdgeIndex, ImpactRow, LineageGraph, graph_at, impact
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import parse_window
@@ -33,6 +34,10 @@ from pipelines.serving.scoped_reads import ChangeEventScope, EntityDomains, OutO
 from pipelines.serving.tokens import TokenVerifier
 
 IMPACT_PATH = "/api/v1/impact"
+GRAPH_PATH = "/api/v1/impact/graph"
+GRAPH_PARAMETERS = ("urn", "direction", "depth", "at")
+# The most entities a graph answer draws: beyond it the explorer could not lay it out readably.
+MAX_GRAPH_ENTITIES = 200
 EDGES_TABLE = "gold.lineage_edges"
 CHANGES_TABLE = "silver.entity_change_events"
 PARAMETERS = ("urn", "direction", "depth", "since", "until")
@@ -42,8 +47,8 @@ _EVENT_COLUMNS = ["event_id", "entity_urn", "entity_type", "event_time", "catego
                   "aspect_entity_urn", "aspect_entity_type"]  # fmt: skip
 
 
-def parse_impact_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str, int, int, int]:
-    """Return (urn, direction, depth, since, until) from the URL parameters (window default: the last 7 days).
+def parse_walk(params: Mapping[str, str]) -> tuple[str, str, int]:
+    """Return (urn, direction, depth) from the URL parameters (default: upstream, depth 3).
 
     Raises:
         RequestError: naming the parameter and the value.
@@ -55,12 +60,36 @@ def parse_impact_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str
     raw_depth = params.get("depth") or str(DEFAULT_DEPTH)
     if not raw_depth.isdigit() or int(raw_depth) > 10:
         raise RequestError(f"depth: {raw_depth!r} is not a whole number from 0 to 10")
+    return urn, direction, int(raw_depth)
+
+
+def parse_impact_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str, int, int, int]:
+    """Return (urn, direction, depth, since, until) from the URL parameters (window default: the last 7 days).
+
+    Raises:
+        RequestError: naming the parameter and the value.
+    """
+    urn, direction, depth = parse_walk(params)
     since, until = parse_window(params)
     until = until if until is not None else now_ms
     since = since if since is not None else until - DEFAULT_WINDOW_MS
     if since >= until:
         raise RequestError(f"since: {since} is not before until ({until})")
-    return urn, direction, int(raw_depth), since, until
+    return urn, direction, depth, since, until
+
+
+def parse_graph_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str, int, int]:
+    """Return (urn, direction, depth, at) from the URL parameters (`at` default: now).
+
+    Raises:
+        RequestError: naming the parameter and the value.
+    """
+    urn, direction, depth = parse_walk(params)
+    try:
+        at = parse_time_ms(params["at"], "at") if params.get("at") else now_ms
+    except InputError as exc:
+        raise RequestError(str(exc)) from None
+    return urn, direction, depth, at
 
 
 class LineageIndex:
@@ -84,14 +113,9 @@ class LineageIndex:
         with self._lock:
             if self._cached is not None and self._cached[0] == version:
                 return self._cached[1]
-        rows = table.to_pyarrow_dataset().to_table(
-            columns=["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time"],
-            filter=ds.field("edge_kind") != COLUMN_KIND,
-        )
-        index = EdgeIndex(
-            Edge(*values)
-            for values in zip(*(rows[name].to_pylist() for name in ("upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time")))
-        )
+        columns = ["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time", "edge_kind"]
+        rows = table.to_pyarrow_dataset().to_table(columns=columns, filter=ds.field("edge_kind") != COLUMN_KIND)
+        index = EdgeIndex(Edge(*values) for values in zip(*(rows[name].to_pylist() for name in columns)))
         with self._lock:
             self._cached = (version, index)
         return index
@@ -160,6 +184,22 @@ def impact_response(rows: list[ImpactRow], events: Mapping[str, dict[str, Any]],
     ]
 
 
+def graph_response(graph: LineageGraph, scope: ChangeEventScope) -> dict[str, Any]:
+    """The JSON of a graph: entities outside the scope as hidden nodes (their place, not their urn)."""
+    nodes = sorted(graph.hops, key=lambda node: (graph.hops[node], node))
+    shown = dict(zip(nodes, scope.visible_entities(nodes, [entity_type_of(n) for n in nodes])))
+    ids = {node: f"n{number}" for number, node in enumerate(nodes)}
+    return {
+        "nodes": [
+            {"id": ids[node], "hop": graph.hops[node], "hidden": not shown[node],
+             "urn": node if shown[node] else None, "entityType": entity_type_of(node) if shown[node] else None}
+            for node in nodes
+        ],  # fmt: skip
+        "edges": [{"from": ids[up], "to": ids[down], "kinds": list(kinds)} for up, down, kinds in graph.edges],
+        "truncated": graph.truncated,
+    }
+
+
 def impact_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
     """Return the router of the impact endpoint, authenticated like the change search (audit-read, scoped)."""
     router = APIRouter()
@@ -182,6 +222,32 @@ def impact_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
         note_result(result_count=len(rows))
         return {"urn": urn, "direction": direction, "depth": depth, "since": since, "until": until, "count": len(rows),
                 "changes": impact_response(rows, events, scope)}  # fmt: skip
+
+    def graph(urn: str, direction: str, depth: int, at: int, scope: ChangeEventScope) -> dict[str, Any]:
+        if not scope.visible_entities([urn], [entity_type_of(urn)])[0]:
+            raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
+        found = graph_at(urn, lineage.current(), direction=direction, depth=depth, at_ms=at,
+                         max_entities=MAX_GRAPH_ENTITIES)  # fmt: skip
+        answer = {"urn": urn, "direction": direction, "depth": depth, "at": at, **graph_response(found, scope)}
+        note_result(result_count=len(answer["nodes"]))
+        return answer
+
+    @router.get(
+        GRAPH_PATH,
+        summary="The lineage graph around an entity as it was at a time",
+        description="The entities at most `depth` hops (0..10, default 3) upstream or downstream of `urn` through "
+        f"the lineage edges valid at `at` (epoch ms or ISO-8601; default now), and those edges; at most "
+        f"{MAX_GRAPH_ENTITIES} entities, nearest first (`truncated` says some were left out). Entities outside the "
+        "caller's scope are hidden nodes.",
+    )
+    async def impact_graph(request: Request) -> JSONResponse:
+        principal = await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
+        params = dict(request.query_params)
+        check_parameters(params, GRAPH_PARAMETERS)
+        urn, direction, depth, at = parse_graph_query(params, int(time.time() * 1000))
+        note_result({"urn": urn, "direction": direction, "depth": depth, "at": at})
+        scope = change_event_scope(principal.scope, domains)
+        return JSONResponse(await run_in_threadpool(graph, urn, direction, depth, at, scope))
 
     @router.get(
         IMPACT_PATH,

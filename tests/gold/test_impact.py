@@ -9,7 +9,7 @@ import pytest
 
 from conf.errors import InputError
 from datagen.lineage import lineage_history
-from gold.impact import COLUMN_KIND, ChangeEvent, Edge, impact
+from gold.impact import COLUMN_KIND, ChangeEvent, Edge, EdgeIndex, graph_at, impact
 from gold.lineage import to_lineage_edges
 from silver.patching import with_patches_applied
 from silver.state import ACCEPTED, to_empty_state, to_sequenced_batch
@@ -197,3 +197,19 @@ def test_bad_arguments_are_named(arguments, message):
     given = {"direction": "upstream", "depth": 1, "start_ms": 0, "end_ms": 10, **arguments}
     with pytest.raises(InputError, match=message):
         impact(dataset(1), [], [], **given)
+
+
+def test_the_graph_at_a_time_holds_the_edges_valid_then_nearest_entities_first():
+    a, b, c, d = dataset(1), dataset(2), dataset(3), dataset(4)
+    index = EdgeIndex([Edge(a, b, 100, 200, "dataset"), Edge(c, b, 300, None, "dataset"), Edge(d, c, 0, None, "dataset"),
+                       Edge(b, a, 0, None, "dataset")])  # fmt: skip
+    early = graph_at(b, index, direction="upstream", depth=3, at_ms=150, max_entities=10)
+    # The cycle back to the target is drawn too.
+    assert (early.hops, early.edges, early.truncated) == ({b: 0, a: 1}, ((a, b, ("dataset",)), (b, a, ("dataset",))), False)
+    late = graph_at(b, index, direction="upstream", depth=3, at_ms=300, max_entities=10)
+    assert late.hops == {b: 0, c: 1, d: 2} and late.edges == ((c, b, ("dataset",)), (d, c, ("dataset",)))
+    assert graph_at(a, index, direction="downstream", depth=2, at_ms=150, max_entities=10).edges == (
+        (a, b, ("dataset",)), (b, a, ("dataset",)),
+    )
+    cut = graph_at(b, index, direction="upstream", depth=3, at_ms=300, max_entities=2)
+    assert (cut.hops, cut.truncated) == ({b: 0, c: 1}, True)

@@ -4,9 +4,10 @@ import { showActivity, showActor } from "./activity.js";
 import { byId, showMessage } from "./dom.js";
 import { exportCsv, fillForm, loadMore, readForm, runSearch } from "./search.js";
 import { compare, showTimeline } from "./timeline.js";
+import { FIELDS as IMPACT_FIELDS, showImpact } from "./impact.js";
 import { FIELDS as CHANGE_FIELDS, downloadReport, exportChanges, moreChanges, runChanges } from "./changes.js";
 
-const VIEWS = ["search", "changes", "timeline", "activity", "actor"];
+const VIEWS = ["search", "changes", "timeline", "activity", "actor", "impact"];
 
 function currentQuery() {
   return Object.fromEntries(new URLSearchParams(window.location.search).entries());
@@ -22,6 +23,7 @@ function navigate(query) {
 const open = {
   actor: (actor) => navigate({ view: "actor", actor, since: byId("a-since").value, until: byId("a-until").value }),
   timeline: (urn) => navigate({ view: "timeline", urn }),
+  impact: (query) => navigate({ ...query, view: "impact" }),
 };
 
 function showView(name) {
@@ -84,6 +86,10 @@ async function route() {
       byId("a-since").value = query.since || "";
       byId("a-until").value = query.until || "";
       await showActivity(query, open);
+    } else if (view === "impact") {
+      const form = byId("impact-form");
+      for (const name of IMPACT_FIELDS) form.elements[name].value = query[name] ?? (name === "direction" ? "upstream" : name === "depth" ? "3" : "");
+      await showImpact(query, open);
     } else {
       await showActor(query.actor || "", query, open);
     }
@@ -140,6 +146,13 @@ function bind() {
     event.preventDefault();
     const urn = currentQuery().urn;
     navigate({ view: "timeline", urn, a: byId("asof-a").value, b: byId("asof-b").value });
+  });
+  byId("impact-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const form = byId("impact-form");
+    const query = { view: "impact" };
+    for (const name of IMPACT_FIELDS) query[name] = form.elements[name].value.trim();
+    navigate(query);
   });
   byId("activity-form").addEventListener("submit", (event) => {
     event.preventDefault();
