@@ -323,6 +323,29 @@ _SPECS = (
 )
 
 TABLES: dict[str, TableSpec] = {spec.key: spec for spec in _SPECS}
+
+# The key of every declared table, for code to name a table by (never by a string literal).
+LANDED_FILES = "bronze.landed_files"
+KAFKA_OFFSETS = "bronze.kafka_offsets"
+ASPECT_SNAPSHOTS = "bronze.aspect_snapshots"
+USAGE_EVENTS = "bronze.usage_events"
+QUARANTINE = "bronze.quarantine"
+ASPECT_STATE = "silver.aspect_state"
+ASPECT_STATE_LOG = "silver.aspect_state_log"
+SKIPPED_SNAPSHOTS = "silver.skipped_snapshots"
+PATCHED_ASPECTS = "silver.patched_aspects"
+ENTITY_CHANGE_EVENTS = "silver.entity_change_events"
+AUDIT_EVENTS = "gold.audit_events"
+ACTOR_ACTIVITY_DAILY = "gold.actor_activity_daily"
+OPENMETADATA_CHANGE_EVENTS = "gold.openmetadata_change_events"
+ACTOR_ANOMALIES = "gold.actor_anomalies"
+LINEAGE_EDGES = "gold.lineage_edges"
+STAGE_PROGRESS = "ops.stage_progress"
+SUBSCRIPTIONS = "ops.subscriptions"
+SUBSCRIPTION_CURSORS = "ops.subscription_cursors"
+SUBSCRIPTION_DEAD_LETTERS = "ops.subscription_dead_letters"
+ACCESS_LOG = "ops.access_log"
+AUDIT_CHAIN = "ops.audit_chain"
 # Columns declared after a table was first released: a home built before gets them added in place
 # (null in its old rows), and the audit chain leaves them out of a row's canonical form while null,
 # so links recorded before them still verify.

@@ -68,7 +68,7 @@ def run_impact_bench(
     from conf.settings import load_settings
     from datagen.lineage import lineage_history
     from gold.impact import ChangeEvent, impact
-    from pipelines.batch.jobs import run_job
+    from pipelines.orchestration.jobs import run_job
     from pipelines.batch.publish_lineage import publish_lineage
     from pipelines.runtime.engine import open_session
     from pipelines.serving.impact import ChangeEventReader, LineageIndex

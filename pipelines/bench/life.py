@@ -75,7 +75,7 @@ def run_life_bench(
     """
     from datagen.history import generate_history
     from pipelines.batch.audit_chain import verify_chain
-    from pipelines.batch.jobs import run_job
+    from pipelines.orchestration.jobs import run_job
     from pipelines.runtime.engine import open_session
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-life-")) if work is None else work

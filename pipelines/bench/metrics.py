@@ -109,10 +109,10 @@ def measure_micro_batch_counting(settings: Settings, repeats: int = 7) -> dict[s
     """
     from prometheus_client import CollectorRegistry
 
-    from pipelines.batch.jobs import run_job
+    from pipelines.orchestration.jobs import run_job
     from pipelines.bench.watch import mcl_lines
     from pipelines.runtime.engine import open_session
-    from pipelines.runtime.metrics import PipelineMetrics, WatcherMetrics
+    from pipelines.orchestration.metrics import PipelineMetrics, WatcherMetrics
 
     scratch = dataclasses.replace(settings, home=settings.home / "metrics-micro-batch", table_locations={})
     inputs = scratch.home / "inputs"

@@ -187,7 +187,7 @@ def settle_home(home: Path) -> None:
     run would start wherever the last one left the compaction cycle (a publish reads one more small
     file per earlier micro-batch), and runs could not be compared.
     """
-    from pipelines.batch.watch_compaction import COMPACTED_TABLES
+    from pipelines.orchestration.watch_compaction import COMPACTED_TABLES
 
     base = [LAKEHOUSE, "--home", str(home), "--set", "mlflow.enabled=false"]
     subprocess.run([*base, "run", "--no-progress"], check=True, env=child_env(), stdout=subprocess.DEVNULL)

@@ -180,7 +180,7 @@ def create_app(
 
     @app.get("/health", summary="Liveness; with an audit-read token also the serving engine and the watcher status.")
     async def health(request: Request) -> dict[str, Any]:
-        from pipelines.batch.watch_status import watch_status
+        from pipelines.runtime.watch_status import watch_status
 
         # Not a data request: checked without spending the caller's rate.
         if await authenticated_or_none(authenticator, request.headers.get("authorization"), AUDIT_READ) is None:

@@ -34,3 +34,13 @@ def test_column_names_split_nested_types():
 def test_unknown_table_is_named():
     with pytest.raises(ConfigError, match="'silver.nope'"):
         table_spec("silver.nope")
+
+
+def test_every_table_key_constant_names_a_declared_table():
+    import conf.tables
+
+    keys = {name: value for name, value in vars(conf.tables).items()
+            if name.isupper() and isinstance(value, str) and value.count(".") == 1}  # fmt: skip
+    assert len(keys) >= 21
+    assert {name: value for name, value in keys.items() if value not in TABLES} == {}
+    assert {name: value.split(".")[1].upper() for name, value in keys.items()} == {name: name for name in keys}

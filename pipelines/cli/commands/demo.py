@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         """Generate a realistic DataHub history, run land -> refine -> publish, and print a summary."""
         from datagen.history import generate_history
         from pipelines.cli.commands.jobs import run_with_progress, print_summary
-        from pipelines.batch.jobs import JOB_STAGES
+        from pipelines.orchestration.jobs import JOB_STAGES
 
         state = state_of(ctx)
         settings = state.settings

@@ -13,7 +13,7 @@ from pipelines.cli.console import (
 )  # fmt: skip
 
 if TYPE_CHECKING:  # the stages import the engine: imported when a command runs
-    from pipelines.batch.jobs import RunSummary, StageReport
+    from pipelines.orchestration.jobs import RunSummary, StageReport
 
 SQL_DIALECTS = ("databricks", "duckdb", "trino", "snowflake", "spark")
 
@@ -40,14 +40,14 @@ def register(app: typer.Typer) -> None:
         """Land new input files (and Kafka messages, when ingest.kafka is set) and run bronze -> silver -> gold."""
         state = state_of(ctx)
         if watch:
-            from pipelines.batch.watch import watch as watch_loop
+            from pipelines.orchestration.watch import watch as watch_loop
 
             if path:
                 raise InputError("--path: cannot be combined with --watch, which watches ingest.landing_dirs")
             raise typer.Exit(watch_loop(state.settings, metrics_port))
         if metrics_port is not None:
             raise InputError("--metrics-port: only with --watch (a batch run ends before any scrape)")
-        from pipelines.batch.jobs import JOB_STAGES
+        from pipelines.orchestration.jobs import JOB_STAGES
 
         summary = run_with_progress(state.settings, JOB_STAGES, path or None, wait, progress)
         print_summary(summary)
@@ -132,7 +132,7 @@ def _add_job_command(job_app: typer.Typer, stage: str, doc: str) -> None:
 
 def run_with_progress(settings, stages, paths, wait: float, show: bool) -> RunSummary:
     """Run `run_job` with a bar over the stages and one over the files being landed (when `show`)."""
-    from pipelines.batch.jobs import run_job
+    from pipelines.orchestration.jobs import run_job
 
     with progress_bars(show) as progress:
         stage_task = progress.add_task("stages", total=len(stages)) if progress else None

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         The watcher of this home: running or not, its last micro-batch, the oldest unprocessed file and the
         freshness lag; with a Kafka source, each partition's committed offset, end offset and lag.
         """
-        from pipelines.batch.watch_status import watch_status
+        from pipelines.runtime.watch_status import watch_status
         from pipelines.runtime.lock import run_in_progress
         from pipelines.runtime.tracking import recent_runs
 

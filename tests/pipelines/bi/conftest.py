@@ -23,7 +23,7 @@ import psycopg.conninfo
 import pytest
 
 from conf.settings import Settings, load_settings
-from pipelines.batch.jobs import run_job
+from pipelines.orchestration.jobs import run_job
 from pipelines.bi.cluster import postgres_bindir
 from pipelines.bi.replica import replicated_tables
 from pipelines.runtime.engine import free_loopback_port

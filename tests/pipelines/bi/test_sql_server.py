@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
-from pipelines.batch.jobs import run_job
+from pipelines.orchestration.jobs import run_job
 from pipelines.bi.replica import replica_column_names, replicated_tables
 from pipelines.runtime.views import load_views
 from tests.conftest import register_fresh_tables

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from conf.settings import load_settings
 from conf.tables import table_location
-from pipelines.batch.jobs import run_job
+from pipelines.orchestration.jobs import run_job
 from pipelines.bi.cluster import writer_conninfo
 from pipelines.runtime.engine import free_loopback_port
 from tests.conftest import FIXTURES, register_fresh_tables

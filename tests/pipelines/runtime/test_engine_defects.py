@@ -28,7 +28,7 @@ def test_from_json_reads_a_scan_of_a_table_with_deletion_vectors(spark: SparkSes
     """Sail 0.7.2: `from_json` over such a scan fails on its empty record batches.
 
     Worked around by staging the rows first: `pipelines.batch.state_store.read_entity_domains`, proven over
-    a life of batches by tests/pipelines/batch/test_life.py.
+    a life of batches by tests/pipelines/orchestration/test_life.py.
     """
     location = tmp_path / "dv"
     spark.sql(

@@ -146,7 +146,7 @@ def test_a_lease_not_renewed_within_the_stale_timeout_is_taken_over(s3, tmp_path
 @pytest.fixture(scope="module")
 def local_run(spark, tmp_path_factory):
     """The fixture history run on a local home, in this process: what the S3 home must hold too."""
-    from pipelines.batch.jobs import run_job
+    from pipelines.orchestration.jobs import run_job
 
     settings = make_settings(tmp_path_factory.mktemp("local-home"))
     settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
@@ -169,7 +169,7 @@ def _cli(s3: S3Server, home: str, local_dir: Path, *args: str, check: bool = Tru
 @pytest.mark.slow
 def test_the_pipeline_on_an_s3_home_lands_refines_publishes_verifies_serves_and_watches(spark, s3, local_run, tmp_path):
     from gold.search import SearchRequest
-    from pipelines.batch.watch_status import watch_status
+    from pipelines.runtime.watch_status import watch_status
     from pipelines.runtime.io import read_table
     from pipelines.serving.engine import open_engine
     from pipelines.serving.scroll_key import local_signer

@@ -26,7 +26,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from conf.tables import table_name
-from pipelines.batch.jobs import run_job
+from pipelines.orchestration.jobs import run_job
 from pipelines.bench.explorer import run_explorer_bench
 from pipelines.serving.tokens import create_token
 from tests.conftest import FIXTURES

@@ -10,7 +10,7 @@ import pytest
 from conf.errors import SourceUnavailable
 from conf.settings import load_settings
 from pipelines.batch.backfill import committed_mark, run_backfill
-from pipelines.batch.jobs import run_job
+from pipelines.orchestration.jobs import run_job
 from pipelines.runtime.io import read_table
 from tests.conftest import FIXTURES, register_fresh_tables
 from tests.pipelines.batch.backfill.conftest import ENGINES, clear, upsert_history, write_history, write_version

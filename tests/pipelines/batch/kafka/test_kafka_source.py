@@ -15,7 +15,7 @@ import pytest
 
 from conf.errors import InputError
 from conf.settings import CONF_DIR
-from pipelines.batch.jobs import run_job
+from pipelines.orchestration.jobs import run_job
 from pipelines.batch.kafka.client import TopicPartition
 from pipelines.batch.kafka.offsets import next_offsets
 from pipelines.batch.kafka.source import land_kafka
@@ -343,7 +343,7 @@ def test_a_watcher_holds_messages_back_while_the_schema_registry_is_down_then_la
 
 def test_the_lag_per_partition_counts_what_is_not_landed_and_drops_to_0_once_landed(spark, broker, tmp_path):
     from pipelines.batch.kafka.feed import KafkaFeed
-    from pipelines.runtime.metrics import WaitingCollector, kafka_lag_family
+    from pipelines.orchestration.metrics import WaitingCollector, kafka_lag_family
 
     topic = "lag-metrics"
     create_topic(broker, topic, 2)

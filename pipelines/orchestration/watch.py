@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable, StageError, error_text
 from conf.locations import Location, ObjectLocation
 from conf.settings import Settings
-from pipelines.batch.jobs import (
+from pipelines.orchestration.jobs import (
     JOB_STAGES,
     OPENMETADATA_ALONGSIDE,
     OPENMETADATA_LATER,
@@ -37,11 +37,11 @@ from pipelines.batch.jobs import (
 )
 from pipelines.batch.kafka.feed import KafkaFeed
 from pipelines.batch.publish_openmetadata import STAGE as OPENMETADATA_STAGE
-from pipelines.batch.watch_compaction import Compaction
-from pipelines.batch.watch_status import touch_lock, watcher_lock, write_state
+from pipelines.orchestration.watch_compaction import Compaction
+from pipelines.runtime.watch_status import touch_lock, watcher_lock, write_state
 from pipelines.runtime.engine import open_session
 from pipelines.runtime.logs import structured_line
-from pipelines.runtime.metrics import WatcherMetrics
+from pipelines.orchestration.metrics import WatcherMetrics
 from pipelines.runtime.home import home_of
 from pipelines.runtime.lease import Lease
 from pipelines.subscriptions.background import BackgroundDelivery

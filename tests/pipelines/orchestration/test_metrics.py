@@ -33,7 +33,7 @@ from pipelines.bench.watch import (
     wait_for,
     watch_log_records,
 )
-from pipelines.runtime.metrics import reason_label
+from pipelines.orchestration.metrics import reason_label
 from pipelines.serving.workers import WORKER_HEADER
 from pipelines.serving.tokens import create_token
 from tests.conftest import make_settings

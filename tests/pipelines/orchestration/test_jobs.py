@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conf.errors import InputError
-from pipelines.batch.jobs import OPENMETADATA_ALONGSIDE, OPENMETADATA_LATER, run_job
+from pipelines.orchestration.jobs import OPENMETADATA_ALONGSIDE, OPENMETADATA_LATER, run_job
 from pipelines.runtime.io import read_table
 from tests.conftest import FIXTURES, make_settings, register_fresh_tables
 from tests.pipelines.cli.test_cli import run_cli

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from conf.tables import TABLES
-from pipelines.batch.watch import StopSignal, Watcher, is_complete_file, retry_transient
-from pipelines.batch.watch_compaction import COMPACTED_TABLES
+from pipelines.orchestration.watch import StopSignal, Watcher, is_complete_file, retry_transient
+from pipelines.orchestration.watch_compaction import COMPACTED_TABLES
 from pipelines.bench.watch import (
     drop_file,
     free_port,

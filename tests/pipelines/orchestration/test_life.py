@@ -21,8 +21,8 @@ from conf.tables import table_location, table_name
 from datagen.history import generate_history
 from pipelines.batch.audit_chain import verify_chain
 from pipelines.batch.state_store import read_state
-from pipelines.batch.jobs import run_job
-from pipelines.batch.watch import StopSignal, Watcher
+from pipelines.orchestration.jobs import run_job
+from pipelines.orchestration.watch import StopSignal, Watcher
 from tests.conftest import make_settings, register_fresh_tables
 from tests.pipelines.batch.datahub_producers import patch_proposals
 
