@@ -4,8 +4,9 @@ An edge (upstream_urn -> downstream_urn, edge_kind) is held by one aspect of one
 (`upstreamLineage` of the downstream dataset, `dataJobInputOutput` of the job, `chartInfo` of the
 chart, ...). It is valid from the owner's aspect version that added it (inclusive, by created time)
 to the version that removed it (exclusive, null while it holds). A soft delete (`status.removed`)
-or a hard delete (a DELETE of the key aspect) of the owner ends its edges, and a restore starts them
-again: the edge's row then names the status or key aspect version in valid_from_*/valid_to_*.
+or a hard delete (a DELETE of the key aspect) of the owner or of the entity at either end ends the
+edge, and a restore starts it again while the aspect still holds it: the edge's row then names the
+status or key aspect version in valid_from_*/valid_to_*.
 """
 
 from __future__ import annotations
@@ -266,49 +267,62 @@ def _alive_intervals(versions_df: DataFrame) -> DataFrame:
     return spans_df.unionByName(first_df.filter(F.col("alive_to_time").isNotNull()))
 
 
+# The fields of a span's start (from_*) and end (to_*).
+_BOUNDS = ("time", "version", "actor", "aspect")
+
+
+def entity_of(urn: Column) -> Column:
+    """The entity an edge end belongs to: a schema field's dataset (or other parent), else the urn itself."""
+    parent = F.regexp_extract(urn, r"^urn:li:schemaField:\((.*),[^,]*\)$", 1)
+    return F.when(urn.startswith("urn:li:schemaField:(") & (parent != ""), parent).otherwise(urn)
+
+
+def _within_alive(spans_df: DataFrame, alive_df: DataFrame, entity: Column) -> DataFrame:
+    """Narrow each span (from_*, to_*) to the times the entity `entity` names existed.
+
+    A span of an entity without lifecycle flips (no row in `alive_df`: the left join's bounds are null,
+    no limit) is kept whole; one that overlaps none of the entity's spans of existence is dropped; one
+    that overlaps several is cut into one per overlap. One join, so the plan grows by one per call.
+    """
+    columns = spans_df.columns
+    alive = alive_df.withColumnRenamed("entity_urn", "_alive_urn")
+    overlaps = (F.col("alive_to_time").isNull() | (F.col("alive_to_time") > F.col("from_time"))) & (
+        F.col("to_time").isNull() | F.col("alive_from_time").isNull() | (F.col("alive_from_time") < F.col("to_time"))
+    )
+    after_start = F.col("alive_from_time").isNotNull() & (F.col("alive_from_time") > F.col("from_time"))
+    before_end = F.col("alive_to_time").isNotNull() & (
+        F.col("to_time").isNull() | (F.col("alive_to_time") < F.col("to_time"))
+    )
+    joined_df = spans_df.withColumn("_alive_urn", entity).join(alive, "_alive_urn", "left").filter(overlaps)
+    bounds = {f"from_{name}": F.when(after_start, F.col(f"alive_from_{name}")).otherwise(F.col(f"from_{name}")) for name in _BOUNDS}
+    bounds |= {f"to_{name}": F.when(before_end, F.col(f"alive_to_{name}")).otherwise(F.col(f"to_{name}")) for name in _BOUNDS}
+    return joined_df.select(*[bounds[c].alias(c) if c in bounds else F.col(c) for c in columns])
+
+
 def to_lineage_edges(versions_df: DataFrame) -> DataFrame:
     """Every lineage edge of the given entities with the spans it was valid, from their full aspect history.
 
     Args:
         versions_df: every accepted version (`silver.state.to_pairs` columns: entity_urn, entity_type,
             aspect_name, order_key, version, created_time, created_actor, new_json) of the lineage
-            aspects, `status` and key aspect of each entity it holds.
+            aspects, `status` and key aspect of each owner it holds, and of the `status` and key aspect
+            of the entities at the other end of their edges (only lineage aspects make edges).
 
     Returns:
         `EDGE_COLUMNS`: one row per edge and span; valid_to_* null while the edge holds. A span
-        starts at the aspect version adding the edge or at the restore of its owner, and ends at the
-        version removing it or at the owner's delete (valid_*_aspect names which).
+        starts at the aspect version adding the edge or at the restore of its owner or of either end
+        (a schema field's dataset for a column edge), and ends at the version removing it or at the
+        delete of one of them (valid_*_aspect names which).
     """
-    edges_df = _aspect_intervals(versions_df)
     alive_df = _alive_intervals(versions_df)
-    owners_alive = edges_df.select("entity_urn").distinct().join(alive_df.select("entity_urn").distinct(), "entity_urn", "left_anti")
-    always_df = owners_alive.select(
-        "entity_urn",
-        *[F.lit(None).cast(t).alias(c) for c, t in (
-            ("alive_from_time", "bigint"), ("alive_from_version", "bigint"), ("alive_from_actor", "string"),
-            ("alive_from_aspect", "string"), ("alive_to_time", "bigint"), ("alive_to_version", "bigint"),
-            ("alive_to_actor", "string"), ("alive_to_aspect", "string"),
-        )],
-    )  # fmt: skip
-    spans_df = alive_df.unionByName(always_df)
-    after_start = F.col("alive_from_time").isNotNull() & (F.col("alive_from_time") > F.col("from_time"))
-    before_end = F.col("alive_to_time").isNotNull() & (
-        F.col("to_time").isNull() | (F.col("alive_to_time") < F.col("to_time"))
-    )
-    overlaps = (F.col("alive_to_time").isNull() | (F.col("alive_to_time") > F.col("from_time"))) & (
-        F.col("to_time").isNull() | F.col("alive_from_time").isNull() | (F.col("alive_from_time") < F.col("to_time"))
-    )
-    joined_df = edges_df.join(spans_df, "entity_urn").filter(overlaps)
-    return joined_df.select(
+    spans_df = _aspect_intervals(versions_df)
+    for entity in (F.col("entity_urn"), entity_of(F.col("upstream_urn")), entity_of(F.col("downstream_urn"))):
+        spans_df = _within_alive(spans_df, alive_df, entity)
+    return spans_df.select(
         F.sha2(
             F.concat_ws(
-                "\u001f",
-                "entity_urn",
-                "aspect_name",
-                "upstream_urn",
-                "downstream_urn",
-                "edge_kind",
-                F.when(after_start, F.col("alive_from_time")).otherwise(F.col("from_time")).cast("string"),
+                "\u001f", "entity_urn", "aspect_name", "upstream_urn", "downstream_urn", "edge_kind",
+                F.col("from_time").cast("string"),
             ),
             256,
         ).alias("edge_id"),
@@ -317,12 +331,12 @@ def to_lineage_edges(versions_df: DataFrame) -> DataFrame:
         "edge_kind",
         F.col("entity_urn").alias("owner_urn"),
         "aspect_name",
-        F.when(after_start, F.col("alive_from_time")).otherwise(F.col("from_time")).alias("valid_from_time"),
-        F.when(after_start, F.col("alive_from_version")).otherwise(F.col("from_version")).alias("valid_from_version"),
-        F.when(after_start, F.col("alive_from_aspect")).otherwise(F.col("from_aspect")).alias("valid_from_aspect"),
-        F.when(after_start, F.col("alive_from_actor")).otherwise(F.col("from_actor")).alias("added_by"),
-        F.when(before_end, F.col("alive_to_time")).otherwise(F.col("to_time")).alias("valid_to_time"),
-        F.when(before_end, F.col("alive_to_version")).otherwise(F.col("to_version")).alias("valid_to_version"),
-        F.when(before_end, F.col("alive_to_aspect")).otherwise(F.col("to_aspect")).alias("valid_to_aspect"),
-        F.when(before_end, F.col("alive_to_actor")).otherwise(F.col("to_actor")).alias("removed_by"),
-    )
+        F.col("from_time").alias("valid_from_time"),
+        F.col("from_version").alias("valid_from_version"),
+        F.col("from_aspect").alias("valid_from_aspect"),
+        F.col("from_actor").alias("added_by"),
+        F.col("to_time").alias("valid_to_time"),
+        F.col("to_version").alias("valid_to_version"),
+        F.col("to_aspect").alias("valid_to_aspect"),
+        F.col("to_actor").alias("removed_by"),
+    )  # fmt: skip

@@ -1,10 +1,12 @@
 """The publish_lineage stage: refined batches -> gold.lineage_edges (lineage edges with their validity).
 
 Incremental by entity. The entities whose lineage aspects, `status` or key aspect a pending batch
-wrote have their edges derived again from their whole aspect history in bronze (the batches refine
-finished), and that entity's rows in the table are replaced by them in one MERGE. So a late version
+wrote, and the owners of edges whose other end such a batch deleted or restored, have their edges
+derived again from their whole aspect history in bronze (the batches refine finished) and the ends'
+lifecycle, and those owners' rows in the table are replaced by them in one MERGE. So a late version
 lands where it belongs, and a re-run after a crash derives the same rows and changes nothing more:
-  1. stage: the touched entities' edges, written to Parquet under `<home>/_scratch/publish_lineage`;
+  1. stage: the owners, their versions, their edges' ends' lifecycle versions and the owners' edges,
+     written to Parquet under `<home>/_scratch/publish_lineage`;
   2. MERGE on edge_id: new spans inserted, changed ones updated, the entities' stale spans deleted
      (an append when none of the entities has a row yet);
   3. record progress for each batch (last).
@@ -16,12 +18,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
-from gold.lineage import EDGE_COLUMNS, is_lineage_input, to_lineage_edges
+from gold.lineage import (
+    EDGE_COLUMNS, LINEAGE_ASPECTS, STATUS_ASPECT, entity_of, is_lineage_input, to_lineage_edges, to_version_edges,
+)  # fmt: skip
 from pipelines.batch.refine import STAGE as REFINE_STAGE
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, retry_commit, write_scratch
 from pipelines.runtime.progress import StageResult, finished_batches, pending_batches, record_progress
+from silver.aspects import is_key_aspect
 from silver.patching import with_patches_applied
 from silver.state import ACCEPTED, to_empty_state, to_sequenced_batch
 
@@ -30,29 +35,85 @@ SOURCE_TABLE = "bronze.aspect_snapshots"
 TARGET_TABLE = "gold.lineage_edges"
 
 
-def lineage_versions(spark: SparkSession, settings: Settings, batch_ids: list[str]) -> DataFrame:
-    """Every accepted version of the lineage inputs of the entities `batch_ids` wrote one of, over their history.
+def _accepted_versions(rows_df: DataFrame, settings: Settings) -> DataFrame:
+    """Bronze rows of whole histories sequenced as refine sequences them, PATCH records applied, accepted only."""
+    sequenced_df = with_patches_applied(
+        to_sequenced_batch(rows_df, to_empty_state(rows_df), settings.engine.native_lag_ignore_nulls)
+    )
+    return sequenced_df.filter(F.col("disposition") == ACCEPTED).drop("prev_json")
+
+
+def lineage_owners(spark: SparkSession, settings: Settings, inputs_df: DataFrame, batch_ids: list[str]) -> DataFrame:
+    """The entities whose edges `batch_ids` may have changed: `owner_urn`, distinct.
+
+    Those that wrote a lineage input in the batches, and the owners of edges whose other end was
+    soft-deleted, restored, or hard-deleted or created again there: found among the table's rows,
+    and among the lineage aspects naming that entity (an edge never valid yet has no row).
 
     Args:
         spark: the session (tables registered).
         settings: the lakehouse settings.
-        batch_ids: the batches whose entities are wanted; their history comes from every batch refine finished.
+        inputs_df: the lineage inputs of every batch refine finished (bronze rows).
+        batch_ids: the batches being published.
+    """
+    batch_df = inputs_df.filter(F.col("batch_id").isin(batch_ids))
+    key = is_key_aspect(F.col("aspect_name"), F.col("entity_type"))
+    hard_deleted_df = inputs_df.filter(key & F.col("aspect_json").isNull()).select("entity_urn")
+    lifecycle_df = (
+        batch_df.filter(F.col("aspect_name") == STATUS_ASPECT)
+        .select("entity_urn")
+        .unionByName(batch_df.filter(key).select("entity_urn").join(hard_deleted_df, "entity_urn", "left_semi"))
+        .distinct()
+        .withColumnRenamed("entity_urn", "_changed")
+    )
+    stored_df = read_table(spark, settings, TARGET_TABLE)
+    by_rows_df = stored_df.join(
+        F.broadcast(lifecycle_df),
+        (entity_of(F.col("upstream_urn")) == F.col("_changed")) | (entity_of(F.col("downstream_urn")) == F.col("_changed")),
+        "left_semi",
+    ).select("owner_urn")
+    by_aspects_df = (
+        inputs_df.filter(F.col("aspect_name").isin(*LINEAGE_ASPECTS))
+        .join(F.broadcast(lifecycle_df), F.instr(F.col("aspect_json"), F.col("_changed")) > 0, "left_semi")
+        .select(F.col("entity_urn").alias("owner_urn"))
+    )
+    return batch_df.select(F.col("entity_urn").alias("owner_urn")).unionByName(by_rows_df).unionByName(by_aspects_df).distinct()
+
+
+def lineage_versions(settings: Settings, inputs_df: DataFrame, owners_df: DataFrame) -> DataFrame:
+    """Every accepted version of the owners' lineage inputs over their history.
+
+    Args:
+        settings: the lakehouse settings.
+        inputs_df: the lineage inputs of every batch refine finished (bronze rows).
+        owners_df: `owner_urn` of the entities wanted.
 
     Returns:
-        Sequenced versions (`silver.state.to_sequenced_batch` columns, PATCH records applied).
+        Sequenced versions (`silver.state.to_sequenced_batch` columns but prev_json, PATCH records applied).
     """
-    refined = finished_batches(spark, settings, REFINE_STAGE)
-    inputs_df = (
-        read_table(spark, settings, SOURCE_TABLE)
-        .filter(F.col("batch_id").isin(refined))
-        .filter(is_lineage_input("aspect_name", "entity_type"))
+    owners = owners_df.withColumnRenamed("owner_urn", "entity_urn")
+    return _accepted_versions(inputs_df.join(owners, "entity_urn", "left_semi"), settings)
+
+
+def end_lifecycle_versions(settings: Settings, inputs_df: DataFrame, versions_df: DataFrame) -> DataFrame:
+    """The `status` and key aspect versions of the entities at the far end of the owners' edges.
+
+    Args:
+        settings: the lakehouse settings.
+        inputs_df: the lineage inputs of every batch refine finished (bronze rows).
+        versions_df: the owners' versions (`lineage_versions`).
+    """
+    edges_df = to_version_edges(versions_df)
+    ends_df = (
+        edges_df.select(entity_of(F.col("upstream_urn")).alias("entity_urn"))
+        .unionByName(edges_df.select(entity_of(F.col("downstream_urn")).alias("entity_urn")))
+        .distinct()
+        .join(versions_df.select("entity_urn").distinct(), "entity_urn", "left_anti")
     )
-    touched_df = inputs_df.filter(F.col("batch_id").isin(batch_ids)).select("entity_urn").distinct()
-    history_df = inputs_df.join(touched_df, "entity_urn", "left_semi")
-    sequenced_df = with_patches_applied(
-        to_sequenced_batch(history_df, to_empty_state(history_df), settings.engine.native_lag_ignore_nulls)
+    lifecycle_df = inputs_df.filter(
+        (F.col("aspect_name") == STATUS_ASPECT) | is_key_aspect(F.col("aspect_name"), F.col("entity_type"))
     )
-    return sequenced_df.filter(F.col("disposition") == ACCEPTED)
+    return _accepted_versions(lifecycle_df.join(ends_df, "entity_urn", "left_semi"), settings)
 
 
 def publish_lineage(spark: SparkSession, settings: Settings, run_id: str | None = None) -> StageResult:
@@ -69,12 +130,18 @@ def publish_lineage(spark: SparkSession, settings: Settings, run_id: str | None 
     batch_ids = pending_batches(spark, settings, STAGE)
     if not batch_ids:
         return StageResult(STAGE, (), 0, 0, {"entities": 0.0, "edges": 0.0})
-    versions_df = lineage_versions(spark, settings, batch_ids)
+    refined = finished_batches(spark, settings, REFINE_STAGE)
+    inputs_df = (
+        read_table(spark, settings, SOURCE_TABLE)
+        .filter(F.col("batch_id").isin(refined))
+        .filter(is_lineage_input("aspect_name", "entity_type"))
+    )
     folder = settings.home / "_scratch" / STAGE
     storage = home_of(settings).storage
-    staged_versions_df = write_scratch(versions_df.drop("prev_json"), folder / "versions", storage)
-    owners_df = staged_versions_df.select(F.col("entity_urn").alias("owner_urn")).distinct()
-    edges_df = to_lineage_edges(staged_versions_df).withColumn("batch_id", F.lit(batch_ids[-1]))
+    owners_df = write_scratch(lineage_owners(spark, settings, inputs_df, batch_ids), folder / "owners", storage)
+    versions_df = write_scratch(lineage_versions(settings, inputs_df, owners_df), folder / "versions", storage)
+    ends_df = write_scratch(end_lifecycle_versions(settings, inputs_df, versions_df), folder / "ends", storage)
+    edges_df = to_lineage_edges(versions_df.unionByName(ends_df)).withColumn("batch_id", F.lit(batch_ids[-1]))
     staged_df = write_scratch(edges_df, folder / "edges", storage)
     entities, edges = owners_df.count(), staged_df.count()
     if entities:

@@ -28,14 +28,16 @@ def random_history(rng: random.Random, entities: int, versions: int) -> list[tup
     for time in sorted(times):
         urn = dataset(rng.randrange(entities))
         roll = rng.random()
-        if roll < 0.6:
+        # Deletes are rare enough that paths of several hops hold between them: a deleted entity at
+        # either end of an edge ends it.
+        if roll < 0.7:
             aspect = "upstreamLineage"
             upstreams = rng.sample(range(entities), rng.randint(0, 3))
             value = None if rng.random() < 0.1 else {"upstreams": [{"dataset": dataset(u)} for u in upstreams]}
-        elif roll < 0.85:
-            aspect, value = "status", {"removed": rng.random() < 0.5}
+        elif roll < 0.9:
+            aspect, value = "status", {"removed": rng.random() < 0.35}
         else:
-            aspect, value = "datasetKey", None if rng.random() < 0.5 else {"name": urn}
+            aspect, value = "datasetKey", None if rng.random() < 0.35 else {"name": urn}
         numbers[urn, aspect] = numbers.get((urn, aspect), 0) + 1
         number = numbers[urn, aspect]
         key = f"v{number:019d}.{1 if value is None else 0}"
@@ -80,15 +82,18 @@ def graph_as_of(history: list[tuple], time: int) -> set[tuple[str, str]]:
     for urn, entity_type, aspect, _, _, created, _, value in sorted(history, key=lambda r: r[5]):
         if created <= time:
             latest[urn, aspect] = (entity_type, value)
+    # Soft deleted (status.removed) or hard deleted (its key aspect's newest version a DELETE) then.
+    deleted = {
+        urn for (urn, aspect), (entity_type, value) in latest.items()
+        if (aspect == "status" and value is not None and json.loads(value).get("removed", False))
+        or (aspect == f"{entity_type}Key" and value is None)
+    }  # fmt: skip
     edges = set()
-    for (urn, aspect), (entity_type, value) in latest.items():
-        status = latest.get((urn, "status"), (None, None))[1]
-        removed = status is not None and json.loads(status).get("removed", False)
-        key = f"{entity_type}Key"
-        hard = (urn, key) in latest and latest[urn, key][1] is None
-        if value is not None and not removed and not hard:
+    for (urn, aspect), (_, value) in latest.items():
+        if value is not None and urn not in deleted:
             edges |= aspect_edges(urn, aspect, json.loads(value))
-    return edges
+    # A deleted entity at either end ends the edge too.
+    return {(up, down) for up, down in edges if up not in deleted and down not in deleted}
 
 
 def brute_force(history, events, target, direction, depth, start, end) -> list[tuple]:
@@ -131,7 +136,7 @@ def test_impact_equals_a_brute_force_replay_of_the_history(spark):
     edges = [Edge(r.upstream_urn, r.downstream_urn, r.valid_from_time, r.valid_to_time) for r in rows if r.edge_kind != COLUMN_KIND]
     events = random_events(rng, entities, 120)
     ended = sum(1 for e in edges if e.valid_to_time is not None)
-    assert ended > 20 and len(edges) > 40  # edges removed, by aspect versions and by deletes
+    assert ended > 15 and len(edges) > 20  # edges removed, by aspect versions and by deletes at either end
     reached_any = 0
     for case in range(300):
         target = dataset(rng.randrange(entities))

@@ -62,16 +62,18 @@ def test_each_batch_rederives_only_the_entities_it_wrote_and_a_rerun_changes_not
         mcl(B, "status", {"removed": False}, version=2, time=4_000, actor=ANN),
     ], 1)  # fmt: skip
     second = publish_lineage(spark, settings)
-    assert (second.batch_ids, second.rows_in) == (("b2",), 1)
+    # b and the chart, whose edge's upstream end b's soft delete cut: derived again.
+    assert (second.batch_ids, second.rows_in) == (("b2",), 2)
     expected = {
         (A, B, "dataset", 1_000, ANN, 2_000, BOB),
         (C, B, "dataset", 2_000, BOB, 3_000, BOB),
         (C, B, "dataset", 4_000, ANN, None, None),
-        (B, CHART, "chart-input", 1_000, ANN, None, None),
+        (B, CHART, "chart-input", 1_000, ANN, 3_000, BOB),
+        (B, CHART, "chart-input", 4_000, ANN, None, None),
     }
     assert edges(spark, settings) == expected
     rows = read_table(spark, settings, "gold.lineage_edges").collect()
-    assert {r.batch_id for r in rows if r.owner_urn == CHART} == {"b1"}
+    assert {r.batch_id for r in rows if r.owner_urn == CHART} == {"b2"}
     assert publish_lineage(spark, settings).batch_ids == ()
     assert edges(spark, settings) == expected
 
@@ -84,8 +86,46 @@ def test_each_batch_rederives_only_the_entities_it_wrote_and_a_rerun_changes_not
 
     assert graph_as_of(1_500) == {(A, B), (B, CHART)}
     assert graph_as_of(2_500) == {(C, B), (B, CHART)}
-    assert graph_as_of(3_500) == {(B, CHART)}  # b soft-deleted from 3_000 to 4_000
+    assert graph_as_of(3_500) == set()  # b soft-deleted from 3_000 to 4_000: the edges at both its ends
     assert graph_as_of(4_000) == {(C, B), (B, CHART)}
+
+
+def test_a_deleted_upstream_ends_the_edge_and_its_restore_reopens_it_while_the_aspect_holds_it(spark, tmp_path):
+    settings = make_settings(tmp_path)
+    register_fresh_tables(spark, settings)
+    # a is soft-deleted before b names it: the edge a -> b is never valid and has no row yet.
+    refined_batch(spark, settings, "b1", [
+        mcl(A, "status", {"removed": True}, version=1, time=500, actor=BOB),
+        mcl(B, "upstreamLineage", {"upstreams": [{"dataset": A}]}, version=1, time=1_000, actor=ANN),
+        mcl(CHART, "chartInfo", {"title": "t", "inputs": [{"string": B}]}, version=1, time=1_000, actor=ANN),
+    ], 0)  # fmt: skip
+    publish_lineage(spark, settings)
+    assert edges(spark, settings) == {(B, CHART, "chart-input", 1_000, ANN, None, None)}
+    refined_batch(spark, settings, "b2", [mcl(A, "status", {"removed": False}, version=2, time=2_000, actor=ANN)], 1)
+    publish_lineage(spark, settings)
+    assert edges(spark, settings) == {
+        (A, B, "dataset", 2_000, ANN, None, None),  # a's restore opens it: b's aspect still names a
+        (B, CHART, "chart-input", 1_000, ANN, None, None),
+    }
+    # b hard-deleted (its key aspect deleted), then created again: the edges at both its ends end and reopen.
+    refined_batch(spark, settings, "b3", [
+        mcl(B, "datasetKey", None, version=1, time=3_000, actor=BOB, change_type="DELETE"),
+    ], 2)  # fmt: skip
+    refined_batch(spark, settings, "b4", [
+        mcl(B, "datasetKey", {"platform": "urn:li:dataPlatform:hive", "name": "b", "origin": "PROD"}, version=2, time=4_000, actor=ANN),
+    ], 3)  # fmt: skip
+    publish_lineage(spark, settings)
+    expected = {
+        (A, B, "dataset", 2_000, ANN, 3_000, BOB),
+        (A, B, "dataset", 4_000, ANN, None, None),
+        (B, CHART, "chart-input", 1_000, ANN, 3_000, BOB),
+        (B, CHART, "chart-input", 4_000, ANN, None, None),
+    }
+    assert edges(spark, settings) == expected
+    restored = {r.valid_from_aspect for r in read_table(spark, settings, "gold.lineage_edges").collect() if r.valid_from_time == 4_000}
+    assert restored == {"datasetKey"}
+    assert publish_lineage(spark, settings).batch_ids == ()
+    assert edges(spark, settings) == expected
 
 
 def sdk_proposals() -> list[dict]:
