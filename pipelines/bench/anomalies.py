@@ -29,9 +29,8 @@ TARGETS = {"recall": 0.9, "precision": 0.8, "train_and_score_s": 300.0, "events"
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench anomalies` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("anomalies")
     def bench_anomalies_command(

@@ -148,9 +148,8 @@ def peak_rss_since_reset() -> int:
     return peak_rss_bytes()
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench backfill` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("backfill")
     def bench_backfill_command(

@@ -108,9 +108,8 @@ def default_searches(actor: str | None) -> dict[str, dict[str, str]]:
     return searches
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench explorer` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("explorer")
     def bench_explorer_command(

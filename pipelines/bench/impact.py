@@ -23,9 +23,8 @@ from pipelines.cli.console import console
 DAY_MS = 86_400_000
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench impact` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("impact")
     def bench_impact_command(

@@ -247,9 +247,8 @@ def _accepts(port: int) -> bool:
     return False
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench kafka` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("kafka")
     def bench_kafka_command(

@@ -35,9 +35,8 @@ IDENTITY_COLUMNS = {
 }
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench life` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
     from pipelines.cli.console import console
 
     @bench_app.command("life")

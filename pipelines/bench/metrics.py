@@ -210,9 +210,8 @@ def run_metrics_bench(
     return payload
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench metrics` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("metrics")
     def bench_metrics_command(

@@ -37,7 +37,6 @@ from conf.values import DAY_MS
 from pipelines.bench.harness import measure, process_tree, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
 from pipelines.bench.search_mix import MIXES, request_mix
-from pipelines.cli.commands.bench import bench_app
 from pipelines.runtime.engine import free_loopback_port, stop_process
 from pipelines.runtime.storage import table_exists
 
@@ -378,7 +377,6 @@ def run_search_bench(
     return payload
 
 
-@bench_app.command("search")
 def bench_search_command(
     ctx: typer.Context,
     events: int = typer.Option(1_000_000, "--events", help="Audit events to load."),
@@ -448,3 +446,8 @@ def bench_search_command(
                       f"{scoped['median_cpu_ms_per_request']} ms/request; share {scoped['throughput_share_of_unscoped']:.1%}, "
                       f"targets met: {scoped['target']['met']}")  # fmt: skip
     console.print(f"wrote {path}")
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Add `bench search` to the bench group."""
+    bench_app.command("search")(bench_search_command)

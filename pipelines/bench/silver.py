@@ -72,9 +72,8 @@ _ENVELOPE = (
 )
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench silver` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("silver")
     def bench_silver_command(

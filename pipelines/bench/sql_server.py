@@ -29,7 +29,6 @@ import typer
 
 from conf.tables import table_location
 from pipelines.bench.harness import Measurement, latency_summary, measure, write_result
-from pipelines.cli.commands.bench import bench_app
 
 MICRO_BATCH_ROWS = 100
 # Events per actor per day over the last 30 days: what a BI dashboard's first chart asks.
@@ -202,7 +201,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
     return payload
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench sql-server` to the bench group."""
 
     @bench_app.command("sql-server")

@@ -168,9 +168,8 @@ def run_latency(home: Path, files: int, records: int, interval: float, timeout: 
     }
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench subscriptions` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("subscriptions")
     def bench_subscriptions_command(

@@ -18,7 +18,6 @@ import typer
 from conf.errors import InputError
 from conf.settings import Settings, load_settings
 from pipelines.bench.harness import measure, write_result
-from pipelines.cli.commands.bench import bench_app
 from pipelines.runtime.engine import open_session
 
 if TYPE_CHECKING:
@@ -65,7 +64,6 @@ def load_audit_rows(spark: SparkSession, settings: Settings, rows: int, batches:
     return batch_ids
 
 
-@bench_app.command("verify")
 def bench_verify(
     rows: int = typer.Option(100_000, "--rows", min=1, help="Audit rows to generate (target: 10,000,000)."),
     batches: int = typer.Option(10, "--batches", min=1, help="Batches the rows are spread over (one link each)."),
@@ -109,3 +107,8 @@ def bench_verify(
     finally:
         if keep is None:
             shutil.rmtree(home, ignore_errors=True)
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Add `bench verify` to the bench group."""
+    bench_app.command("verify")(bench_verify)

@@ -386,9 +386,8 @@ def _sets(settings: tuple[str, ...]) -> list[str]:
     return [part for setting in settings for part in ("--set", setting)]
 
 
-def register(app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     """Add `bench watch` to the bench group."""
-    from pipelines.cli.commands.bench import bench_app
 
     @bench_app.command("watch")
     def bench_watch_command(

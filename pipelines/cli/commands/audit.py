@@ -1,4 +1,4 @@
-"""Audit commands: `serve`, `search`, `publish-audit` (and `bench search`); tokens are in `commands.tokens`."""
+"""Audit commands: `serve`, `search`, `publish-audit`; tokens are in `commands.tokens`."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from pipelines.cli.console import CSV_HELP, console, error_console, print_rows
 
 
 def register(app: typer.Typer) -> None:
-    """Add the audit commands to the CLI and the search benchmark to `lakehouse bench`."""
+    """Add the audit commands to the CLI."""
     from pipelines.cli.app import state_of
-
-    import pipelines.bench.search  # noqa: F401  (adds `bench search` to the bench group)
 
     @app.command("serve")
     def serve_command(

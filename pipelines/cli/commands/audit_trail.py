@@ -59,10 +59,8 @@ def _print_problem(problem: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add `verify`, `report` and `audit-key create` to the CLI, and `bench verify` to the bench group."""
+    """Add `verify`, `report` and `audit-key create` to the CLI."""
     from pipelines.cli.app import state_of
-
-    import pipelines.bench.verify  # noqa: F401  (adds `bench verify` to the bench group)
 
     @app.command("verify")
     def verify_command(
