@@ -92,6 +92,9 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     if ok("api.port") and not 0 < settings.api.port < 65536:
         problems.append(f"api.port: {settings.api.port!r} is not a TCP port (1..65535)")
     problems.extend(_check_serve(settings.serve, ok))
+    for name, days in vars(settings.retention.days).items():
+        if ok(f"retention.days.{name}") and days < 0:
+            problems.append(f"retention.days.{name}: {days!r} must be 0 (keep for good) or more")
     if ok("ingest.default_actor") and not _is_urn(settings.ingest.default_actor):
         problems.append(f"ingest.default_actor: {settings.ingest.default_actor!r} is not an urn:li:<type>:<id>")
     if ok("ingest.landing_dirs") and not settings.ingest.landing_dirs:

@@ -50,10 +50,21 @@ class CatalogSettings:
 
 
 @dataclass(frozen=True)
+class RetentionDays:
+    """Days each table keeps a batch after its newest record (0: kept for good); `lakehouse retention apply`."""
+
+    audit_events: int = 0
+    change_events: int = 0
+    usage_events: int = 0
+    quarantine: int = 0
+
+
+@dataclass(frozen=True)
 class RetentionSettings:
-    """How long old table files are kept (quarantined records are kept for good: never lost)."""
+    """How long old table files and old batches are kept (by default every batch is kept for good)."""
 
     vacuum_hours: int = 168
+    days: RetentionDays = field(default_factory=RetentionDays)
 
 
 KAFKA_FORMATS = ("json", "avro")

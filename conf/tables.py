@@ -310,6 +310,28 @@ _SPECS = (
     ),
     TableSpec(
         "ops",
+        "retention_cuts",
+        "entry_id STRING, table_key STRING, deleted_batch_id STRING, rows_deleted BIGINT, newest_ms BIGINT, "
+        "cutoff_ms BIGINT, retention_days INT, cut_at_ms BIGINT, batch_id STRING",
+        (),
+        "One batch `lakehouse retention apply` deleted from table_key because its newest record (newest_ms) "
+        "was older than cutoff_ms (retention_days before cut_at_ms); batch_id: the cut, linked in the audit "
+        "chain before the rows go, so verify tells a batch retention deleted from a forged deletion.",
+        (("delta.appendOnly", "true"),),
+    ),
+    TableSpec(
+        "ops",
+        "legal_holds",
+        "hold_id STRING, subject_kind STRING, subject_urn STRING, reason STRING, action STRING, "
+        "recorded_at TIMESTAMP",
+        (),
+        "One step of a legal hold: action add (a hold on an actor or entity, subject_kind actor or entity) or "
+        "remove; a hold added and not removed refuses retention of the batches holding its subject and the "
+        "erasure of a held actor.",
+        (("delta.appendOnly", "true"),),
+    ),
+    TableSpec(
+        "ops",
         "audit_chain",
         "seq BIGINT, table_key STRING, batch_id STRING, delta_version BIGINT, row_count BIGINT, "
         "batch_digest STRING, prev_digest STRING, link_digest STRING, signature STRING, key_id STRING, "
@@ -345,6 +367,8 @@ SUBSCRIPTIONS = "ops.subscriptions"
 SUBSCRIPTION_CURSORS = "ops.subscription_cursors"
 SUBSCRIPTION_DEAD_LETTERS = "ops.subscription_dead_letters"
 ACCESS_LOG = "ops.access_log"
+RETENTION_CUTS = "ops.retention_cuts"
+LEGAL_HOLDS = "ops.legal_holds"
 AUDIT_CHAIN = "ops.audit_chain"
 # Columns declared after a table was first released: a home built before gets them added in place
 # (null in its old rows), and the audit chain leaves them out of a row's canonical form while null,

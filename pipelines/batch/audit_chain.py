@@ -48,6 +48,7 @@ from pipelines.batch.chain_checkpoint import Checkpoint, checkpoint_problem, wri
 from pipelines.batch.chain_history import table_history_findings
 # create_key: `lakehouse audit-key create` and the tests import it from here, with the chain's other operations.
 from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock, create_key  # noqa: F401
+from pipelines.batch.retention_cuts import CUTS_TABLE, cut_batches
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import finished_batches
@@ -242,6 +243,10 @@ def _taken_over(
         for r in read_table(spark, settings, table_key).groupBy("batch_id").agg(F.count(F.lit(1)).alias("n")).collect()
     }
     shrunk = [b for b, link in linked.items() if counts.get(b, 0) < link["row_count"]]
+    if shrunk:
+        # A batch retention deleted lost its rows to no other batch.
+        cut = {batch for table, batch in cut_batches(spark, settings, latest) if table == table_key}
+        shrunk = [b for b in shrunk if b not in cut]
     if not shrunk:
         return {}
     key_column = CHAINED_TABLES[table_key]
@@ -359,7 +364,8 @@ def verify_chain(
     failures: list[BrokenLink] = []
     problem = None if checkpoint is None else checkpoint_problem(chain, checkpoint, chain_key(settings))
     cut = [] if problem is None else [BrokenLink(checkpoint.seq, CHAIN_TABLE, None, problem)]
-    history = _history_findings(spark, settings, chain, now_ms)
+    cuts = cut_batches(spark, settings, latest_links(chain))
+    history = _history_findings(spark, settings, chain, now_ms, cuts)
     broken_chain = first_broken_link(chain, chain_key(settings))
     if broken_chain is not None:
         index, reason = broken_chain
@@ -376,7 +382,7 @@ def verify_chain(
     batches = rows = 0
     tables = tuple(sorted({table for table, _ in in_window}))
     if whole:
-        tables = tuple(sorted(set(tables) | set(LINKING_STAGES)))
+        tables = tuple(sorted(set(tables) | set(LINKING_STAGES) | {CUTS_TABLE}))
     refined: set[str] | None = None
     for table_key in tables:
         windowed = {batch: link for (table, batch), link in in_window.items() if table == table_key}
@@ -399,8 +405,8 @@ def verify_chain(
                 count, digest = current.get(batch_id, (0, EMPTY_ROW_HASHES_DIGEST))
             else:
                 count, digest = current_older.get(batch_id, (0, BatchDigest().hexdigest()))
-            if count == 0 and pruned_by_retention(settings, link, now_ms):
-                continue  # an access log batch deleted by its retention
+            if count == 0 and (pruned_by_retention(settings, link, now_ms) or (table_key, batch_id) in cuts):
+                continue  # a batch deleted by retention
             batches += 1
             rows += count
             if digest != link["batch_digest"]:
@@ -432,9 +438,11 @@ def _verification(
                         tuple(failures), checkpoint)  # fmt: skip
 
 
-def _history_findings(spark: SparkSession, settings: Settings, chain: list[dict[str, Any]], now_ms: int) -> list[BrokenLink]:
+def _history_findings(
+    spark: SparkSession, settings: Settings, chain: list[dict[str, Any]], now_ms: int, cuts: frozenset[tuple[str, str]]
+) -> list[BrokenLink]:
     """One finding per table whose Delta history holds a commit the pipeline and its maintenance never make."""
-    found = table_history_findings(settings, maintenance_for(settings, spark), chain, now_ms)
+    found = table_history_findings(settings, maintenance_for(settings, spark), chain, now_ms, cuts)
     return [BrokenLink(-1, table_key, None, reason, commits_after=commits) for table_key, reason, commits in found]
 
 

@@ -4,14 +4,14 @@ The chain verifies in itself after its tail was cut (a DELETE of its newest link
 deleted too), so `verify` also reads each table's history and names every commit the pipeline never
 makes: a DELETE, UPDATE or RESTORE, an overwrite, a property taken off, a MERGE into the chain. What the
 project does is accepted: appends, MERGE into the chained tables, OPTIMIZE, VACUUM, the columns and
-properties the table registry declares, and `lakehouse access-log prune` (a DELETE of access log batches
-whose links retention allows to go).
+properties the table registry declares, `lakehouse access-log prune` (a DELETE of access log batches
+whose links retention allows to go), and `lakehouse retention apply` (a DELETE of whole batches that a cut
+linked in the chain names, with the append-only property lifted just for it).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,13 +21,11 @@ from conf.tables import table_spec
 from gold.audit_chain import CHAINED_TABLES
 from pipelines.batch.access_retention import ACCESS_TABLE, pruned_by_retention
 from pipelines.batch.chain_keys import CHAIN_TABLE
+from pipelines.batch.retention_cuts import deletes_only_cut_batches, whole_batch_ids
 from pipelines.runtime.maintenance import Commit, TableMaintenance
 
 # Operations that rewrite files without changing rows, or add declared columns.
 MAINTENANCE_OPERATIONS = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END", "ADD COLUMN", "ADD COLUMNS"})
-_QUOTED = re.compile(r"'((?:[^']|'')*)'")
-# What a prune's predicate holds once its quoted batch ids are taken out: `batch_id IN ( ... )`.
-_PRUNE_SHAPE = re.compile(r"[\s\[\]\"(),]*batch_id\s+IN[\s\[\]\"(),]*", re.IGNORECASE)
 
 
 def history_tables() -> tuple[str, ...]:
@@ -36,10 +34,12 @@ def history_tables() -> tuple[str, ...]:
 
 
 def table_history_findings(
-    settings: Settings, maintenance: TableMaintenance, chain: Sequence[Mapping[str, Any]], now_ms: int
-) -> list[tuple[str, str, tuple[str, ...]]]:
+    settings: Settings, maintenance: TableMaintenance, chain: Sequence[Mapping[str, Any]], now_ms: int,
+    cuts: frozenset[tuple[str, str]] = frozenset(),
+) -> list[tuple[str, str, tuple[str, ...]]]:  # fmt: skip
     """(table, what is wrong, the commits) for each table of `history_tables` whose history holds a commit
-    the pipeline and its maintenance never make, or cannot be read (a prune judged at `now_ms`)."""
+    the pipeline and its maintenance never make, or cannot be read (a prune judged at `now_ms`; `cuts` the
+    (table, batch) retention deleted, as `retention_cuts.cut_batches` reads them)."""
     findings = []
     for table_key in history_tables():
         try:
@@ -47,7 +47,7 @@ def table_history_findings(
         except Exception as exc:  # noqa: BLE001 - a history that cannot be read hides what it held
             findings.append((table_key, f"its Delta history cannot be read ({error_text(exc)})", ()))
             continue
-        unexpected = unexpected_commits(settings, table_key, history, chain, now_ms)
+        unexpected = unexpected_commits(settings, table_key, history, chain, now_ms, cuts)
         if unexpected:
             reason = (f"its Delta history holds {len(unexpected)} commit(s) that neither publishing nor maintenance "
                       "makes (rows removed or changed, or a protection taken off)")  # fmt: skip
@@ -56,8 +56,9 @@ def table_history_findings(
 
 
 def unexpected_commits(
-    settings: Settings, table_key: str, history: Sequence[Commit], chain: Sequence[Mapping[str, Any]], now_ms: int
-) -> list[str]:
+    settings: Settings, table_key: str, history: Sequence[Commit], chain: Sequence[Mapping[str, Any]], now_ms: int,
+    cuts: frozenset[tuple[str, str]] = frozenset(),
+) -> list[str]:  # fmt: skip
     """Name the commits of a table's history that neither the pipeline nor its maintenance makes.
 
     Args:
@@ -66,21 +67,38 @@ def unexpected_commits(
         history: the table's commits (any order).
         chain: the chain's links (to judge a prune of the access log by its batches' links).
         now_ms: the time retention is judged at, as for the rows (a batch may be gone once past it).
+        cuts: (table, batch) of the batches cuts linked in the chain name as deleted by retention.
 
     Returns:
         One text per unexpected commit, oldest first: `v7 DELETE (predicate seq = 5)`.
     """
     found = []
-    for commit in sorted(history, key=lambda c: c.version):
-        why = _unexpected(settings, table_key, commit, chain, now_ms)
+    ordered = sorted(history, key=lambda c: c.version)
+    for index, commit in enumerate(ordered):
+        why = _unexpected(settings, table_key, commit, chain, now_ms, cuts)
+        following = ordered[index + 1] if index + 1 < len(ordered) else None
+        if why is not None and _lifts_append_only_for_a_cut(table_key, commit, following, cuts):
+            why = None
         if why is not None:
             found.append(f"v{commit.version} {commit.operation} ({why})")
     return found
 
 
+def _lifts_append_only_for_a_cut(
+    table_key: str, commit: Commit, following: Commit | None, cuts: frozenset[tuple[str, str]]
+) -> bool:
+    """Whether a commit only turned delta.appendOnly off for the next one, a DELETE of batches retention cut."""
+    if commit.operation.upper() != "SET TBLPROPERTIES" or following is None or following.operation.upper() != "DELETE":
+        return False
+    if _properties(commit.parameters.get("properties")) != {"delta.appendOnly": "false"}:
+        return False
+    return deletes_only_cut_batches(table_key, str(following.parameters.get("predicate") or ""), cuts)
+
+
 def _unexpected(
-    settings: Settings, table_key: str, commit: Commit, chain: Sequence[Mapping[str, Any]], now_ms: int
-) -> str | None:
+    settings: Settings, table_key: str, commit: Commit, chain: Sequence[Mapping[str, Any]], now_ms: int,
+    cuts: frozenset[tuple[str, str]] = frozenset(),
+) -> str | None:  # fmt: skip
     """Why a commit is not one the project makes, or None when it is."""
     operation = commit.operation.upper()
     parameters = commit.parameters
@@ -98,6 +116,8 @@ def _unexpected(
         changed = _properties(parameters.get("properties"))
         undeclared = {k: v for k, v in changed.items() if declared.get(k) != v}
         return None if changed and not undeclared else f"properties {json.dumps(undeclared or changed, sort_keys=True)}"
+    if operation == "DELETE" and deletes_only_cut_batches(table_key, str(parameters.get("predicate") or ""), cuts):
+        return None
     if operation == "DELETE" and table_key == ACCESS_TABLE:
         return _not_a_prune(settings, commit, chain, now_ms)
     predicate = parameters.get("predicate")
@@ -107,8 +127,8 @@ def _unexpected(
 def _not_a_prune(settings: Settings, commit: Commit, chain: Sequence[Mapping[str, Any]], now_ms: int) -> str | None:
     """Why a DELETE of the access log is not `access-log prune`'s, or None when retention allows it by `now_ms`."""
     predicate = str(commit.parameters.get("predicate") or "")
-    batch_ids = [match.replace("''", "'") for match in _QUOTED.findall(predicate)]
-    if not batch_ids or not _PRUNE_SHAPE.fullmatch(_QUOTED.sub("", predicate).replace(",", " ")):
+    batch_ids = whole_batch_ids(predicate)
+    if batch_ids is None:
         return f"predicate {predicate or '(none)'}: not a prune of whole batches"
     links = {link["batch_id"]: link for link in chain if link["table_key"] == ACCESS_TABLE}
     for batch_id in batch_ids:

@@ -96,6 +96,7 @@ def register(app: typer.Typer) -> None:
         vacuum: bool = typer.Option(False, "--vacuum", help="Delete unreferenced files older than the retention."),
         retention_hours: int | None = typer.Option(None, "--retention-hours", help="Override retention.vacuum_hours (168 by default)."),
         history: bool = typer.Option(False, "--history", help="Print each table's recent commits."),
+        retention: bool = typer.Option(False, "--retention", help="First delete the batches past retention (as `retention apply`)."),
         wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
     ) -> None:
         """Compact, vacuum or show the history of tables."""
@@ -104,12 +105,16 @@ def register(app: typer.Typer) -> None:
         unknown = [k for k in keys if k not in TABLES]
         if unknown:
             raise InputError(f"--table: unknown table(s) {unknown} (known: {', '.join(TABLES)})")
-        if not (optimize or vacuum or history):
-            raise InputError("maintain: choose at least one of --optimize, --vacuum, --history")
+        if not (optimize or vacuum or history or retention):
+            raise InputError("maintain: choose at least one of --optimize, --vacuum, --history, --retention")
         # Compaction and vacuum rewrite tables: one run at a time, as for the pipeline stages.
-        opened = state.locked_session("lakehouse maintain", wait) if optimize or vacuum else state.session()
+        opened = state.locked_session("lakehouse maintain", wait) if optimize or vacuum or retention else state.session()
         with opened as spark:
-            from pipelines.batch.state_store import STATE_TABLE, fold_state_log
+            if retention:
+                from pipelines.cli.commands.retention import print_retention_report, run_retention
+
+                print_retention_report(run_retention(spark, state.settings, retention_hours))
+            from pipelines.runtime.state_store import STATE_TABLE, fold_state_log
             from pipelines.runtime.maintenance import maintenance_for
 
             maintenance = maintenance_for(state.settings, spark)
