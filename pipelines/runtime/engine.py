@@ -16,6 +16,8 @@ from pipelines.runtime.storage import storage_options
 if TYPE_CHECKING:  # imported by each engine when opened: a base install (no engine extra) serves in-process
     from pyspark.sql import SparkSession
 
+    from pipelines.runtime.plan_sizes import PlanSizes
+
 # The top-level modules the engine extras bring: `[local]` all of them, `[connect]` the client's.
 ENGINE_MODULES = ("pyspark", "py4j", "pysail", "delta", "grpc", "grpc_status")
 # What each engine kind imports to open a session.
@@ -63,12 +65,15 @@ def require_engine(kind: str) -> None:
 
 
 @contextlib.contextmanager
-def open_session(settings: Settings, *, register_tables: bool = True) -> Iterator[SparkSession]:
+def open_session(
+    settings: Settings, *, register_tables: bool = True, plan_sizes: PlanSizes | None = None
+) -> Iterator[SparkSession]:
     """Open a Spark session for the settings' engine, register every table, and stop it on exit.
 
     Args:
         settings: the lakehouse settings; `settings.engine.kind` picks the engine.
         register_tables: create (if missing) and register every declared table and view.
+        plan_sizes: a recorder of the size of every request the session sends (Spark Connect engines only).
 
     Yields:
         The session. For `local`, the embedded Sail server lives exactly as long as the block.
@@ -88,7 +93,9 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
         opener = _classic_session
     else:
         raise ConfigError(f"engine.kind: unknown engine {kind!r}")
-    with opener(settings) as spark:
+    if plan_sizes is not None and kind == "classic":
+        raise ConfigError("engine.kind: request sizes are recorded on Spark Connect sessions, not on 'classic'")
+    with opener(settings, plan_sizes) as spark:
         _apply_conf(spark, settings)
         if register_tables:
             from pipelines.runtime.catalog import ensure_tables
@@ -98,7 +105,7 @@ def open_session(settings: Settings, *, register_tables: bool = True) -> Iterato
 
 
 @contextlib.contextmanager
-def _local_session(settings: Settings) -> Iterator[SparkSession]:
+def _local_session(settings: Settings, plan_sizes: PlanSizes | None) -> Iterator[SparkSession]:
     # The embedded engine logs sessions and shutdown to stderr; keep CLI output readable unless asked.
     os.environ.setdefault("RUST_LOG", "error")
     os.environ.update(sail_environment(settings))
@@ -111,7 +118,7 @@ def _local_session(settings: Settings) -> Iterator[SparkSession]:
     server.start(background=True)
     try:
         _, port = server.listening_address
-        spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        spark = _connect_to(f"sc://127.0.0.1:{port}", plan_sizes)
         try:
             yield spark
         finally:
@@ -182,11 +189,9 @@ def check_reachable(connect_url: str, timeout: float = CONNECT_PROBE_SECONDS) ->
 
 
 @contextlib.contextmanager
-def _connect_session(settings: Settings) -> Iterator[SparkSession]:
-    from pyspark.sql import SparkSession
-
+def _connect_session(settings: Settings, plan_sizes: PlanSizes | None) -> Iterator[SparkSession]:
     check_reachable(settings.engine.connect_url)
-    spark = SparkSession.builder.remote(settings.engine.connect_url).create()
+    spark = _connect_to(settings.engine.connect_url, plan_sizes)
     try:
         yield spark
     finally:
@@ -194,8 +199,24 @@ def _connect_session(settings: Settings) -> Iterator[SparkSession]:
             spark.stop()
 
 
+def _connect_to(url: str, plan_sizes: PlanSizes | None) -> SparkSession:
+    """A new Spark Connect session on `url`, its requests measured by `plan_sizes` when given."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    if plan_sizes is None:
+        return SparkSession.builder.remote(url).create()
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    channel = DefaultChannelBuilder(url)
+    channel.add_interceptor(plan_sizes)
+    # What SparkSession.builder.remote() does before it delegates: functions and readers take the Connect path.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    return ConnectSession.builder.channelBuilder(channel).create()
+
+
 @contextlib.contextmanager
-def _classic_session(settings: Settings) -> Iterator[SparkSession]:
+def _classic_session(settings: Settings, _plan_sizes: None = None) -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("lakehouse")

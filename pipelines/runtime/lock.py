@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import threading
 import time
@@ -89,6 +90,15 @@ def run_lock(settings: Settings, *, owner: str, wait_seconds: float = 0.0) -> It
         lease.release()
 
 
+# The step running in this context, as `stage` or `stage.step`: what pipelines.runtime.plan_sizes files requests under.
+_CURRENT_STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar("current_step", default=None)
+
+
+def current_step() -> str | None:
+    """The pipeline step running in this context (`stage` or `stage.step`), None outside every step."""
+    return _CURRENT_STEP.get()
+
+
 @contextlib.contextmanager
 def running_step(stage: str, step: str | None = None) -> Iterator[None]:
     """Show `stage` (and its `step`) in the run lock's lease as what this process's run does, for the block.
@@ -102,6 +112,16 @@ def running_step(stage: str, step: str | None = None) -> Iterator[None]:
         step: the part of the stage (refine's staged parts and writes, publish's tables); None for the
             stage as a whole.
     """
+    reset = _CURRENT_STEP.set(stage if step is None else f"{stage}.{step}")
+    try:
+        with _shown_in_lease(stage, step):
+            yield
+    finally:
+        _CURRENT_STEP.reset(reset)
+
+
+@contextlib.contextmanager
+def _shown_in_lease(stage: str, step: str | None) -> Iterator[None]:
     held = _HELD_RUNS[-1] if _HELD_RUNS else None
     if held is None:
         yield
