@@ -1,7 +1,7 @@
 """Chain links for batches written with delta-rs by a process without a session (the API's access log).
 
 The link's digest is the one `verify` recomputes from the table; links are appended under the chain's
-lock (`pipelines.batch.audit_chain.chain_lock`), one writer at a time across processes, and each new head
+lock (`pipelines.audit_trail.chain_keys.chain_lock`), one writer at a time across processes, and each new head
 is written to audit_chain.checkpoint when it is set.
 """
 
@@ -20,8 +20,8 @@ from conf.locations import parse_location
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from gold.audit_chain import CHAINED_TABLES, GENESIS_DIGEST, BatchDigest, canonical_json_lines, new_link
-from pipelines.batch.chain_checkpoint import write_checkpoint_or_log
-from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
+from pipelines.audit_trail.chain_checkpoint import write_checkpoint_or_log
+from pipelines.audit_trail.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
 from pipelines.runtime.storage import delta_storage_options, open_source, table_exists
 
 _LINK_COLUMN_TYPES = {"BIGINT": pa.int64(), "STRING": pa.string()}

@@ -1,6 +1,6 @@
 """The audit chain's table name, signing key and append lock: what a process without a session needs.
 
-The API's workers link their access log flushes (`pipelines.batch.arrow_chain`) with these and import
+The API's workers link their access log flushes (`pipelines.audit_trail.arrow_chain`) with these and import
 no engine; `pipelines.batch.audit_chain` links and verifies with Spark.
 """
 

@@ -1,7 +1,8 @@
-"""Regulator reports: who changed what and when, from the chained change events, as CSV, Parquet or HTML.
+"""Regulator reports' request, header, rows and formats (CSV, Parquet, HTML): who changed what and when.
 
-Rows are streamed from the engine (never collected) and written as they come; the header names the
-window, the filters, the chain's head digest and how to verify it.
+Rows are written as they come; the header names the window, the filters, the chain's head digest and
+how to verify it. The rows are read with Spark by `pipelines.batch.audit_report` and without an engine
+by the API (`pipelines.serving.report`).
 """
 
 from __future__ import annotations
@@ -11,22 +12,17 @@ import csv
 import html
 import io
 import json
-import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from conf.errors import InputError
-from conf.settings import Settings
-
-if TYPE_CHECKING:  # the API parses report requests without the engine; the rows need it
-    from pyspark.sql import SparkSession
+from conf.values import parse_time_ms
 
 FORMATS = ("csv", "parquet", "html")
-EVENTS_TABLE = "silver.entity_change_events"
 REPORT_COLUMNS = (
     "time_utc", "actor", "entity", "entity_type", "category", "operation", "modifier",
     "old_value_summary", "new_value_summary", "event_id", "batch_id",
@@ -75,13 +71,6 @@ def summarize(value: str | None) -> str:
     return value if len(value) <= SUMMARY_CHARS else f"{value[:SUMMARY_CHARS]}… ({len(value)} chars)"
 
 
-def report_header(spark: SparkSession, settings: Settings, query: ReportQuery, scope_label: str = "(all)") -> dict[str, str]:
-    """The report's header: window, filters, the reader's scope, the chain head digest and how to verify it."""
-    from pipelines.batch.audit_chain import head_digest
-
-    return header_for(query, head_digest(spark, settings), scope_label)
-
-
 def header_for(query: ReportQuery, chain_head: str, scope_label: str = "(all)") -> dict[str, str]:
     """The report's header given the chain's head digest (`report_header` reads it with Spark)."""
     return {
@@ -95,36 +84,6 @@ def header_for(query: ReportQuery, chain_head: str, scope_label: str = "(all)") 
         "generated_at_utc": _iso(int(datetime.now(timezone.utc).timestamp() * 1000)),
         "verify": VERIFY_HINT,
     }
-
-
-def report_rows(
-    spark: SparkSession, settings: Settings, query: ReportQuery, scope_sql: str | None = None
-) -> Iterator[dict[str, str]]:
-    """Stream the report rows (oldest first): the change events of chained batches in the window and filters.
-
-    Args:
-        scope_sql: a Spark SQL condition over the change events the reader may see (None: every row).
-    """
-    from pyspark.sql import functions as F
-
-    from pipelines.batch.audit_chain import CHAIN_TABLE
-    from pipelines.runtime.io import read_table
-
-    events_df = read_table(spark, settings, EVENTS_TABLE).filter(
-        (F.col("event_time") >= F.lit(query.from_ms)) & (F.col("event_time") < F.lit(query.to_ms))
-    )
-    if scope_sql is not None:
-        events_df = events_df.filter(F.expr(scope_sql))
-    if query.actor:
-        events_df = events_df.filter(F.col("actor") == F.lit(query.actor))
-    if query.entity:
-        events_df = events_df.filter((F.col("entity_urn") == F.lit(query.entity)) | (F.col("aspect_entity_urn") == F.lit(query.entity)))
-    linked_df = (
-        read_table(spark, settings, CHAIN_TABLE).filter(F.col("table_key") == F.lit(EVENTS_TABLE)).select("batch_id").distinct()
-    )
-    ordered = events_df.join(linked_df, "batch_id", "left_semi").orderBy("event_time", "event_id")
-    for row in ordered.toLocalIterator():
-        yield report_row(row.asDict())
 
 
 def report_row(event: Mapping[str, Any]) -> dict[str, str]:
@@ -292,36 +251,6 @@ def write_parquet(header: Mapping[str, str], rows: Iterator[Mapping[str, str]], 
     return count
 
 
-def write_report(spark: SparkSession, settings: Settings, query: ReportQuery, out: Path) -> Path:
-    """Write a report to `out` (beside it first, then renamed: a failed report never leaves half a file).
-
-    Raises:
-        InputError: naming --out when the file cannot be written there.
-    """
-    out = Path(out)
-    if out.is_dir():
-        raise InputError(f"--out: {str(out)!r} is a directory")
-    partial = out.with_name(out.name + ".partial")
-    header = report_header(spark, settings, query)
-    rows = report_rows(spark, settings, query)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if query.format == "parquet":
-            write_parquet(header, rows, partial)
-        else:
-            chunks = csv_chunks(header, rows) if query.format == "csv" else html_chunks(header, rows)
-            with partial.open("w", encoding="utf-8", newline="") as handle:
-                for chunk in chunks:
-                    handle.write(chunk)
-        os.replace(partial, out)
-    except OSError as exc:
-        raise InputError(f"--out: {str(out)!r} cannot be written ({exc.strerror or exc})") from None
-    finally:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-    return out
-
-
 def report_filename(query: ReportQuery) -> str:
     """The download's file name: `audit-report-<from>-<to>.<format>` (UTC dates)."""
     start, end = (_iso(ms)[:10] for ms in (query.from_ms, query.to_ms))
@@ -353,8 +282,6 @@ def parse_report_query(values: Mapping[str, Any]) -> ReportQuery:
     Raises:
         InputError: naming the missing or bad field.
     """
-    from conf.values import parse_time_ms
-
     for name in ("from", "to"):
         if not values.get(name):
             raise InputError(f"{name}: required (epoch ms or an ISO-8601 time, UTC when no zone is given)")

@@ -44,10 +44,10 @@ from gold.audit_chain import (
 )
 from gold.audit_chain_columns import EMPTY_ROW_HASHES_DIGEST, is_row_hashes_digest, to_batch_digests, with_row_hash
 from pipelines.batch.access_retention import pruned_by_retention
-from pipelines.batch.chain_checkpoint import Checkpoint, checkpoint_problem, write_checkpoint
+from pipelines.audit_trail.chain_checkpoint import Checkpoint, checkpoint_problem, write_checkpoint
 from pipelines.batch.chain_history import table_history_findings
 # create_key: `lakehouse audit-key create` and the tests import it from here, with the chain's other operations.
-from pipelines.batch.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock, create_key  # noqa: F401
+from pipelines.audit_trail.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock, create_key  # noqa: F401
 from pipelines.batch.retention_cuts import CUTS_TABLE, cut_batches
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for

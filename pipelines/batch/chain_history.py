@@ -20,7 +20,7 @@ from conf.settings import Settings
 from conf.tables import table_spec
 from gold.audit_chain import CHAINED_TABLES
 from pipelines.batch.access_retention import ACCESS_TABLE, pruned_by_retention
-from pipelines.batch.chain_keys import CHAIN_TABLE
+from pipelines.audit_trail.chain_keys import CHAIN_TABLE
 from pipelines.batch.retention_cuts import deletes_only_cut_batches, whole_batch_ids
 from pipelines.runtime.maintenance import Commit, TableMaintenance
 

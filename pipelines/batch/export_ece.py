@@ -10,53 +10,18 @@ acryl-datahub-actions) reads every line.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
+from gold.ece_documents import ece_document
 from pipelines.runtime.io import read_table, write_lines
 
 EVENTS_TABLE = "silver.entity_change_events"
-_BOOLEAN_PARAMS = ("nullable",)
-_NUMBER_PARAMS = ("decommissionTime",)
-
-
-def typed_parameters(parameters: Mapping[str, str] | None) -> dict[str, Any]:
-    """Give each stored parameter (all strings) its ECE V1 JSON type."""
-    typed: dict[str, Any] = {}
-    for name, value in sorted((parameters or {}).items()):
-        if value is None:
-            continue
-        if name in _BOOLEAN_PARAMS:
-            typed[name] = value.lower() == "true"
-        elif name in _NUMBER_PARAMS and value.lstrip("-").isdigit():
-            typed[name] = int(value)
-        else:
-            typed[name] = value
-    return typed
-
-
-def ece_document(row: Mapping[str, Any]) -> dict[str, Any]:
-    """One silver.entity_change_events row as an ECE V1 JSON object."""
-    document: dict[str, Any] = {
-        "entityUrn": row["entity_urn"],
-        "entityType": row["entity_type"],
-        "category": row["category"],
-        "operation": row["operation"],
-    }
-    if row.get("modifier") is not None:
-        document["modifier"] = row["modifier"]
-    parameters = typed_parameters(row.get("parameters"))
-    if parameters:
-        document["parameters"] = parameters
-    document["version"] = int(row.get("version") or 0)
-    document["auditStamp"] = {"actor": row["actor"], "time": int(row["event_time"])}
-    return document
 
 
 def select_events(

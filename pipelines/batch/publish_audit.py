@@ -15,7 +15,7 @@ from conf.settings import Settings
 from conf.tables import table_name, table_spec
 from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
 from pipelines.batch.audit_chain import link_batches
-from pipelines.batch.state_store import staged_entity_domains
+from pipelines.runtime.state_store import staged_entity_domains
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import any_stored, append, insert_row, merge, read_table, replace_where

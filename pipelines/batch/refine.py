@@ -13,7 +13,7 @@ Crash safety. One batch is written in this order, each write idempotent:
   3. MERGE skipped snapshots on (batch_id, source_file, line_number, record_hash) (insert only);
   4. for a batch with PATCH records: MERGE the aspects the applied ones produced into silver.patched_aspects
      and the ones that could not be applied into bronze.quarantine (insert only);
-  5. write state rows (`pipelines.batch.state_store.write_state`): insert new keys, update a key only
+  5. write state rows (`pipelines.runtime.state_store.write_state`): insert new keys, update a key only
      from another batch with a newer order key, and set the hard-deleted flag on the other keys of
      entities the batch deleted or re-created; a small batch of updates goes to the state's log;
   6. record progress (last).
@@ -36,7 +36,7 @@ from bronze.batches import to_quarantine_rows
 from conf.errors import InputError
 from conf.locations import Location
 from conf.settings import Settings
-from pipelines.batch.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
+from pipelines.runtime.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.lock import running_step
@@ -76,7 +76,7 @@ class StagedBatch:
 
     `parts` holds the staged parts read back, by name (events, skipped, state, ...). `state_rows` counts
     the rows the state write applies: the batch's new state rows and its flag rows;
-    `state_write` receives how they were written (`pipelines.batch.state_store.write_state`).
+    `state_write` receives how they were written (`pipelines.runtime.state_store.write_state`).
     `seconds` holds the wall time of each staged part and, once refine_batch has run them, of each
     write step (STEP_NAMES); `cpu_seconds` the CPU time of this process (the embedded engine's threads
     included) over the same steps.
@@ -313,7 +313,7 @@ def _own_rows(spark: SparkSession, settings: Settings, table_key: str, batch_id:
 
 
 def merge_state(spark: SparkSession, settings: Settings, staged: StagedBatch) -> None:
-    """Write the batch's state rows (`pipelines.batch.state_store.write_state`): appended, logged or MERGEd.
+    """Write the batch's state rows (`pipelines.runtime.state_store.write_state`): appended, logged or MERGEd.
 
     How they were written is kept in `staged.state_write`.
     """
@@ -396,7 +396,7 @@ def refine(
     Returns:
         The batches processed, bronze rows read, events written, and per-run metrics: events, skipped
         and state rows, `state_<how>` the batches whose state rows were written each way
-        (`pipelines.batch.state_store.write_state`), `seconds.<step>`, the wall time of each staged
+        (`pipelines.runtime.state_store.write_state`), `seconds.<step>`, the wall time of each staged
         part and write step summed over the batches (where a batch's time goes; STEP_NAMES), and
         `cpu_seconds.<step>`, the process's CPU time over the same steps.
 

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from bronze.aspects import ASPECT_SCHEMAS, FIELD_ARRAYS, JSON_OPTIONS
 from bronze.records import SNAPSHOT_ENVELOPE
 from conf.settings import Settings
-from pipelines.batch.state_store import STATE_KEYS
+from pipelines.runtime.state_store import STATE_KEYS
 from pipelines.bench.harness import Measurement, measure
 from pipelines.runtime.io import read_table
 from silver.aspects import parse_aspect, parse_schema_fields

@@ -129,7 +129,7 @@ def identity_hashes(spark: SparkSession, settings: Settings) -> dict[str, dict[s
 
     The state is read as its readers see it, with the log of small batches applied (`read_state`).
     """
-    from pipelines.batch.state_store import STATE_TABLE, read_state
+    from pipelines.runtime.state_store import STATE_TABLE, read_state
     from pipelines.runtime.io import read_table
 
     hashes = {}

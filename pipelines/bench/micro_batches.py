@@ -83,7 +83,7 @@ def run_micro_batches(
     """
     from pipelines.batch.landing import land_paths
     from pipelines.batch.refine import refine
-    from pipelines.batch.state_store import STATE_WRITES, read_state
+    from pipelines.runtime.state_store import STATE_WRITES, read_state
 
     if batches < 1 or records < 1:
         raise InputError(f"--micro-batches / --micro-records: {batches!r} / {records!r} must be at least 1")

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from conf.errors import ConcurrencyError, error_text
 from conf.settings import Settings
-from pipelines.batch.state_store import STATE_TABLE, fold_state_log
+from pipelines.runtime.state_store import STATE_TABLE, fold_state_log
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.maintenance import maintenance_for
 

@@ -100,7 +100,7 @@ def install_access_control(app: FastAPI, settings: Settings, authenticator: Auth
     app.include_router(access_log_router(settings, authenticator))
     if not settings.access_log.enabled:
         return
-    from pipelines.batch.arrow_chain import ArrowChainLinker
+    from pipelines.audit_trail.arrow_chain import ArrowChainLinker
 
     linker = ArrowChainLinker(settings)
     writer = AccessLogWriter(

@@ -3,7 +3,7 @@
 The rows are those `pipelines.batch.audit_report.report_rows` reads with Spark (the change events of the
 batches linked into the audit chain, in the window and filters, oldest first), read here with delta-rs one
 UTC day (`event_date` partition) with events at a time, so a download holds one day of events in memory,
-never the window. The header, the row shape and the formats are `pipelines.batch.audit_report`'s.
+never the window. The header, the row shape and the formats are `pipelines.audit_trail.report_format`'s.
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ from starlette.concurrency import run_in_threadpool
 
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
-from conf.tables import table_location
+from conf.tables import ENTITY_CHANGE_EVENTS, table_location
 from gold.audit_chain import GENESIS_DIGEST
 from gold.auth import AUDIT_READ
-from pipelines.batch.audit_report import (
-    EVENTS_TABLE, MEDIA_TYPES, ReportQuery, header_for, parse_report_query, report_bytes,
-    report_filename, report_row,
+from pipelines.audit_trail.arrow_chain import last_link
+from pipelines.audit_trail.chain_keys import CHAIN_TABLE
+from pipelines.audit_trail.report_format import (
+    MEDIA_TYPES, ReportQuery, header_for, parse_report_query, report_bytes, report_filename, report_row,
 )  # fmt: skip
-from pipelines.batch.arrow_chain import last_link
-from pipelines.batch.chain_keys import CHAIN_TABLE
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import AccessNote, current_note, note_result
 from pipelines.serving.explorer_data import latest_dataset
@@ -58,7 +57,7 @@ def chained_batches(settings: Settings) -> list[str]:
     dataset = latest_dataset(table_location(settings, CHAIN_TABLE))
     if dataset is None:
         return []
-    linked = dataset.to_table(columns=["batch_id"], filter=ds.field("table_key") == EVENTS_TABLE)
+    linked = dataset.to_table(columns=["batch_id"], filter=ds.field("table_key") == ENTITY_CHANGE_EVENTS)
     return pc.unique(linked["batch_id"]).to_pylist()
 
 
@@ -68,7 +67,7 @@ def read_report_rows(settings: Settings, query: ReportQuery, scope: ds.Expressio
     Args:
         scope: an Arrow filter over the change events the reader may see (None: every row).
     """
-    dataset = latest_dataset(table_location(settings, EVENTS_TABLE))
+    dataset = latest_dataset(table_location(settings, ENTITY_CHANGE_EVENTS))
     batches = chained_batches(settings)
     if dataset is None or not batches:
         return

@@ -468,7 +468,7 @@ def selected_events(
     A domain-scoped subscription stages its entities' domains for the block (`staged_entity_domains`):
     read the rows inside it.
     """
-    from pipelines.batch.state_store import staged_entity_domains
+    from pipelines.runtime.state_store import staged_entity_domains
 
     events_df = read_table(spark, settings, EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
     change_events_df = read_table(spark, settings, CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
@@ -506,7 +506,7 @@ def load_items(
 ) -> list[DeliveryItem]:
     """The events of one batch a subscription selects, in delivery order, serialized in its format."""
     from gold.subscriptions import to_ece_item, to_summary_line
-    from pipelines.batch.export_ece import ece_document
+    from gold.ece_documents import ece_document
 
     columns = [
         "event_id", "entity_urn", "entity_type", "category", "operation", "modifier", "parameters", "version",

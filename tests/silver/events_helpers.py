@@ -7,7 +7,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipelines.batch.export_ece import ece_document
+from gold.ece_documents import ece_document
 from silver.events import to_change_events
 from silver.state import to_empty_state, to_pairs, to_sequenced_batch
 from tests.silver.bronze_rows import bronze_df, to_bronze_rows

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from conf.errors import InputError
-from pipelines.batch.export_ece import ece_document
+from gold.ece_documents import ece_document
 from silver.events.owner import to_owner_events
 from silver.state import to_empty_state, to_pairs, to_sequenced_batch, to_skipped_snapshots
 from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows

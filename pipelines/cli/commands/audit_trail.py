@@ -28,7 +28,7 @@ def _parse_date(value: str | None, option: str) -> date | None:
 
 def _checkpoint(against: str | None, configured: str | None) -> Any:
     """The checkpoint verify compares with: --against, else audit_chain.checkpoint once it was written."""
-    from pipelines.batch.chain_checkpoint import read_checkpoint
+    from pipelines.audit_trail.chain_checkpoint import read_checkpoint
     from pipelines.runtime.storage import file_exists
 
     if against is not None:
@@ -121,7 +121,8 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="File to write (default: stdout for csv and html)."),
     ) -> None:
         """Write a regulator report of who changed what and when, with the chain head digest."""
-        from pipelines.batch.audit_report import csv_chunks, html_chunks, parse_report_query, report_header, report_rows, write_report
+        from pipelines.audit_trail.report_format import csv_chunks, html_chunks, parse_report_query
+        from pipelines.batch.audit_report import report_header, report_rows, write_report
 
         query = parse_report_query({"from": from_time, "to": to_time, "actor": actor, "entity": entity, "format": report_format})
         if out is None and query.format == "parquet":
@@ -146,7 +147,7 @@ def register(app: typer.Typer) -> None:
         kind: str = typer.Option("ed25519", "--kind", help="ed25519 (verifiable with the stored public key) or hmac."),
     ) -> None:
         """Create a signing key at audit_chain.key_file (never replaces one) and print its key id."""
-        from pipelines.batch.chain_keys import create_key
+        from pipelines.audit_trail.chain_keys import create_key
 
         key_id = create_key(state_of(ctx).settings, kind)
         error_console.print(f"key written; set audit_chain.signing: {kind} to sign new links with it")

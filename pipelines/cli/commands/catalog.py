@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
                 from pipelines.cli.commands.retention import print_retention_report, run_retention
 
                 print_retention_report(run_retention(spark, state.settings, retention_hours))
-            from pipelines.batch.state_store import STATE_TABLE, fold_state_log
+            from pipelines.runtime.state_store import STATE_TABLE, fold_state_log
             from pipelines.runtime.maintenance import maintenance_for
 
             maintenance = maintenance_for(state.settings, spark)

@@ -7,8 +7,8 @@ from deltalake import DeltaTable
 
 from conf.tables import table_location
 from gold.audit_chain import GENESIS_DIGEST, first_broken_link
-from pipelines.batch.arrow_chain import ArrowChainLinker
-from pipelines.batch.chain_keys import CHAIN_TABLE, chain_key
+from pipelines.audit_trail.arrow_chain import ArrowChainLinker
+from pipelines.audit_trail.chain_keys import CHAIN_TABLE, chain_key
 from pipelines.serving.access_log import arrow_schema
 from tests.conftest import make_settings
 

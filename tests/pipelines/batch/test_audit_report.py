@@ -13,7 +13,8 @@ import pytest
 
 from conf.errors import InputError
 from pipelines.batch.audit_chain import read_chain
-from pipelines.batch.audit_report import REPORT_COLUMNS, ReportQuery, write_report
+from pipelines.audit_trail.report_format import REPORT_COLUMNS, ReportQuery
+from pipelines.batch.audit_report import write_report
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata
 from pipelines.serving.api import create_app, serving

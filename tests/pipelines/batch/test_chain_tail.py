@@ -15,9 +15,9 @@ from deltalake import DeltaTable
 from conf.errors import InputError
 from conf.settings_sections import AuditChainSettings
 from conf.tables import table_location
-from pipelines.batch.arrow_chain import ArrowChainLinker
+from pipelines.audit_trail.arrow_chain import ArrowChainLinker
 from pipelines.batch.audit_chain import create_key, read_chain, verify_chain
-from pipelines.batch.chain_checkpoint import read_checkpoint
+from pipelines.audit_trail.chain_checkpoint import read_checkpoint
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata
 from pipelines.serving.access_log import ACCESS_TABLE, AccessLogWriter
@@ -137,8 +137,8 @@ def test_a_tail_cut_from_the_delta_logs_leaves_no_history_but_not_the_checkpoint
 def test_a_rewritten_chain_is_named_against_the_checkpoint(spark, home):
     checkpoint = read_checkpoint(home.audit_chain.checkpoint)
     forged = dict(checkpoint.head, link_digest="f" * 64)
-    from pipelines.batch.chain_checkpoint import checkpoint_problem
-    from pipelines.batch.chain_keys import chain_key
+    from pipelines.audit_trail.chain_checkpoint import checkpoint_problem
+    from pipelines.audit_trail.chain_keys import chain_key
 
     problem = checkpoint_problem(read_chain(spark, home)[:5] + [forged], checkpoint, chain_key(home))
     assert problem is not None and "the chain was rewritten up to that link" in problem

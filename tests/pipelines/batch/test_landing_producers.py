@@ -13,7 +13,7 @@ import pytest
 
 from pipelines.batch.landing import land_paths
 from pipelines.batch.refine import refine
-from pipelines.batch.state_store import read_state
+from pipelines.runtime.state_store import read_state
 from pipelines.batch.timeline import aspects_as_of, replay_window
 from pipelines.runtime.io import read_table
 from tests.conftest import make_settings, register_fresh_tables

@@ -21,7 +21,7 @@ from datahub_actions.event.event_registry import EntityChangeEvent
 
 from conf.tables import table_location, table_name
 from pipelines.batch.export_ece import write_ece_jsonl
-from pipelines.batch.state_store import APPENDED, FOLDED, LOGGED, MERGED, fold_state_log, read_state
+from pipelines.runtime.state_store import APPENDED, FOLDED, LOGGED, MERGED, fold_state_log, read_state
 from pipelines.runtime.io import SCRATCH_ROW_GROUP_ROWS, read_table
 from pipelines.runtime.storage import storage_for
 from pipelines.batch.refine import (

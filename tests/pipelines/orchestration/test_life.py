@@ -20,7 +20,7 @@ from conf.settings import Settings
 from conf.tables import table_location, table_name
 from datagen.history import generate_history
 from pipelines.batch.audit_chain import verify_chain
-from pipelines.batch.state_store import read_state
+from pipelines.runtime.state_store import read_state
 from pipelines.orchestration.jobs import run_job
 from pipelines.orchestration.watch import StopSignal, Watcher
 from tests.conftest import make_settings, register_fresh_tables

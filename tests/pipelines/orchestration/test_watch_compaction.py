@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conf.tables import table_spec
-from pipelines.batch.state_store import read_state
+from pipelines.runtime.state_store import read_state
 from pipelines.orchestration.watch_compaction import COMPACTED_TABLES, Compaction
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.lock import run_lock

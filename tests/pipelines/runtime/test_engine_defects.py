@@ -27,7 +27,7 @@ DEFECT = "engine defect, worked around (docs/scaling.md: Engine defects worked a
 def test_from_json_reads_a_scan_of_a_table_with_deletion_vectors(spark: SparkSession, tmp_path: Path):
     """Sail 0.7.2: `from_json` over such a scan fails on its empty record batches.
 
-    Worked around by staging the rows first: `pipelines.batch.state_store.read_entity_domains`, proven over
+    Worked around by staging the rows first: `pipelines.runtime.state_store.read_entity_domains`, proven over
     a life of batches by tests/pipelines/orchestration/test_life.py.
     """
     location = tmp_path / "dv"

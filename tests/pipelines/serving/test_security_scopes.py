@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gold.scopes import SENSITIVE_EVENT_FIELDS, parse_scope
-from pipelines.batch.audit_report import REPORT_COLUMNS
+from pipelines.audit_trail.report_format import REPORT_COLUMNS
 from gold.search import SearchRequest
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata

@@ -22,7 +22,8 @@ import pytest
 from conf.tables import table_location
 from conf.values import DAY_MS
 from pipelines.batch.audit_chain import head_digest
-from pipelines.batch.audit_report import ReportQuery, report_rows
+from pipelines.audit_trail.report_format import ReportQuery
+from pipelines.batch.audit_report import report_rows
 from pipelines.batch.landing import land_paths
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata
