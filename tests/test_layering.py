@@ -1,7 +1,7 @@
 """Layers import only downward, and the jobs and services never import each other.
 
 The order, from the bottom: conf; bronze, silver, gold (and the generator); pipelines/runtime, then
-pipelines/audit_trail (the chain's keys and the report's formats every process shares); the jobs and
+pipelines/audit_trail and pipelines/privacy (what every process shares); the jobs and
 services (pipelines/batch, bi, subscriptions, serving), none importing another; pipelines/orchestration;
 pipelines/cli; pipelines/bench. Every package of the tree is in ALLOWED, so a new one fails the test
 until its place is written down.
@@ -17,7 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 _LAYERS = {"conf", "bronze", "silver", "gold"}
-_BELOW_JOBS = _LAYERS | {"pipelines.runtime", "pipelines.audit_trail"}
+# What every job, service and command shares above runtime: the audit chain's keys and report formats,
+# the identities that privacy keeps apart from the events.
+_SHARED = {"pipelines.audit_trail", "pipelines.privacy"}
+_BELOW_JOBS = _LAYERS | {"pipelines.runtime"} | _SHARED
 _JOBS = {"pipelines.batch", "pipelines.bi", "pipelines.subscriptions", "pipelines.serving"}
 # package -> the project packages it may import (besides itself)
 ALLOWED = {
@@ -27,7 +30,7 @@ ALLOWED = {
     "gold": {"conf", "bronze", "silver"},
     "datagen": {"conf", "bronze"},
     "pipelines.runtime": _LAYERS,
-    "pipelines.audit_trail": _LAYERS | {"pipelines.runtime"},
+    **{shared: _LAYERS | {"pipelines.runtime"} for shared in _SHARED},
     **{job: _BELOW_JOBS for job in _JOBS},
     "pipelines.orchestration": _BELOW_JOBS | _JOBS,
     "pipelines.cli": _BELOW_JOBS | _JOBS | {"pipelines.orchestration", "datagen"},

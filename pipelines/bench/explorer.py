@@ -20,7 +20,7 @@ import typer
 
 from conf.errors import ConfigError
 from pipelines.bench.harness import percentile, write_result
-from pipelines.bench.watch import free_port, start_serve, stop
+from pipelines.bench.processes import free_port, start_serve, stop
 
 TOKEN_KEY = "lakehouse.explorer.token"
 MARK = "lakehouse:first-results"

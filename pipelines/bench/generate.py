@@ -11,7 +11,6 @@ import typer
 from conf.errors import InputError
 from datagen.history import generate_aspect_versions
 from pipelines.bench.harness import measure, write_result
-from pipelines.cli.app import state_of
 from pipelines.cli.console import console
 
 
@@ -26,6 +25,8 @@ def bench_generate_command(
     results: Path | None = typer.Option(None, "--results", help="Folder for the JSON result (default HOME/bench)."),
 ) -> None:
     """Measure how fast the generator writes aspect versions; write the figures as JSON."""
+    from pipelines.cli.app import state_of  # the command line imports this module while it builds its app
+
     if versions < 100:
         raise InputError(f"--versions: {versions} is below 100")
     results_dir = results or state_of(ctx).settings.home / "bench"

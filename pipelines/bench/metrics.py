@@ -27,9 +27,9 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.bench.harness import write_result
-from pipelines.bench.search import _start_server, _stop_server, server_cpu_seconds
 from pipelines.bench.search_clients import measure_load
 from pipelines.bench.search_mix import request_mix
+from pipelines.bench.processes import server_cpu_seconds, start_search_server, stop_search_server
 from pipelines.runtime.engine import free_loopback_port
 from pipelines.runtime.storage import table_exists
 
@@ -110,7 +110,7 @@ def measure_micro_batch_counting(settings: Settings, repeats: int = 7) -> dict[s
     from prometheus_client import CollectorRegistry
 
     from pipelines.orchestration.jobs import run_job
-    from pipelines.bench.watch import mcl_lines
+    from pipelines.bench.processes import mcl_lines
     from pipelines.runtime.engine import open_session
     from pipelines.orchestration.metrics import PipelineMetrics, WatcherMetrics
 
@@ -177,7 +177,7 @@ def run_metrics_bench(
             configs[variant] = config
             port = free_loopback_port()
             os.environ["LAKEHOUSE_CONFIG"] = str(config)
-            servers[variant] = (port, _start_server(settings, "inprocess", port, settings.home / f"server-metrics-{variant}.log"))
+            servers[variant] = (port, start_search_server(settings, "inprocess", port, settings.home / f"server-metrics-{variant}.log"))
         os.environ.pop("LAKEHOUSE_CONFIG", None)
         for variant in VARIANTS:  # warm both: indexes built, caches filled
             measure_load(servers[variant][0], token, kinds, clients, min(seconds, 2.0), seed=1)
@@ -191,7 +191,7 @@ def run_metrics_bench(
                 results[variant]["cpu_ms_per_request"].append(round(1000 * used / max(load["requests"], 1), 4))
     finally:
         for _, process in servers.values():
-            _stop_server(process)
+            stop_search_server(process)
         for config in configs.values():
             config.unlink(missing_ok=True)
     payload: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "clients": clients}

@@ -14,15 +14,11 @@ connection reaches one. Both are reported (`start_flush_s`, `warmup`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import http.client
 import os
 import statistics
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,20 +26,21 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from conf.errors import ConfigError, InputError
+from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_location
 from conf.values import DAY_MS
-from pipelines.bench.harness import measure, process_tree, write_result
+from pipelines.bench.harness import measure, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
 from pipelines.bench.search_mix import MIXES, request_mix
-from pipelines.runtime.engine import free_loopback_port, stop_process
+from pipelines.bench.search_scoped import bench_scoped
+from pipelines.bench.processes import server_cpu_seconds, start_search_server, stop_search_server
+from pipelines.runtime.engine import free_loopback_port
 from pipelines.runtime.storage import table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-REPO = Path(__file__).resolve().parents[1]
 ENGINES = ("inprocess", "spark")
 # The targets of the in-process engine per request mix (docs/benchmarks.md): the contract mix's searches
 # cost more, and its throughput must rise with the clients (load_ratio: N clients over 1 client).
@@ -97,76 +94,6 @@ def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) 
     audit_df = to_audit_events_from_usage(to_usage_rows(lines_df, "bench"))
     append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, "gold.audit_events")
     return read_table(spark, settings, "gold.audit_events").count()
-
-
-def _start_server(settings: Settings, engine: str, port: int, log_path: Path, timeout: float = 120.0,
-                  overrides: tuple[str, ...] = ()) -> subprocess.Popen:  # fmt: skip
-    """Start `lakehouse serve` with serve.engine=`engine` (and `overrides`, `key=value` settings) on loopback
-    as a child process and wait for /health."""
-    sets = [part for override in (f"serve.engine={engine}", *overrides) for part in ("--set", override)]
-    command = [sys.executable, "-m", "pipelines.cli", "--profile", settings.profile, "--home", str(settings.home),
-               *sets, "serve", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    log = open(log_path, "w")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ConfigError(f"bench: the server exited with {process.returncode}:\n{log_path.read_text()[-2000:]}")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                return process
-        except OSError:
-            pass
-        time.sleep(0.2)
-    process.terminate()
-    raise ConfigError(f"bench: the server did not answer /health within {timeout} s")
-
-
-def server_memory(pid: int) -> dict[str, int | None]:
-    """The memory of a server process and its workers (Linux /proc; None where the OS does not tell).
-
-    Returns:
-        processes: the processes counted; peak_rss_bytes: the sum of each one's peak resident memory (an
-        upper bound: pages the workers share since the fork count once per process); pss_bytes: their
-        proportional set size now (shared pages split between the processes sharing them).
-    """
-    pids = process_tree(pid)
-    peak = pss = 0
-    for member in pids:
-        with contextlib.suppress(OSError):
-            peak += _proc_kb(Path(f"/proc/{member}/status"), "VmHWM:")
-            pss += _proc_kb(Path(f"/proc/{member}/smaps_rollup"), "Pss:")
-    return {"processes": len(pids), "peak_rss_bytes": peak * 1024 or None, "pss_bytes": pss * 1024 or None}
-
-
-def server_cpu_seconds(pid: int) -> float:
-    """The CPU seconds (user + system) a server process and its running workers have used (Linux /proc).
-
-    CPU per request holds up on a busy machine where throughput does not: other jobs slow the server
-    down, but do not make it work more.
-    """
-    ticks = 0
-    for member in process_tree(pid):
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _proc_kb(path: Path, field: str) -> int:
-    for line in path.read_text().splitlines():
-        if line.startswith(field):
-            return int(line.split()[1])
-    return 0
-
-
-def _stop_server(process: subprocess.Popen) -> dict[str, int | None]:
-    """Stop the server (SIGTERM, as a supervisor does); return its memory figures taken just before."""
-    memory = server_memory(process.pid)
-    stop_process(process)
-    return memory
 
 
 def append_probe_event(location: Path, actor_urn: str, timestamp_ms: int) -> None:
@@ -260,7 +187,7 @@ def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str,
     """
     port = free_loopback_port()
     started = time.monotonic()
-    server = _start_server(settings, engine, port, settings.home / f"server-{engine}.log", overrides=overrides)
+    server = start_search_server(settings, engine, port, settings.home / f"server-{engine}.log", overrides=overrides)
     figures: dict[str, Any] = {"server_startup_s": round(time.monotonic() - started, 2)}
     try:
         figures["latency"] = measure_latency(port, token, request_mix(*mix), requests, seed)
@@ -279,7 +206,7 @@ def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str,
         location = table_location(settings, "gold.audit_events")
         figures["new_version_visible"] = measure_visibility(port, token, location, VISIBILITY_PROBES)
     finally:
-        memory = _stop_server(server)
+        memory = stop_search_server(server)
         figures["server_peak_rss_bytes"] = memory["peak_rss_bytes"]
         figures["server_memory"] = memory
     return figures
@@ -370,10 +297,9 @@ def run_search_bench(
                                        warmup_s=warmup_s)  # fmt: skip
         payload[engine]["target"] = check_targets(payload[engine], clients, mix)
     if scope:
-        from pipelines.bench.search_scoped import bench_scoped
-
         payload["inprocess_scoped"] = bench_scoped(settings, scope=scope, kinds=request_mix(*mix_arguments),
-                                                   clients=clients, duration_s=duration_s, seed=seed)  # fmt: skip
+                                                   clients=clients, duration_s=duration_s, seed=seed,
+                                                   p95_target_ms=TARGETS[mix]["load_p95_ms"])  # fmt: skip
     return payload
 
 

@@ -19,7 +19,8 @@ from typing import Any
 import typer
 
 from pipelines.bench.harness import latency_summary, write_result
-from pipelines.bench.watch import build_home, drop_file, mcl_lines, start_watch, stop, wait_for, watch_log_records
+from pipelines.bench.processes import drop_file, mcl_lines, start_watch, stop, wait_for, watch_log_records
+from pipelines.bench.watch import build_home
 
 BENCH_ACTOR = "urn:li:corpuser:subscriptions-bench"
 

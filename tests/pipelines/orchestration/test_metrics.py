@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipelines.bench.watch import (
+from pipelines.bench.processes import (
     LAKEHOUSE,
     SEARCH_PATH,
     child_env,

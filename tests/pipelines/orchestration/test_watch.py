@@ -16,7 +16,7 @@ import pytest
 from conf.tables import TABLES
 from pipelines.orchestration.watch import StopSignal, Watcher, is_complete_file, retry_transient
 from pipelines.orchestration.watch_compaction import COMPACTED_TABLES
-from pipelines.bench.watch import (
+from pipelines.bench.processes import (
     drop_file,
     free_port,
     http_json,

@@ -15,7 +15,7 @@ from conf.errors import ConcurrencyError
 from conf.locations import ObjectLocation, parse_location
 from conf.settings import load_settings
 from pipelines.bench.silver_remote import s3_server
-from pipelines.bench.watch import mcl_lines, start_watch, stop, wait_for, watch_log_records
+from pipelines.bench.processes import mcl_lines, start_watch, stop, wait_for, watch_log_records
 from pipelines.runtime.lease import Lease
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.storage import Storage

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from pipelines.bench.watch import LAKEHOUSE, child_env, free_port, stop
+from pipelines.bench.processes import LAKEHOUSE, child_env, free_port, stop
 from tests.pipelines.serving.certificates import self_signed
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from pipelines.bench.watch import drop_file, free_port, mcl_lines, start_watch, stop, wait_for, watch_log_records
+from pipelines.bench.processes import drop_file, free_port, mcl_lines, start_watch, stop, wait_for, watch_log_records
 from pipelines.runtime.faults import CRASH_ENV
 from tests.conftest import FIXTURES
 from tests.pipelines.cli.test_cli import run_cli

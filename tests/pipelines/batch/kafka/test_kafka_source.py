@@ -21,7 +21,7 @@ from pipelines.batch.kafka.offsets import next_offsets
 from pipelines.batch.kafka.source import land_kafka
 from pipelines.batch.kafka.status import kafka_status
 from pipelines.bench.kafka import create_topic, loopback_broker, mcl_messages, produce
-from pipelines.bench.watch import free_port, start_watch, stop, wait_for, watch_log_records
+from pipelines.bench.processes import free_port, start_watch, stop, wait_for, watch_log_records
 from tests.pipelines.batch.test_crash_resume import table_contents
 from pipelines.runtime.io import read_table
 from tests.conftest import FIXTURES, make_settings, register_fresh_tables
