@@ -299,6 +299,17 @@ def new_link(
     return link
 
 
+def next_link_position(links: Iterable[Mapping[str, Any]]) -> tuple[int, str]:
+    """Where the next link goes: after the link with the greatest seq, whatever the links' count or order.
+
+    Returns:
+        (that seq + 1, that link's link_digest), the next link's seq and prev_digest; (0, GENESIS_DIGEST)
+        for an empty chain.
+    """
+    newest = max(links, key=lambda link: int(link["seq"]), default=None)
+    return (0, GENESIS_DIGEST) if newest is None else (int(newest["seq"]) + 1, newest["link_digest"])
+
+
 def first_broken_link(links: list[Mapping[str, Any]], key: ChainKey) -> tuple[int, str] | None:
     """Check the chain itself: sequence, previous digests, link digests and signatures.
 

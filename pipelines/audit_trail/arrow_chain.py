@@ -19,7 +19,7 @@ from conf.errors import InputError
 from conf.locations import parse_location
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
-from gold.audit_chain import CHAINED_TABLES, GENESIS_DIGEST, BatchDigest, canonical_json_lines, new_link
+from gold.audit_chain import CHAINED_TABLES, BatchDigest, canonical_json_lines, new_link, next_link_position
 from pipelines.audit_trail.chain_checkpoint import write_checkpoint_or_log
 from pipelines.audit_trail.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock
 from pipelines.runtime.storage import delta_storage_options, open_source, table_exists
@@ -88,14 +88,14 @@ class ArrowChainLinker:
 
         if self._table is None:
             if not table_exists(self._location):
-                return 0, GENESIS_DIGEST
+                return next_link_position([])
             self._table = DeltaTable(self._location, storage_options=self._options)
         else:
             self._table.update_incremental()
         version = int(self._table.version())
         if self._head is None or self._head[0] != version:
             last = last_link(self._table, self._location)
-            self._head = (version, int(last["seq"]) + 1, last["link_digest"]) if last else (version, 0, GENESIS_DIGEST)
+            self._head = (version, *next_link_position([last] if last else []))
         return self._head[1], self._head[2]
 
     def link(self, table_key: str, batch_id: str, table: pa.Table, version: int) -> dict[str, Any]:

@@ -35,12 +35,12 @@ from conf.settings import Settings
 from conf.tables import table_location, table_name, table_spec
 from gold.audit_chain import (
     CHAINED_TABLES,
-    GENESIS_DIGEST,
     BatchDigest,
     canonical_json_lines,
     diff_rows,
     first_broken_link,
     new_link,
+    next_link_position,
 )
 from gold.audit_chain_columns import EMPTY_ROW_HASHES_DIGEST, is_row_hashes_digest, to_batch_digests, with_row_hash
 from pipelines.batch.access_retention import pruned_by_retention
@@ -204,7 +204,7 @@ def _append_links(
 ) -> list[dict[str, Any]]:  # fmt: skip
     latest = latest_links(chain)
     key = chain_key(settings)
-    head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
+    next_seq, head = next_link_position(chain)
     recorded_at = int(time.time() * 1000)
     maintenance = maintenance_for(settings, spark)
     links = []
@@ -219,7 +219,7 @@ def _append_links(
             if previous is not None and previous["batch_digest"] == digest:
                 continue
             link = new_link(
-                len(chain) + len(links), table_key, batch_id, version, count, digest, head, recorded_at, key
+                next_seq + len(links), table_key, batch_id, version, count, digest, head, recorded_at, key
             )
             links.append(link)
             head = link["link_digest"]
@@ -360,7 +360,7 @@ def verify_chain(
     linked_before = {stage: set(finished_batches(spark, settings, stage)) for stage in stages}
     chain = read_chain(spark, settings)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    head = chain[-1]["link_digest"] if chain else GENESIS_DIGEST
+    head = next_link_position(chain)[1]
     failures: list[BrokenLink] = []
     problem = None if checkpoint is None else checkpoint_problem(chain, checkpoint, chain_key(settings))
     cut = [] if problem is None else [BrokenLink(checkpoint.seq, CHAIN_TABLE, None, problem)]
@@ -502,4 +502,4 @@ def _first_line(exc: BaseException) -> str:
 def head_digest(spark: SparkSession, settings: Settings) -> str:
     """The digest of the chain's newest link (all zeros for an empty chain)."""
     rows = read_table(spark, settings, CHAIN_TABLE).orderBy(F.col("seq").desc()).limit(1).collect()
-    return rows[0]["link_digest"] if rows else GENESIS_DIGEST
+    return next_link_position(rows)[1]

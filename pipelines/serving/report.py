@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import ENTITY_CHANGE_EVENTS, table_location
-from gold.audit_chain import GENESIS_DIGEST
+from gold.audit_chain import GENESIS_DIGEST, next_link_position
 from gold.auth import AUDIT_READ
 from pipelines.audit_trail.arrow_chain import last_link
 from pipelines.audit_trail.chain_keys import CHAIN_TABLE
@@ -49,7 +49,7 @@ def chain_head(settings: Settings) -> str:
     if not table_exists(location):
         return GENESIS_DIGEST
     last = last_link(DeltaTable(str(location), storage_options=delta_storage_options(location)), str(location))
-    return GENESIS_DIGEST if last is None else last["link_digest"]
+    return next_link_position([last] if last else [])[1]
 
 
 def chained_batches(settings: Settings) -> list[str]:

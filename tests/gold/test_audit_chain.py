@@ -21,6 +21,7 @@ from gold.audit_chain import (
     diff_rows,
     first_broken_link,
     new_link,
+    next_link_position,
     signature_valid,
 )
 
@@ -161,3 +162,12 @@ def test_diff_rows_names_missing_added_and_changed_keys():
     diff = diff_rows({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "9", "d": "4"})
     assert (diff.missing, diff.added, diff.changed) == (("c",), ("d",), ("b",))
 
+
+@pytest.mark.parametrize(
+    ("seqs", "expected_seq"),
+    [([], 0), ([0, 1, 2], 3), ([2, 0, 1], 3), ([0, 2], 3), ([0, 1, 5], 6)],
+)
+def test_the_next_link_goes_after_the_greatest_seq_whatever_the_count_or_order(seqs, expected_seq):
+    links = [{"seq": seq, "link_digest": f"{seq:064d}"} for seq in seqs]
+    expected_prev = f"{max(seqs):064d}" if seqs else GENESIS_DIGEST
+    assert next_link_position(links) == (expected_seq, expected_prev)
