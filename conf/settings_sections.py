@@ -341,6 +341,14 @@ class BiSettings:
 
 
 @dataclass(frozen=True)
+class PrivacySettings:
+    """Personal identifiers stored as keyed pseudonyms, identities encrypted per person (docs/privacy.md)."""
+
+    pseudonymise: bool = False
+    key_file: str = "auth/privacy-keys.json"
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of one lakehouse, resolved for one profile."""
 
@@ -366,6 +374,7 @@ class Settings:
     identity: IdentitySettings = field(default_factory=IdentitySettings)
     access_log: AccessLogSettings = field(default_factory=AccessLogSettings)
     bi: BiSettings = field(default_factory=BiSettings)
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
 
     def resolve_path(self, path: str) -> Location:
         """Return `path` as an absolute location, taking a relative one as relative to home."""

@@ -332,6 +332,25 @@ _SPECS = (
     ),
     TableSpec(
         "ops",
+        "identities",
+        "pseudonym STRING, kind STRING, owner STRING, ciphertext STRING, recorded_at TIMESTAMP",
+        (),
+        "One personal identifier landing replaced by its pseudonym (kind person, ip or user-agent): the "
+        "identity encrypted (AES-256-GCM, base64 nonce and ciphertext) under the key of owner, the person's "
+        "pseudonym; erasing the person destroys that key, so the row no longer reads as anyone.",
+    ),
+    TableSpec(
+        "ops",
+        "erasures",
+        "erasure_id STRING, pseudonym STRING, reason STRING, requested_by STRING, erased_at_ms BIGINT, "
+        "identities BIGINT, batch_id STRING",
+        (),
+        "One erasure: the person's pseudonym (never the identity), why, who asked, when, and how many identity "
+        "rows its key encrypted; each erasure is its own batch, linked in the audit chain.",
+        (("delta.appendOnly", "true"),),
+    ),
+    TableSpec(
+        "ops",
         "audit_chain",
         "seq BIGINT, table_key STRING, batch_id STRING, delta_version BIGINT, row_count BIGINT, "
         "batch_digest STRING, prev_digest STRING, link_digest STRING, signature STRING, key_id STRING, "
@@ -369,6 +388,8 @@ SUBSCRIPTION_DEAD_LETTERS = "ops.subscription_dead_letters"
 ACCESS_LOG = "ops.access_log"
 RETENTION_CUTS = "ops.retention_cuts"
 LEGAL_HOLDS = "ops.legal_holds"
+IDENTITIES = "ops.identities"
+ERASURES = "ops.erasures"
 AUDIT_CHAIN = "ops.audit_chain"
 # Columns declared after a table was first released: a home built before gets them added in place
 # (null in its old rows), and the audit chain leaves them out of a row's canonical form while null,

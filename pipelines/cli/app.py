@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "pipelines.cli.commands.tokens",
     "pipelines.cli.commands.access_log",
     "pipelines.cli.commands.retention",
+    "pipelines.cli.commands.privacy",
     "pipelines.cli.commands.audit_trail",
     "pipelines.cli.commands.openmetadata",
     "pipelines.cli.commands.subscriptions",
@@ -54,7 +55,7 @@ COMMAND_PANELS = {
                  "publish-openmetadata", "replay", "generate", "demo"),
     "Query": ("sql", "describe", "tables", "history", "as-of", "impact", "search", "export", "export-sql", "anomalies"),
     "Serve": ("serve", "token", "sql-server", "sql-role", "subscriptions"),
-    "Operate": ("verify", "report", "audit-key", "access-log", "maintain"),
+    "Operate": ("verify", "report", "audit-key", "access-log", "maintain", "retention", "hold", "erase", "privacy"),
     "Bench": ("bench",),
 }  # fmt: skip
 

@@ -69,6 +69,9 @@ def register(app: typer.Typer) -> None:
         from pipelines.serving.scroll_key import local_signer
 
         signer = local_signer(state.settings)
+        from pipelines.privacy.display import pseudonymous_body, with_identities
+
+        decoded = pseudonymous_body(state.settings, decoded)
         request = SearchRequest.parse(params, decoded, max_size=state.settings.serve.max_size, signer=signer)
         if state.settings.serve.engine == "spark":
             with state.session() as spark:
@@ -76,6 +79,8 @@ def register(app: typer.Typer) -> None:
         else:
             # The in-process engine reads gold Delta directly: no Spark session to start.
             result = open_engine(state.settings).search(request)
+        # The CLI runs with the home's key store: its user may see identities.
+        result = with_identities(state.settings, result)
         sys.stdout.write(json.dumps(result) + "\n")
         if start_time is None and result.get("total") == 0:
             # The default window is DataHub's (the last day): say so when it is why nothing matched.

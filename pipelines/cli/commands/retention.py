@@ -47,12 +47,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Place a legal hold on an actor or an entity: retention keeps their batches, erasure refuses the actor."""
         from pipelines.batch.legal_holds import add_hold
+        from bronze.pseudonyms import PERSON_PREFIX, pseudonym_of
+        from pipelines.privacy.keystore import key_store_for
 
         if (actor is None) == (entity is None):
             raise InputError("hold add: give exactly one of --actor URN or --entity URN")
         state = state_of(ctx)
+        subject = actor or entity
+        if state.settings.privacy.pseudonymise and subject.startswith(PERSON_PREFIX):
+            # The tables hold the person as a pseudonym: the hold names it so (and so never the identity).
+            subject = pseudonym_of(subject, key_store_for(state.settings).pseudonym_secret())
         with state.session() as spark:
-            hold = add_hold(spark, state.settings, "actor" if actor else "entity", actor or entity, reason)
+            hold = add_hold(spark, state.settings, "actor" if actor else "entity", subject, reason)
         console.print(f"hold {hold.hold_id} placed on {hold.subject_kind} {hold.subject_urn}")
 
     @hold_app.command("list")

@@ -1,0 +1,113 @@
+"""Keyed pseudonyms for personal identifiers, as Column functions applied when records land.
+
+A person's urn (`urn:li:corpuser:<id>`) becomes `urn:li:corpuser:p-<24 hex>`: the first 96 bits of
+HMAC-SHA256(secret, urn). It is stable (every record of one person gets the same pseudonym, so joins,
+aggregates and the chain's digests work on it unchanged), shaped as an urn (every check and view that
+expects one accepts it), and says nothing of the person without the secret. Source IPs and user agents
+become `ip-<hex>` / `ua-<hex>` the same way. The engine computes HMAC from SHA-256 (RFC 2104: the key
+padded and XORed with the two pads), so no Python runs per row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from bronze.records import SNAPSHOT_HASH_FIELDS, USAGE_HASH_FIELDS, record_hash
+
+PERSON_PREFIX = "urn:li:corpuser:"
+PSEUDONYM_PREFIX = PERSON_PREFIX + "p-"
+PSEUDONYM_HEX = 24
+# A person urn inside any text: up to the first character that ends a urn in JSON or a list.
+PERSON_URN_PATTERN = r"urn:li:corpuser:[^\s\"',\\)\]}]+"
+_BLOCK = 64
+
+
+def pseudonym_of(identity: str, secret: bytes, prefix: str = PSEUDONYM_PREFIX) -> str:
+    """The pseudonym of one identity (what `to_pseudonym` computes in the engine), e.g. for a search by actor."""
+    if identity.startswith(PSEUDONYM_PREFIX):
+        return identity
+    digest = hmac.new(secret, identity.encode("utf-8"), hashlib.sha256).hexdigest()
+    return prefix + digest[:PSEUDONYM_HEX]
+
+
+def _hmac_hex(value: Column, secret: bytes) -> Column:
+    """HMAC-SHA256(secret, value) as hex, from the engine's SHA-256."""
+    key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
+    key = key.ljust(_BLOCK, b"\0")
+    inner_pad = bytes(b ^ 0x36 for b in key)
+    outer_pad = bytes(b ^ 0x5C for b in key)
+    inner = F.unhex(F.sha2(F.concat(F.lit(inner_pad), F.encode(value, "UTF-8")), 256))
+    return F.sha2(F.concat(F.lit(outer_pad), inner), 256)
+
+
+def to_pseudonym(value: Column, secret: bytes, prefix: str = PSEUDONYM_PREFIX) -> Column:
+    """The pseudonym of each value (null stays null; a value that is already a pseudonym stays as it is)."""
+    pseudonym = F.concat(F.lit(prefix), F.substring(_hmac_hex(value, secret), 1, PSEUDONYM_HEX))
+    return F.when(value.isNull() | value.startswith(PSEUDONYM_PREFIX), value).otherwise(pseudonym)
+
+
+def to_person_urns(text: Column) -> Column:
+    """The person urns (not pseudonyms) a text holds, as an array."""
+    found = F.regexp_extract_all(F.coalesce(text, F.lit("")), F.lit(PERSON_URN_PATTERN), 0)
+    return F.filter(found, lambda urn: ~urn.startswith(PSEUDONYM_PREFIX))
+
+
+def with_pseudonymous_text(text: Column, secret: bytes) -> Column:
+    """The text with every person urn in it replaced by its pseudonym.
+
+    Urns are replaced longest-first among those sharing a prefix (descending order puts `...:ann2` before
+    `...:ann`), so one urn is never replaced inside a longer one.
+    """
+    urns = F.sort_array(F.array_distinct(to_person_urns(text)), asc=False)
+    replaced = F.aggregate(urns, text, lambda acc, urn: F.replace(acc, urn, to_pseudonym(urn, secret)))
+    return F.when(text.isNull(), text).otherwise(replaced)
+
+
+def _replace_value(text: Column, value: Column, pseudonym: Column) -> Column:
+    """`text` with the (non-empty) value replaced by its pseudonym."""
+    return F.when(value.isNull() | (F.length(value) == 0), text).otherwise(F.replace(text, value, pseudonym))
+
+
+def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
+    """Staged usage rows with actor, entity, source IP, user agent and the raw document pseudonymous.
+
+    The record hash is recomputed from the pseudonymous fields: a hash of the identity would let anyone
+    holding a guess test it.
+    """
+    ip = to_pseudonym(F.col("source_ip"), secret, "ip-")
+    agent = to_pseudonym(F.col("user_agent"), secret, "ua-")
+    document = _replace_value(_replace_value(with_pseudonymous_text(F.col("raw_document"), secret), F.col("source_ip"), ip),
+                              F.col("user_agent"), agent)  # fmt: skip
+    pseudonymous_df = staged_df.withColumns({
+        "actor_urn": with_pseudonymous_text(F.col("actor_urn"), secret),
+        "entity_urn": with_pseudonymous_text(F.col("entity_urn"), secret),
+        "raw_document": document,
+        "source_ip": ip,
+        "user_agent": agent,
+        "raw_text": with_pseudonymous_text(F.col("raw_text"), secret),
+    })  # fmt: skip
+    return _with_record_hash(pseudonymous_df, USAGE_HASH_FIELDS)
+
+
+def pseudonymise_snapshots(staged_df: DataFrame, secret: bytes) -> DataFrame:
+    """Staged aspect snapshot rows with every person urn in every text field pseudonymous (hash recomputed)."""
+    columns = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text")
+    pseudonymous_df = staged_df.withColumns({name: with_pseudonymous_text(F.col(name), secret) for name in columns})
+    return _with_record_hash(pseudonymous_df, SNAPSHOT_HASH_FIELDS)
+
+
+def _with_record_hash(staged_df: DataFrame, hash_fields: Iterable[str]) -> DataFrame:
+    return staged_df.withColumn(
+        "record_hash", F.when(F.col("record_hash").isNotNull(), record_hash(hash_fields)).otherwise(F.col("record_hash"))
+    )
+
+
+def to_identities(staged_df: DataFrame, columns: Iterable[str]) -> DataFrame:
+    """The distinct person urns (not pseudonyms) the given text columns of the rows hold, as column `identity`."""
+    urns = F.flatten(F.array(*[to_person_urns(F.col(name)) for name in columns]))
+    return staged_df.select(F.explode(urns).alias("identity")).distinct()

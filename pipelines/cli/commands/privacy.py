@@ -1,0 +1,47 @@
+"""Privacy commands: `erase` (one person's key destroyed, the erasure chained) and `privacy identity`."""
+
+from __future__ import annotations
+
+import getpass
+
+import typer
+
+from pipelines.cli.console import console
+
+
+def register(app: typer.Typer) -> None:
+    """Add `erase` and the `privacy` command group to the CLI."""
+    from pipelines.cli.app import state_of
+
+    privacy_app = typer.Typer(help="Pseudonymised personal data and its identities (docs/privacy.md).", no_args_is_help=True)
+    app.add_typer(privacy_app, name="privacy")
+
+    @app.command("erase")
+    def erase_command(
+        ctx: typer.Context,
+        actor: str = typer.Option(..., "--actor", help="The person's urn (urn:li:corpuser:...)."),
+        reason: str = typer.Option(..., "--reason", help="Why: the erasure request's reference (recorded)."),
+        requested_by: str | None = typer.Option(None, "--requested-by", help="Who asked (recorded; default the OS user)."),
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
+    ) -> None:
+        """Erase a person: destroy their key, so every stored identity of theirs reads as an erased subject."""
+        from pipelines.batch.erasure import erase_actor
+
+        state = state_of(ctx)
+        with state.locked_session("lakehouse erase", wait) as spark:
+            erasure = erase_actor(spark, state.settings, actor, reason, requested_by or f"os:{getpass.getuser()}")
+        console.print(
+            f"erased: {erasure.pseudonym} ({erasure.identities} identities unreadable); "
+            f"erasure {erasure.erasure_id} linked in the audit chain"
+        )
+
+    @privacy_app.command("identity")
+    def identity_command(ctx: typer.Context, pseudonym: str = typer.Argument(..., help="A pseudonym (urn:li:corpuser:p-..., ip-..., ua-...).")) -> None:
+        """Show the identity behind a pseudonym (or that its person was erased)."""
+        from pipelines.privacy.identities import resolve_identities
+        from pipelines.privacy.keystore import key_store_for
+
+        state = state_of(ctx)
+        with state.session() as spark:
+            resolved = resolve_identities(spark, state.settings, key_store_for(state.settings), [pseudonym])
+        console.print(f"{pseudonym}: {resolved.get(pseudonym, 'no identity recorded')}")

@@ -1,0 +1,1 @@
+"""Privacy: pseudonymised personal data, the key store, identities, erasure."""

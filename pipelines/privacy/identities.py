@@ -1,0 +1,108 @@
+"""The identity table (ops.identities): each pseudonym's identity, encrypted under its person's key.
+
+Landing records here every person urn, source IP and user agent it pseudonymised (`record_identities`);
+surfaces that may show identities turn pseudonyms back (`resolve_identities`): a pseudonym whose person
+was erased reads as an erased subject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from bronze.pseudonyms import PSEUDONYM_PREFIX, pseudonym_of
+from conf.settings import Settings
+from conf.tables import table_spec
+from pipelines.privacy.keystore import KeyStore, decrypt_identity, encrypt_identity
+from pipelines.runtime.io import append, read_table
+
+IDENTITIES_TABLE = "ops.identities"
+ERASED_SUBJECT = "erased subject"
+IDENTITY_PREFIXES = {"person": PSEUDONYM_PREFIX, "ip": "ip-", "user-agent": "ua-"}
+
+
+def record_identities(
+    spark: SparkSession, settings: Settings, keys: KeyStore, identities: Iterable[tuple[str, str, str]]
+) -> int:
+    """Encrypt and append the identities not recorded yet; return how many were appended.
+
+    Args:
+        spark: the session.
+        settings: the lakehouse settings.
+        keys: the key store (each owner's key is created on first use).
+        identities: (kind, identity, owner identity) triples: kind person, ip or user-agent; the owner is
+            the person urn whose key encrypts it (a person owns itself).
+    """
+    secret = keys.pseudonym_secret()
+    wanted: dict[tuple[str, str], tuple[str, str]] = {}
+    for kind, identity, owner in identities:
+        if not identity or not owner or identity.startswith(IDENTITY_PREFIXES[kind]):
+            continue  # already a pseudonym (a record landed again)
+        pseudonym = pseudonym_of(identity, secret, IDENTITY_PREFIXES[kind])
+        wanted[(pseudonym, pseudonym_of(owner, secret))] = (kind, identity)
+    if not wanted:
+        return 0
+    stored_df = read_table(spark, settings, IDENTITIES_TABLE).filter(F.col("pseudonym").isin(sorted({p for p, _ in wanted})))
+    stored = {(r.pseudonym, r.owner) for r in stored_df.select("pseudonym", "owner").collect()}
+    now = datetime.now(timezone.utc)
+    rows = []
+    for (pseudonym, owner), (kind, identity) in sorted(wanted.items()):
+        if (pseudonym, owner) in stored:
+            continue
+        key = keys.person_key(owner, create=True)
+        rows.append((pseudonym, kind, owner, encrypt_identity(key, pseudonym, identity), now))
+    if rows:
+        append(spark.createDataFrame(rows, table_spec(IDENTITIES_TABLE).columns), settings, IDENTITIES_TABLE)
+    return len(rows)
+
+
+def identities_of_staged(staged_df: DataFrame, family: str) -> DataFrame:
+    """The (kind, identity, owner) triples of staged rows before pseudonymisation, distinct."""
+    from bronze.pseudonyms import to_person_urns
+
+    person_columns = ["entity_urn", "raw_text"]
+    if family == "bronze.usage_events":
+        person_columns += ["actor_urn", "raw_document"]
+    else:
+        person_columns += ["created_actor", "aspect_json", "system_metadata"]
+    urns = F.flatten(F.array(*[to_person_urns(F.col(name)) for name in person_columns]))
+    people_df = staged_df.select(F.explode(urns).alias("identity")).select(
+        F.lit("person").alias("kind"), "identity", F.col("identity").alias("owner")
+    )
+    if family != "bronze.usage_events":
+        return people_df.distinct()
+    owner = F.col("actor_urn")
+    ips_df = staged_df.filter(F.col("source_ip").isNotNull() & owner.isNotNull()).select(
+        F.lit("ip").alias("kind"), F.col("source_ip").alias("identity"), owner.alias("owner")
+    )
+    agents_df = staged_df.filter(F.col("user_agent").isNotNull() & owner.isNotNull()).select(
+        F.lit("user-agent").alias("kind"), F.col("user_agent").alias("identity"), owner.alias("owner")
+    )
+    return people_df.unionByName(ips_df).unionByName(agents_df).distinct()
+
+
+def resolve_identities(
+    spark: SparkSession, settings: Settings, keys: KeyStore, pseudonyms: Iterable[str]
+) -> dict[str, str]:
+    """pseudonym -> identity for the given pseudonyms: ERASED_SUBJECT once the owner's key is destroyed.
+
+    A pseudonym no identity row names (a value landed before pseudonymisation, say) is left out.
+    """
+    wanted = sorted({p for p in pseudonyms if p})
+    if not wanted:
+        return {}
+    rows = read_table(spark, settings, IDENTITIES_TABLE).filter(F.col("pseudonym").isin(wanted)).collect()
+    return resolve_rows([r.asDict() for r in rows], keys)
+
+
+def resolve_rows(rows: Iterable[Mapping[str, str]], keys: KeyStore) -> dict[str, str]:
+    """pseudonym -> identity of identity rows (no engine: the API's workers read the rows themselves)."""
+    resolved: dict[str, str] = {}
+    for row in rows:
+        identity = decrypt_identity(keys.person_key(row["owner"]), row["pseudonym"], row["ciphertext"])
+        if identity is not None or row["pseudonym"] not in resolved:
+            resolved[row["pseudonym"]] = identity if identity is not None else ERASED_SUBJECT
+    return resolved
