@@ -119,6 +119,36 @@ def test_every_gold_view_runs_and_counts_what_the_spark_view_counts(spark, repli
             assert replica_count == spark.sql(f"SELECT * FROM gold.{view.name}").count(), view.name
 
 
+def test_the_lineage_graph_as_of_a_time_reads_as_in_spark(spark, replica, tmp_path):
+    from tests.silver.bronze_rows import mcl
+
+    settings, port, _ = replica
+    a, b = (f"urn:li:dataset:(urn:li:dataPlatform:hive,bi_lineage.{n},PROD)" for n in ("a", "b"))
+    chart, day = "urn:li:chart:(looker,bi_lineage)", 1_709_251_200_000  # 2024-03-01
+    lineage = tmp_path / "lineage.jsonl"
+    lineage.write_text("".join(json.dumps(r) + "\n" for r in [
+        mcl(b, "upstreamLineage", {"upstreams": [{"dataset": a}]}, version=1, time=day + 1_000),
+        mcl(chart, "chartInfo", {"title": "t", "inputs": [{"string": b}]}, version=1, time=day + 1_000),
+        mcl(b, "upstreamLineage", {"upstreams": []}, version=2, time=day + 5_000),
+    ]))  # fmt: skip
+    register_fresh_tables(spark, settings)
+    run_job(settings, paths=[lineage], spark=spark)  # publish syncs the replica before it returns
+    columns = "upstream_urn, downstream_urn, edge_kind, added_by, valid_from_time, valid_to_time, is_current"
+    as_of = "WHERE valid_from <= {t} AND (valid_to IS NULL OR valid_to > {t})"
+    in_spark = sorted(tuple(r) for r in spark.sql(f"SELECT {columns} FROM gold.lineage_graph").collect())
+    spark_as_of = sorted(tuple(r) for r in spark.sql(
+        "SELECT upstream_urn, downstream_urn FROM gold.lineage_graph " + as_of.format(t=f"timestamp_millis({day + 3_000})")
+    ).collect())  # fmt: skip
+    assert spark_as_of == [(a, b), (b, chart)]
+    with psycopg.connect(reader_conninfo(port)) as conn:
+        assert sorted(conn.execute(f"SELECT {columns} FROM gold.lineage_graph").fetchall()) == in_spark
+        replica_as_of = conn.execute(
+            "SELECT upstream_urn, downstream_urn FROM gold.lineage_graph " + as_of.format(t="to_timestamp(%s / 1000.0)"),
+            (day + 3_000, day + 3_000),
+        ).fetchall()
+    assert sorted(replica_as_of) == spark_as_of
+
+
 def test_sqlalchemy_inspector_lists_schemas_tables_views_and_columns(replica):
     import sqlalchemy
 
