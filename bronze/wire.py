@@ -9,9 +9,7 @@ binary body; DataHub's Avro MetadataChangeLog carries each aspect as GenericAspe
 from __future__ import annotations
 
 import base64
-import io
 import json
-from collections.abc import Callable
 from typing import Any
 
 from conf.errors import InputError
@@ -53,27 +51,12 @@ def split_wire_format(value: bytes | None) -> tuple[int, bytes]:
     return int.from_bytes(value[1:WIRE_HEADER_BYTES], "big"), value[WIRE_HEADER_BYTES:]
 
 
-def avro_line(value: bytes | None, writer_schema: Callable[[int], Any]) -> str:
-    """The Avro MetadataChangeLog in `value` as one line of DataHub's JSON serialization.
-
-    Args:
-        value: the message value in the Confluent wire format.
-        writer_schema: gives the parsed writer schema of a registry id (raises InputError naming the id).
+def record_line(record: dict[str, Any]) -> str:
+    """An Avro-decoded MetadataChangeLog record as one line of DataHub's JSON serialization.
 
     Raises:
-        InputError: for a value that is not in the wire format, an unknown schema id, a body the schema
-            cannot decode, or aspect bytes that are not UTF-8 JSON text.
+        InputError: for aspect bytes that are not UTF-8 JSON text.
     """
-    import fastavro
-
-    schema_id, body = split_wire_format(value)
-    schema = writer_schema(schema_id)
-    try:
-        record = fastavro.schemaless_reader(io.BytesIO(body), schema)
-    except Exception as exc:  # noqa: BLE001 - fastavro raises many unrelated types for damaged bytes
-        raise InputError(f"value: cannot be decoded with schema id {schema_id} ({type(exc).__name__}: {exc})") from None
-    if not isinstance(record, dict):
-        raise InputError(f"value: schema id {schema_id} decodes to {type(record).__name__}, not a record")
     return json.dumps(to_json_form(record), ensure_ascii=False, separators=(",", ":"))
 
 

@@ -16,6 +16,10 @@ from conf.settings_sections import (
     BACKFILL_TLS_MODES,
     ENGINE_KINDS,
     KAFKA_FORMATS,
+    KAFKA_SASL_MECHANISMS,
+    KAFKA_SECRET_PROPERTIES,
+    KAFKA_SECURITY_PROTOCOLS,
+    KAFKA_START_AT,
     KAFKA_TOPIC_KINDS,
     LAYERS,
     LOG_FORMATS,
@@ -26,7 +30,9 @@ from conf.settings_sections import (
     AnomalySettings,
     BackfillSettings,
     BiSettings,
+    KafkaSecurity,
     KafkaSettings,
+    RegistryAuth,
     ServeSettings,
     Settings,
     SubscriptionSettings,
@@ -160,6 +166,8 @@ def _check_backfill(backfill: BackfillSettings, ok) -> list[str]:
         )
     if ok("ingest.backfill.port") and not 0 < backfill.port < 65536:
         problems.append(f"ingest.backfill.port: {backfill.port!r} must be between 1 and 65535")
+    if ok("ingest.backfill.handoff_margin_seconds") and backfill.handoff_margin_seconds < 0:
+        problems.append(f"ingest.backfill.handoff_margin_seconds: {backfill.handoff_margin_seconds!r} must be 0 or more")
     if ok("ingest.backfill.window_rows") and backfill.window_rows < 1:
         problems.append(f"ingest.backfill.window_rows: {backfill.window_rows!r} must be at least 1")
     if ok("ingest.backfill.table") and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", backfill.table):
@@ -194,6 +202,53 @@ def _check_kafka(kafka: KafkaSettings, ok) -> list[str]:
             problems.append(f"ingest.kafka.{name}: {getattr(kafka, name)!r} must be at least 1")
     if ok("ingest.kafka.timeout_seconds") and kafka.timeout_seconds <= 0:
         problems.append(f"ingest.kafka.timeout_seconds: {kafka.timeout_seconds!r} must be greater than 0")
+    if ok("ingest.kafka.start_at") and kafka.start_at not in KAFKA_START_AT:
+        problems.append(f"ingest.kafka.start_at: {kafka.start_at!r} is not one of {', '.join(KAFKA_START_AT)}")
+    if ok("ingest.kafka.client"):
+        for name in sorted(set(kafka.client) & set(KAFKA_SECRET_PROPERTIES)):
+            problems.append(
+                f"ingest.kafka.client.{name}: a secret is not a setting; give its file or variable in ingest.kafka.security"
+            )
+    if ok("ingest.kafka.security"):
+        problems.extend(_check_kafka_security(kafka.security))
+    if ok("ingest.kafka.registry_auth"):
+        problems.extend(_check_registry_auth(kafka.registry_auth))
+    return problems
+
+
+def _check_kafka_security(security: KafkaSecurity) -> list[str]:
+    key = "ingest.kafka.security"
+    if security.protocol not in KAFKA_SECURITY_PROTOCOLS:
+        return [f"{key}.protocol: {security.protocol!r} is not one of {', '.join(KAFKA_SECURITY_PROTOCOLS)}"]
+    problems = []
+    mechanism = security.sasl_mechanism
+    if security.uses_sasl and mechanism not in KAFKA_SASL_MECHANISMS:
+        problems.append(f"{key}.sasl_mechanism: {mechanism!r} is not one of {', '.join(KAFKA_SASL_MECHANISMS)}")
+    if not security.uses_sasl and mechanism is not None:
+        problems.append(f"{key}.sasl_mechanism: {mechanism!r} needs protocol sasl_plaintext or sasl_ssl, not {security.protocol!r}")
+    if security.uses_sasl and mechanism in KAFKA_SASL_MECHANISMS and not (security.username or "").strip():
+        who = "the OAuth client id" if mechanism == "OAUTHBEARER" else "the SASL user"
+        problems.append(f"{key}.username: {security.username!r}; {mechanism} needs {who}")
+    if mechanism == "OAUTHBEARER" and not (security.oauth_token_endpoint or "").startswith(("http://", "https://")):
+        problems.append(f"{key}.oauth_token_endpoint: {security.oauth_token_endpoint!r}; OAUTHBEARER needs the token endpoint's http(s) URL")
+    if bool(security.tls_cert_file) != bool(security.tls_key_file):
+        problems.append(f"{key}.tls_cert_file / tls_key_file: a client certificate needs its key, and a key its certificate")
+    for name in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
+        if getattr(security, name) and not security.uses_tls:
+            problems.append(f"{key}.{name}: {getattr(security, name)!r} needs protocol ssl or sasl_ssl, not {security.protocol!r}")
+    return problems
+
+
+def _check_registry_auth(auth: RegistryAuth) -> list[str]:
+    key = "ingest.kafka.registry_auth"
+    problems = []
+    token = auth.token_file or auth.token_env
+    if auth.username and token:
+        problems.append(f"{key}: username {auth.username!r} and a bearer token are both set; give one of the two")
+    if auth.token_file and auth.token_env:
+        problems.append(f"{key}.token_file / token_env: give one of the two")
+    if auth.password_file and not auth.username:
+        problems.append(f"{key}.password_file: {auth.password_file!r} needs a username")
     return problems
 
 

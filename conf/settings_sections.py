@@ -68,6 +68,13 @@ class RetentionSettings:
 
 
 KAFKA_FORMATS = ("json", "avro")
+# Where a partition bronze holds nothing of starts: its earliest message, or the group's committed offset.
+KAFKA_START_AT = ("earliest", "group_offsets")
+KAFKA_SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# librdkafka properties that hold secrets: they come from files or the environment, never from settings.
+KAFKA_SECRET_PROPERTIES = ("sasl.password", "sasl.oauthbearer.client.secret", "ssl.key.password", "ssl.key.pem",
+                           "ssl.keystore.password", "sasl.oauthbearer.config")  # fmt: skip
 # A topic's messages are MCL records or usage events; `none` leaves a (default) topic out.
 KAFKA_TOPIC_KINDS = ("mcl", "usage", "none")
 # DataHub's topics: aspect changes (versioned and timeseries) and usage events.
@@ -76,6 +83,45 @@ KAFKA_DEFAULT_TOPICS = {
     "MetadataChangeLog_Timeseries_v1": "mcl",
     "DataHubUsageEvent_v1": "usage",
 }
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How the consumer authenticates to the brokers and encrypts the connection (secrets: files or variables)."""
+
+    protocol: str = "plaintext"
+    sasl_mechanism: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    password_env: str = "LAKEHOUSE_KAFKA_PASSWORD"
+    oauth_token_endpoint: str | None = None
+    oauth_scope: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether the protocol authenticates with SASL."""
+        return self.protocol.startswith("sasl_")
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether the protocol encrypts with TLS."""
+        return self.protocol in ("ssl", "sasl_ssl")
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """How the Schema Registry client authenticates: basic auth or a bearer token, and the CA that signs its certificate."""
+
+    username: str | None = None
+    password_file: str | None = None
+    password_env: str = "LAKEHOUSE_SCHEMA_REGISTRY_PASSWORD"
+    token_file: str | None = None
+    token_env: str | None = None
+    logical_cluster: str | None = None
+    tls_ca_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +134,9 @@ class KafkaSettings:
     format: str = "json"
     schema_registry_url: str | None = None
     client: Mapping[str, str] = field(default_factory=dict)
+    start_at: str = "earliest"
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    registry_auth: RegistryAuth = field(default_factory=RegistryAuth)
     max_records: int = 100000
     max_bytes: int = 268435456
     timeout_seconds: float = 30.0
@@ -123,6 +172,8 @@ class BackfillSettings:
     tls_ca_file: str | None = None
     window_rows: int = 100000
     source_name: str | None = None
+    handoff_topics: tuple[str, ...] = ("MetadataChangeLog_Versioned_v1",)
+    handoff_margin_seconds: float = 300.0
 
     @property
     def provenance(self) -> str:

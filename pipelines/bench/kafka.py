@@ -62,8 +62,10 @@ def broker_binary(folder: Path) -> Path:
 
 
 @contextlib.contextmanager
-def loopback_broker(folder: Path, port: int | None = None) -> Iterator[str]:
+def loopback_broker(folder: Path, port: int | None = None, authentication: bool = False) -> Iterator[str]:
     """Run a Tansu broker (memory storage) on a loopback port (default a free one); yield its bootstrap address.
+
+    With `authentication`, the broker requires every client to log in with SASL (SCRAM).
 
     Raises:
         RuntimeError: when it does not accept connections within 30 s (its output is in `folder`).
@@ -72,7 +74,7 @@ def loopback_broker(folder: Path, port: int | None = None) -> Iterator[str]:
     port = port or free_port()
     address = f"tcp://127.0.0.1:{port}"
     command = [str(binary), "broker", "--listener-url", address, "--advertised-listener-url", address,
-               "--storage-engine", "memory://tansu/"]  # fmt: skip
+               "--storage-engine", "memory://tansu/", *(["--authentication"] if authentication else [])]  # fmt: skip
     with open(folder / "broker.log", "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -93,8 +95,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         future.result(timeout=30)
 
 
-def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes | None]]) -> int:
-    """Produce (key, value) messages to `topic`, waiting until the broker acknowledged all; return how many.
+def produce(bootstrap: str, topic: str, messages: Iterable[tuple]) -> int:
+    """Produce (key, value) or (key, value, timestamp ms) messages to `topic`, waiting until the broker
+    acknowledged all; return how many (a message without a timestamp gets the time it is produced).
 
     Raises:
         RuntimeError: when the broker refused a message.
@@ -109,10 +112,10 @@ def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, b
             failures.append(error.str())
 
     count = 0
-    for key, value in messages:
+    for key, value, *stamp in messages:
         while True:
             try:
-                producer.produce(topic, key=key, value=value, on_delivery=delivered)
+                producer.produce(topic, key=key, value=value, timestamp=stamp[0] if stamp else 0, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -17,13 +17,13 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from conf.errors import ConfigError, SourceUnavailable
 from conf.settings_sections import BackfillSettings
+from pipelines.runtime.secrets import read_secret
 
 # The columns read, in the form every reader returns them (`createdon_us`: µs since the epoch, UTC).
 COLUMNS = ("urn", "aspect", "version", "metadata", "systemmetadata", "createdon_us", "createdby")
@@ -37,16 +37,9 @@ def read_password(backfill: BackfillSettings, env: Mapping[str, str] = os.enviro
     Raises:
         ConfigError: naming the file or the variable when neither gives a password.
     """
-    if backfill.password_file:
-        path = Path(backfill.password_file).expanduser()
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ConfigError(f"ingest.backfill.password_file: {str(path)!r} cannot be read: {exc.strerror}") from None
-        if not lines or not lines[0]:
-            raise ConfigError(f"ingest.backfill.password_file: {str(path)!r} is empty")
-        return lines[0]
-    password = env.get(backfill.password_env)
+    password = read_secret(
+        "ingest.backfill.password_file", backfill.password_file, "ingest.backfill.password_env", backfill.password_env, env
+    )
     if not password:
         raise ConfigError(
             f"ingest.backfill: no password: set {backfill.password_env} or ingest.backfill.password_file"

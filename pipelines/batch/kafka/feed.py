@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from conf.settings import Settings
 from pipelines.batch.kafka.client import CONSUME_BATCH, Message, TopicPartition, open_consumer, topic_partitions
-from pipelines.batch.kafka.offsets import committed_offsets
+from pipelines.batch.kafka.offsets import committed_offsets, start_offsets
 from pipelines.batch.kafka.source import commit_hint
 
 # How often the topics are looked up again (a partition added to a topic is consumed from its start).
@@ -155,9 +155,7 @@ class KafkaFeed:
         new = [tp for tp in partitions if tp not in self.next_offset]
         if not new:
             return
-        resume = committed_offsets(spark, self.settings)
-        for tp in new:
-            self.next_offset[tp] = resume.get(tp, 0)
+        self.next_offset.update(start_offsets(self.consumer, self.kafka, new, committed_offsets(spark, self.settings)))
         self.consumer.incremental_assign([tp.to_client(self.next_offset[tp]) for tp in new])
         self.emit({"event": "kafka_assigned", "partitions": {tp.source: self.next_offset[tp] for tp in new}})
 

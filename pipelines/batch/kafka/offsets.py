@@ -9,7 +9,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
-from pipelines.batch.kafka.client import TopicPartition
+from conf.settings_sections import KafkaSettings
+from pipelines.batch.kafka.client import TopicPartition, unreachable
 from pipelines.batch.kafka.segments import OffsetRange
 from pipelines.batch.landing.model import KAFKA_OFFSETS_TABLE
 from pipelines.runtime.io import append, read_table
@@ -60,3 +61,32 @@ def write_offsets(
         "records bigint, landed_at timestamp",
     )
     append(offsets_df, settings, KAFKA_OFFSETS_TABLE)
+
+
+def start_offsets(
+    consumer, kafka: KafkaSettings, partitions: Iterable[TopicPartition], resume: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Where each partition is read from: bronze's offset; for a partition bronze holds nothing of, 0 (the
+    earliest message kept), or with `start_at: group_offsets` the consumer group's committed offset.
+
+    The group's offset is where a hand-off after a backfill (`lakehouse backfill --set-kafka-offsets`, or
+    the operator's own tools) set the group to start; it is read only when asked, as another home may
+    have committed to the same group. An offset retention removed starts at the earliest message kept.
+
+    Raises:
+        SourceUnavailable: when the broker does not answer within `timeout_seconds`.
+    """
+    from confluent_kafka import KafkaException
+
+    partitions = list(partitions)
+    starts = {tp: resume[tp] for tp in partitions if tp in resume}
+    unknown = [tp for tp in partitions if tp not in resume]
+    if kafka.start_at != "group_offsets" or not unknown:
+        return {**starts, **{tp: 0 for tp in unknown}}
+    try:
+        committed = consumer.committed([tp.to_client() for tp in unknown], timeout=kafka.timeout_seconds)
+    except KafkaException as exc:
+        raise unreachable(kafka, exc, consumer) from None
+    for entry in committed:
+        starts[TopicPartition(entry.topic, entry.partition)] = max(entry.offset, 0)
+    return starts

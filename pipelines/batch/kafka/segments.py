@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bronze.wire import avro_line, json_line, raw_text
+from bronze.wire import json_line, raw_text, record_line
 from conf.errors import InputError
 from conf.settings_sections import KafkaSettings
 from pipelines.batch.kafka.client import Message, TopicPartition
@@ -24,15 +24,16 @@ class OffsetRange(NamedTuple):
     records: int
 
 
-def message_decoder(kafka: KafkaSettings, writer_schema: Callable[[int], Any] | None) -> Callable[[str, bytes | None], str]:
+def message_decoder(kafka: KafkaSettings, avro_record: Callable[[bytes | None], dict] | None) -> Callable[[str, bytes | None], str]:
     """`decode(kind, value)`: one line of JSON text for landing, or InputError with the reason.
 
-    MCL topics are read in the configured format; usage events are JSON in every DataHub deployment.
+    MCL topics are read in the configured format (Avro records decoded by `avro_record`, a
+    `registry.AvroDecoder`); usage events are JSON in every DataHub deployment.
     """
 
     def decode(kind: str, value: bytes | None) -> str:
         if kind == "mcl" and kafka.format == "avro":
-            return avro_line(value, writer_schema)
+            return record_line(avro_record(value))
         return json_line(value)
 
     return decode

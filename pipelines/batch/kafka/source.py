@@ -25,8 +25,8 @@ from pipelines.batch.kafka.client import (
     topic_partitions,
     unreachable,
 )
-from pipelines.batch.kafka.offsets import committed_offsets, write_offsets
-from pipelines.batch.kafka.registry import SchemaRegistry
+from pipelines.batch.kafka.offsets import committed_offsets, start_offsets, write_offsets
+from pipelines.batch.kafka.registry import AvroDecoder
 from pipelines.batch.kafka.segments import OffsetRange, message_decoder, plan_segments
 from pipelines.batch.landing import LandingReport, ProgressCallback
 from pipelines.batch.landing.batch import land_plans
@@ -70,9 +70,9 @@ def land_kafka(
             log.warning("Kafka topics not on the broker, skipped: %s", ", ".join(missing))
         if not partitions:
             return []
-        resume = committed_offsets(spark, settings)
-        ends = end_offsets(consumer, kafka, {tp: resume.get(tp, 0) for tp in partitions})
-        behind = {tp: resume.get(tp, 0) for tp in partitions if resume.get(tp, 0) < ends[tp]}
+        starts = start_offsets(consumer, kafka, partitions, committed_offsets(spark, settings))
+        ends = end_offsets(consumer, kafka, starts)
+        behind = {tp: offset for tp, offset in starts.items() if offset < ends[tp]}
         if not behind:
             return []
         # Assigning again starts each partition over at bronze's offset (the look at the ends read ahead).
@@ -161,7 +161,7 @@ def consume_batch(
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > kafka.timeout_seconds:
             behind = ", ".join(sorted(tp.source for tp in draining))
-            raise unreachable(kafka, TimeoutError(f"no message arrived from {behind}"))
+            raise unreachable(kafka, TimeoutError(f"no message arrived from {behind}"), consumer)
         for record in received:
             tp = TopicPartition(record.topic(), record.partition())
             error = record.error()
@@ -190,7 +190,7 @@ def _finish(consumer, draining: set[TopicPartition], tp: TopicPartition) -> None
 
 
 
-def _registry(kafka: KafkaSettings) -> SchemaRegistry | None:
+def _registry(kafka: KafkaSettings) -> AvroDecoder | None:
     if kafka.format != "avro":
         return None
-    return SchemaRegistry(kafka.schema_registry_url or "", kafka.timeout_seconds)
+    return AvroDecoder(kafka)
