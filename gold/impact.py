@@ -12,6 +12,8 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from conf.errors import InputError
 
 DIRECTIONS = ("upstream", "downstream")
@@ -66,18 +68,40 @@ def check_direction(direction: str) -> str:
     return direction
 
 
+# valid_to of an edge still holding, in the index's arrays.
+_OPEN = np.iinfo(np.int64).max
+
+
 class EdgeIndex:
     """Lineage edge spans by their ends, so a walk reads only the edges of the entities it reaches.
 
     Build one per version of the edges and reuse it: a query then costs what its neighbourhood holds.
+    Entities are numbered; the edges are held as arrays (ends, validity) sorted by each end, so a walk
+    steps from a whole set of entities at once.
     """
 
     def __init__(self, edges: Iterable[Edge]):
         self._by_end: dict[str, dict[str, list[Edge]]] = {"upstream": {}, "downstream": {}}
+        self.ids: dict[str, int] = {}
+        ends: list[int] = []
+        valid: list[int] = []
         for edge in edges:
             # Walking upstream leaves an entity by the edges it is the downstream end of.
             self._by_end["upstream"].setdefault(edge.downstream_urn, []).append(edge)
             self._by_end["downstream"].setdefault(edge.upstream_urn, []).append(edge)
+            ends += (self.ids.setdefault(edge.upstream_urn, len(self.ids)), self.ids.setdefault(edge.downstream_urn, len(self.ids)))
+            valid += (edge.valid_from_time, _OPEN if edge.valid_to_time is None else edge.valid_to_time)
+        self.urns = list(self.ids)
+        pairs = np.array(ends, dtype=np.int64).reshape(-1, 2)
+        bounds = np.array(valid, dtype=np.int64).reshape(-1, 2)
+        self.valid_from, self.valid_to = bounds[:, 0], bounds[:, 1]
+        # Per direction: the edges sorted by the end a walk leaves from, where each entity's run starts,
+        # and the entity each edge leads to.
+        self._runs: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for direction, (leave, reach) in {"upstream": (1, 0), "downstream": (0, 1)}.items():
+            order = np.argsort(pairs[:, leave], kind="stable")
+            starts = np.searchsorted(pairs[order, leave], np.arange(len(self.urns) + 1))
+            self._runs[direction] = (order, starts, pairs[:, reach])
 
     def steps(self, node: str, direction: str) -> list[tuple[str, Edge]]:
         """The (next entity, edge) pairs leaving `node` in `direction`."""
@@ -85,6 +109,15 @@ class EdgeIndex:
         if direction == "upstream":
             return [(edge.upstream_urn, edge) for edge in edges]
         return [(edge.downstream_urn, edge) for edge in edges]
+
+    def leaving(self, nodes: np.ndarray, direction: str) -> tuple[np.ndarray, np.ndarray]:
+        """The edges (indices) leaving the entities `nodes` (ids) in `direction`, and the entity each leads to."""
+        order, starts, reach = self._runs[direction]
+        first, counts = starts[nodes], starts[nodes + 1] - starts[nodes]
+        total = int(counts.sum())
+        offsets = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(total)
+        edges = order[offsets]
+        return edges, reach[edges]
 
 
 @dataclass(frozen=True)
@@ -156,9 +189,10 @@ def impact(
 ) -> list[ImpactRow]:
     """The events of [start_ms, end_ms) on entities connected to `target` at each event's time.
 
-    The graph is walked once, each entity labelled with the spans of time in which it lies at each hop
-    (`_levels`); an event then reads its hop there, and its path is rebuilt backwards from it through
-    entities one hop nearer at the event's time.
+    The graph is walked once, each entity labelled with the hop at which it lies throughout the
+    window, or with the spans of time in which it lies at each hop (`_levels`); an event then reads its
+    hop there, and its path is rebuilt backwards from it through entities one hop nearer at the event's
+    time (shared by the events between the same changes of the walked edges).
 
     Args:
         target: the entity urn asked about.
@@ -182,24 +216,29 @@ def impact(
     if start_ms >= end_ms:
         raise InputError(f"start: {start_ms} must be before the end {end_ms}")
     index = edges if isinstance(edges, EdgeIndex) else EdgeIndex(edges)
-    levels = _levels(target, index, direction, depth, start_ms, end_ms)
+    in_window = [event for event in events if start_ms <= event.event_time < end_ms]
+    if target not in index.ids:
+        return sorted((ImpactRow(e, 0, (target,)) for e in in_window if e.entity_urn == target),
+                      key=lambda r: (r.event.event_time, r.event.event_id))  # fmt: skip
+    levels = _levels(index.ids[target], index, direction, depth, start_ms, end_ms)
     back = "downstream" if direction == "upstream" else "upstream"
+    known: dict[tuple[int, int, int], tuple[str, ...]] = {}
     rows = []
-    for event in events:
-        if not start_ms <= event.event_time < end_ms:
-            continue
-        hop = next((k for k, level in enumerate(levels) if _holds(level.get(event.entity_urn), event.event_time)), None)
+    for event in in_window:
+        node = index.ids.get(event.entity_urn)
+        hop = None if node is None else levels.hop_at(node, event.event_time)
         if hop is not None:
-            path = _smallest_path(event.entity_urn, hop, event.event_time, levels, index, back, {})
+            epoch = bisect.bisect_right(levels.cuts, event.event_time)
+            path = _smallest_path(node, hop, event.event_time, epoch, levels, index, back, known)
             rows.append(ImpactRow(event, hop, path))
     return sorted(rows, key=lambda r: (r.hop, r.event.event_time, r.event.event_id))
 
 
-# Spans of time: sorted, disjoint [start, end) pairs in epoch ms (end inf: still open).
-Spans = list[tuple[float, float]]
+# Spans of time: sorted, disjoint [start, end) pairs in epoch ms.
+Spans = list[tuple[int, int]]
 
 
-def _merged(spans: Iterable[tuple[float, float]]) -> Spans:
+def _merged(spans: Iterable[tuple[int, int]]) -> Spans:
     merged: Spans = []
     for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:
@@ -228,51 +267,120 @@ def _without(spans: Spans, removed: Spans) -> Spans:
 def _holds(spans: Spans | None, time_ms: int) -> bool:
     if not spans:
         return False
-    at = bisect.bisect_right(spans, (time_ms, float("inf"))) - 1
+    at = bisect.bisect_right(spans, (time_ms, _OPEN)) - 1
     return at >= 0 and spans[at][0] <= time_ms < spans[at][1]
 
 
-def _levels(target: str, index: EdgeIndex, direction: str, depth: int, start_ms: int, end_ms: int) -> list[dict[str, Spans]]:
-    """Per hop k, each entity with the spans of [start_ms, end_ms) in which its shortest path from `target` has k edges.
+@dataclass
+class _Levels:
+    """Where each entity lies from the target during the window (entity ids of an `EdgeIndex`).
+
+    `whole[e]` is the hop at which e lies throughout the window (-1: none); `partial[k]` maps the
+    entities lying k hops away for part of it to those spans. `cuts` are the times within the window
+    at which a walked edge starts or ends: between two, the graph the walk saw does not change.
+    """
+
+    whole: np.ndarray
+    partial: list[dict[int, Spans]]
+    cuts: list[int]
+
+    def holds(self, node: int, hop: int, time_ms: int) -> bool:
+        """True when entity `node` lies `hop` hops away at `time_ms`."""
+        return self.whole[node] == hop or (hop < len(self.partial) and _holds(self.partial[hop].get(node), time_ms))
+
+    def hop_at(self, node: int, time_ms: int) -> int | None:
+        """The hop at which entity `node` lies at `time_ms`, None when it is not within the depth then."""
+        if self.whole[node] >= 0:
+            return int(self.whole[node])
+        return next((k for k, level in enumerate(self.partial) if _holds(level.get(node), time_ms)), None)
+
+
+def _levels(target: int, index: EdgeIndex, direction: str, depth: int, start_ms: int, end_ms: int) -> _Levels:
+    """Per hop k, the entities whose shortest path from `target` has k edges, throughout the window or in spans of it.
 
     An entity is k + 1 hops away at t when an entity k hops away then has an edge to it valid then, and
-    it is not nearer: so each hop is built from the one before alone.
+    it is not nearer: so each hop is built from the one before alone. The entities reached throughout
+    the window by edges holding throughout it (nearly all, as edges change rarely) are stepped as arrays;
+    the others, with their spans, one by one.
     """
-    levels: list[dict[str, Spans]] = [{target: [(start_ms, end_ms)]}]
-    nearer: dict[str, Spans] = {target: [(start_ms, end_ms)]}
-    for _ in range(depth):
-        gained: dict[str, list[tuple[float, float]]] = {}
-        for node, spans in levels[-1].items():
-            for nxt, edge in index.steps(node, direction):
-                valid_to = float("inf") if edge.valid_to_time is None else edge.valid_to_time
-                for start, end in spans:
-                    low, high = max(start, edge.valid_from_time), min(end, valid_to)
-                    if low < high:
-                        gained.setdefault(nxt, []).append((low, high))
-        level: dict[str, Spans] = {}
+    window = (start_ms, end_ms)
+    whole = np.full(len(index.urns), -1, dtype=np.int8)
+    # Lies nearer throughout the window (no span left to gain), or nearer in part of it.
+    covered = np.zeros(len(index.urns), dtype=bool)
+    spanned = np.zeros(len(index.urns), dtype=bool)
+    nearer: dict[int, Spans] = {}
+    whole[target], covered[target] = 0, True
+    partial: list[dict[int, Spans]] = [{}]
+    frontier = np.array([target], dtype=np.int64)
+    cuts: set[int] = set()
+    for hop in range(1, depth + 1):
+        gained: dict[int, list[tuple[int, int]]] = {}
+        # From the entities lying there throughout the window, as arrays: an edge holding throughout
+        # makes a whole candidate; one holding in part of the window, a span.
+        edges, reached = index.leaving(frontier, direction)
+        valid_from, valid_to = index.valid_from[edges], index.valid_to[edges]
+        throughout = (valid_from <= start_ms) & (valid_to >= end_ms)
+        some = ~throughout & (valid_from < end_ms) & (valid_to > start_ms)
+        cuts.update(_inside(valid_from[some], valid_to[some], start_ms, end_ms))
+        candidates = np.unique(reached[throughout & ~covered[reached]])
+        for node in candidates[spanned[candidates]].tolist():
+            gained.setdefault(node, []).append(window)
+        fresh = candidates[~spanned[candidates]]
+        step = some & ~covered[reached]
+        for node, low, high in zip(reached[step].tolist(), np.maximum(valid_from[step], start_ms).tolist(),
+                                   np.minimum(valid_to[step], end_ms).tolist()):  # fmt: skip
+            gained.setdefault(node, []).append((low, high))
+        # From the entities lying there in spans, one by one.
+        for source, spans in partial[-1].items():
+            edges, reached = index.leaving(np.array([source], dtype=np.int64), direction)
+            valid_from, valid_to = index.valid_from[edges], index.valid_to[edges]
+            cuts.update(_inside(valid_from, valid_to, start_ms, end_ms))
+            for node, low, high in zip(reached.tolist(), valid_from.tolist(), valid_to.tolist()):
+                if covered[node]:
+                    continue
+                for span_start, span_end in spans:
+                    if max(low, span_start) < min(high, span_end):
+                        gained.setdefault(node, []).append((max(low, span_start), min(high, span_end)))
+        whole[fresh], covered[fresh] = hop, True
+        level: dict[int, Spans] = {}
         for node, parts in gained.items():
+            if covered[node]:
+                continue
             new = _without(_merged(parts), nearer.get(node, []))
             if new:
                 level[node] = new
                 nearer[node] = _merged([*nearer.get(node, []), *new])
-        if not level:
+                spanned[node] = True
+                covered[node] = nearer[node] == [window]
+        partial.append(level)
+        frontier = fresh
+        if not len(fresh) and not level:
             break
-        levels.append(level)
-    return levels
+    return _Levels(whole, partial, sorted(cuts))
+
+
+def _inside(valid_from: np.ndarray, valid_to: np.ndarray, start_ms: int, end_ms: int) -> list[int]:
+    """The times strictly inside [start_ms, end_ms) at which the given edges start or end."""
+    times = np.concatenate([valid_from, valid_to])
+    return times[(times > start_ms) & (times < end_ms)].tolist()
 
 
 def _smallest_path(
-    node: str, hop: int, time_ms: int, levels: list[dict[str, Spans]], index: EdgeIndex, back: str,
-    known: dict[tuple[str, int], tuple[str, ...]],
+    node: int, hop: int, time_ms: int, epoch: int, levels: _Levels, index: EdgeIndex, back: str,
+    known: dict[tuple[int, int, int], tuple[str, ...]],
 ) -> tuple[str, ...]:
-    """The smallest by urns of the shortest paths to `node` (`hop` edges) at `time_ms`, from the target."""
+    """The smallest by urns of the shortest paths to `node` (`hop` edges) at `time_ms`, from the target.
+
+    Memoized per (entity, hop, epoch): between two cuts every walked edge and level holds alike.
+    """
     if hop == 0:
-        return (node,)
-    if (node, hop) not in known:
+        return (index.urns[node],)
+    if (node, hop, epoch) not in known:
+        edges, previous = index.leaving(np.array([node], dtype=np.int64), back)
         paths = [
-            _smallest_path(previous, hop - 1, time_ms, levels, index, back, known)
-            for previous, edge in index.steps(node, back)
-            if edge.valid_at(time_ms) and _holds(levels[hop - 1].get(previous), time_ms)
+            _smallest_path(before, hop - 1, time_ms, epoch, levels, index, back, known)
+            for edge, before in zip(edges.tolist(), previous.tolist())
+            if index.valid_from[edge] <= time_ms < index.valid_to[edge] and levels.holds(before, hop - 1, time_ms)
         ]
-        known[node, hop] = (*min(paths), node)
-    return known[node, hop]
+        known[node, hop, epoch] = (*min(paths), index.urns[node])
+    return known[node, hop, epoch]
