@@ -57,6 +57,11 @@ def with_identities(settings: Settings, result: dict[str, Any]) -> dict[str, Any
     return {**result, "usageEvents": shown}
 
 
+def shown_to(settings: Settings, result: dict[str, Any], principal: Any) -> dict[str, Any]:
+    """A search response as a principal may see it: identities for one that sees sensitive fields, else pseudonyms."""
+    return with_identities(settings, result) if principal.sees_sensitive else result
+
+
 def read_identities(settings: Settings, pseudonyms: set[str]) -> dict[str, str]:
     """pseudonym -> identity (or the erased subject) read from ops.identities with delta-rs."""
     wanted = sorted(p for p in pseudonyms if p.startswith((PSEUDONYM_PREFIX, "ip-", "ua-")))

@@ -30,6 +30,7 @@ from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, build_index_files, encode_json, open_engine
 from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
+from pipelines.privacy.display import pseudonymous_body, shown_to
 from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.hardening import (
     authenticated_or_none,
@@ -219,9 +220,11 @@ def create_app(
         body = decode_json_body(raw, serve_settings.max_json_depth)
         params = {p["name"]: request.query_params.get(p["name"]) for p in _QUERY_PARAMETERS}
         signer = ScrollSigner(scroll_key, principal=principal.name)
+        # A person named in the filters is searched (and logged) by pseudonym when privacy.pseudonymise is on.
+        body = pseudonymous_body(settings, body)
         search_request = SearchRequest.parse(params, body, max_size=serve_settings.max_size, signer=signer)
         response = await run_in_threadpool(
-            lambda: encode_json(scoped_search(search_engine.search, search_request, principal))
+            lambda: encode_json(shown_to(settings, scoped_search(search_engine.search, search_request, principal), principal))
         )
         return Response(response, media_type="application/json")
 

@@ -107,3 +107,51 @@ def test_erasure_refuses_unknown_held_and_keyless_with_nothing_lost(home):
     # Nothing was erased: both people still read as themselves.
     assert {e["actorUrn"] for e in _search(home, ERASED)} == {ERASED}
     assert {e["actorUrn"] for e in _search(home, KEPT)} == {KEPT}
+
+
+def test_the_api_shows_identities_to_sensitive_readers_and_pseudonyms_to_others(home):
+    import signal
+    import subprocess
+    import time
+
+    import httpx
+
+    from pipelines.runtime.engine import free_loopback_port
+    from pipelines.serving.api import SEARCH_PATH
+    from pipelines.serving.tokens import create_token
+    from tests.conftest import make_settings
+    from tests.pipelines.cli.test_cli import LAKEHOUSE
+
+    lakehouse(home, "erase", "--actor", ERASED, "--reason", "GDPR request 2026-17")
+    settings = make_settings(home)
+    sensitive = {"Authorization": "Bearer " + create_token(settings, "urn:li:corpuser:auditor", ["audit-read-sensitive"])[0]}
+    plain = {"Authorization": "Bearer " + create_token(settings, "urn:li:corpuser:auditor", ["audit-read"])[0]}
+    port = free_loopback_port()
+    command = [LAKEHOUSE, "--home", str(home), *SETTINGS, "--set", "serve.workers=1", "serve", "--port", str(port)]
+    with open(home.parent / "serve.log", "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}{SEARCH_PATH}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, (home.parent / "serve.log").read_text()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+
+        def search(actor: str, headers: dict) -> list[dict]:
+            answer = httpx.post(url, params={"startTime": 0, "size": 500}, json={"actorUrns": [actor]}, headers=headers, timeout=60)
+            assert answer.status_code == 200, answer.text
+            return answer.json()["usageEvents"]
+
+        kept_shown, kept_plain = search(KEPT, sensitive), search(KEPT, plain)
+        assert kept_shown and {e["actorUrn"] for e in kept_shown} == {KEPT}
+        assert {e["actorUrn"] for e in kept_plain} == {kept_shown[0]["actorUrnPseudonym"]}
+        assert {e["actorUrn"] for e in search(ERASED, sensitive)} == {"erased subject"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    # The access log recorded the searches by pseudonym: the erased person is in no file still.
+    assert files_holding(home, [ERASED]) == []
