@@ -48,20 +48,9 @@ from pipelines.runtime.progress import (
     record_progress,
 )
 from pipelines.runtime.storage import Storage
-from silver.events import to_change_events
-from silver.events.common import with_schema_fields
-from silver.patching import is_patch, to_patched_aspects, to_rejected_patches, with_patches_applied
-from silver.state import (
-    ACCEPTED,
-    filter_replaced_by,
-    to_entity_status,
-    to_pairs,
-    to_pre_batch_state,
-    to_sequenced_batch,
-    to_skipped_snapshots,
-    to_state_rows,
-    with_entity_flag_rows,
-)
+from silver.patching import to_patched_aspects, to_rejected_patches
+from silver.refining import refine_batch as refine_silver_batch
+from silver.state import filter_replaced_by, to_pre_batch_state, with_entity_flag_rows
 
 STAGE = "refine"
 SOURCE_TABLE = "bronze.aspect_snapshots"
@@ -178,34 +167,17 @@ def stage_batch(spark: SparkSession, settings: Settings, batch_id: str) -> Stage
         state_df = read_table(spark, settings, STATE_TABLE)
     pre_state_df = to_pre_batch_state(state_df, batch_id, *replaced_snapshots(spark, settings, state_df, batch_id))
 
-    sequenced_df = _stage(
-        to_sequenced_batch(batch_df, pre_state_df, settings.engine.native_lag_ignore_nulls),
-        folder / "sequenced", *staging, partition_by="aspect_name",
-    )  # fmt: skip
-    # Only the generators of the batch's aspects run: a micro-batch often holds a few kinds of aspect.
-    # The same query tells whether any accepted version is a PATCH (rare: the fold runs only then).
-    aspects = (
-        sequenced_df.filter(F.col("disposition") == ACCEPTED)
-        .groupBy("aspect_name")
-        .agg(F.max(F.when(is_patch(F.col("change_type")), 1).otherwise(0)).alias("patches"))
-        .collect()
+    def stage(df: DataFrame, step: str) -> DataFrame:
+        # Sequenced rows by aspect name: each event generator reads only its own aspects' files.
+        return _stage(df, folder / step, *staging, partition_by="aspect_name" if step in ("sequenced", "patched") else None)
+
+    refined = refine_silver_batch(
+        batch_df, pre_state_df, settings.events.owner_category, settings.engine.native_lag_ignore_nulls, stage
     )
-    aspect_names = [r.aspect_name for r in aspects]
-    if any(r.patches for r in aspects):
-        sequenced_df = _stage(
-            with_patches_applied(sequenced_df), folder / "patched", *staging, partition_by="aspect_name"
-        )
-    pairs_df = to_pairs(sequenced_df)
-    schema_pairs_df = _stage(with_schema_fields(pairs_df), folder / "schema_fields", *staging)
-    events_df = _stage(
-        to_change_events(pairs_df, settings.events.owner_category, schema_pairs_df, aspect_names),
-        folder / "events",
-        *staging,
+    sequenced_df, events_df, skipped_df = refined.sequenced_df, refined.events_df, refined.skipped_df
+    state_df = _stage(
+        with_entity_flag_rows(refined.state_rows_df, pre_state_df, refined.status_df), folder / "state", *staging
     )
-    skipped_df = _stage(to_skipped_snapshots(sequenced_df), folder / "skipped", *staging)
-    status_df = _stage(to_entity_status(sequenced_df, pre_state_df), folder / "entity_status", *staging)
-    state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
-    state_df = _stage(with_entity_flag_rows(state_rows_df, pre_state_df, status_df), folder / "state", *staging)
 
     # One query for every count: a round trip to the engine each would cost more than the counting.
     summary = (

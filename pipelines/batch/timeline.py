@@ -22,9 +22,9 @@ from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table, write_scratch
 from pipelines.runtime.progress import committed_batches, finished_batches
 from pipelines.batch.refine import STAGE as REFINE_STAGE
-from silver.events import to_change_events
 from silver.patching import with_patches_applied
-from silver.state import to_empty_state, to_pairs, to_sequenced_batch
+from silver.refining import refine_batch
+from silver.state import to_empty_state, to_sequenced_batch
 
 EVENTS_TABLE = "silver.entity_change_events"
 SNAPSHOTS_TABLE = "bronze.aspect_snapshots"
@@ -143,18 +143,22 @@ def replay_window(
     # The batches refine has finished: silver holds nothing yet of a batch landed and not refined.
     refined = finished_batches(spark, settings, REFINE_STAGE)
     snapshots_df = read_table(spark, settings, SNAPSHOTS_TABLE).filter(F.col("batch_id").isin(refined))
-    sequenced_df = with_patches_applied(
-        to_sequenced_batch(snapshots_df, to_empty_state(snapshots_df), settings.engine.native_lag_ignore_nulls)
-    )
     storage = home_of(settings).storage
     folder = settings.home / "_scratch" / "replay" / uuid.uuid4().hex
+
+    def stage(df: DataFrame, step: str) -> DataFrame:
+        # The sequenced rows are computed once, by aspect name: every generator reads its own aspects'.
+        if step in ("sequenced", "patched"):
+            return write_scratch(df, folder / step, storage, partition_by="aspect_name")
+        return df
+
     try:
-        # Pairs and events are computed once each: every generator reads the pairs, the comparison
-        # reads the events three times.
-        pairs_df = to_pairs(sequenced_df)
-        pairs_df = write_scratch(pairs_df, folder / "pairs", storage, partition_by="aspect_name")
-        events_df = to_change_events(pairs_df, settings.events.owner_category)
-        window_df = _comparable(events_df, since_ms, until_ms)
+        refined = refine_batch(
+            snapshots_df, to_empty_state(snapshots_df), settings.events.owner_category,
+            settings.engine.native_lag_ignore_nulls, stage,
+        )  # fmt: skip
+        # The comparison reads the events three times: computed once.
+        window_df = _comparable(refined.events_df, since_ms, until_ms)
         recomputed_df = write_scratch(window_df, folder / "events", storage)
         stored_df = _comparable(read_table(spark, settings, EVENTS_TABLE), since_ms, until_ms)
         missing = _rows(recomputed_df.exceptAll(stored_df), limit)

@@ -471,19 +471,18 @@ def _event_ids(events_df: DataFrame) -> set[str]:
     return set(events_df.select("event_id").toArrow().column("event_id").to_pylist())
 
 
+def _staged(spark: SparkSession, df: DataFrame, path: Path) -> DataFrame:
+    """Write a step's rows to Parquet at `path` and read them back (the classic engine has no Delta scratch)."""
+    df.write.mode("overwrite").parquet(str(path))
+    return spark.read.parquet(str(path))
+
+
 def _run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from pipelines.runtime.engine import jvm_connect_server, open_session
-    from silver.events import to_change_events
-    from silver.state import (
-        to_entity_status,
-        to_next_state,
-        to_pairs,
-        to_pre_batch_state,
-        to_sequenced_batch,
-        to_state_rows,
-    )
+    from silver.refining import refine_batch
+    from silver.state import to_next_state, to_pre_batch_state
 
     base = load_settings("local", home=folder / "home", env={})
     out = folder / "classic"
@@ -506,15 +505,11 @@ def _run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False
                         state_df = spark.read.parquet(str(out / f"state-{index}"))
                         # Each batch runs once here, so no state row needs reverting (no snapshots).
                         pre_state_df = to_pre_batch_state(state_df, batch_id, batch_df.filter(F.lit(False)))
-                        to_sequenced_batch(batch_df, pre_state_df).write.mode("overwrite").parquet(str(stage / "sequenced"))
-                        sequenced_df = spark.read.parquet(str(stage / "sequenced"))
-                        to_pairs(sequenced_df).write.mode("overwrite").partitionBy("aspect_name").parquet(str(stage / "pairs"))
-                        events_df = to_change_events(spark.read.parquet(str(stage / "pairs")), base.events.owner_category)
-                        events_df.write.mode("overwrite").parquet(str(out / "events" / batch_id))
-                        status_df = to_entity_status(sequenced_df, pre_state_df)
-                        state_rows_df = to_state_rows(sequenced_df, status_df).withColumn("updated_at", F.current_timestamp())
-                        to_next_state(state_df, state_rows_df).write.mode("overwrite").parquet(str(out / f"state-{index + 1}"))
-                        counts = spark.read.parquet(str(out / "events" / batch_id)).count(), sequenced_df.count()
+                        refined = refine_batch(batch_df, pre_state_df, base.events.owner_category,
+                                               stage=lambda df, step: _staged(spark, df, stage / step))  # fmt: skip
+                        refined.events_df.write.mode("overwrite").parquet(str(out / "events" / batch_id))
+                        to_next_state(state_df, refined.state_rows_df).write.mode("overwrite").parquet(str(out / f"state-{index + 1}"))
+                        counts = spark.read.parquet(str(out / "events" / batch_id)).count(), refined.sequenced_df.count()
                     per_batch.append(
                         {"batch_id": batch_id, "versions": counts[1], "events": counts[0], "wall_s": one.wall_s, "cpu_s": one.cpu_s}
                     )

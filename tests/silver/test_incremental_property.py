@@ -14,16 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pyspark.sql import functions as F
 
 from conf.tables import table_spec
-from silver.events import to_change_events
-from silver.state import (
-    to_empty_state,
-    to_entity_status,
-    to_next_state,
-    to_pairs,
-    to_pre_batch_state,
-    to_sequenced_batch,
-    to_state_rows,
-)
+from silver.refining import refine_batch
+from silver.state import to_empty_state, to_next_state, to_pre_batch_state
 from tests.silver.bronze_rows import bronze_df, mcl, split_batches, to_bronze_rows
 
 URNS = ("urn:li:dataset:(urn:li:dataPlatform:hive,p1,PROD)", "urn:li:dataset:(urn:li:dataPlatform:hive,p2,PROD)")
@@ -107,11 +99,9 @@ def _refine(batch_df, state_df, batch_id, landed_df):
     `landed_df` holds the bronze rows of every batch so far: a reverted row's JSON is looked up there.
     """
     pre_state_df = to_pre_batch_state(state_df, batch_id, landed_df)
-    sequenced_df = _local(to_sequenced_batch(batch_df, pre_state_df))
-    events = [r.asDict(recursive=True) for r in to_change_events(_local(to_pairs(sequenced_df))).collect()]
-    state_rows_df = to_state_rows(sequenced_df, to_entity_status(sequenced_df, pre_state_df)).withColumn(
-        "updated_at", F.lit(None).cast("timestamp")
-    )
+    refined = refine_batch(batch_df, pre_state_df, "OWNER", stage=lambda df, _step: _local(df))
+    events = [r.asDict(recursive=True) for r in refined.events_df.collect()]
+    state_rows_df = refined.state_rows_df.withColumn("updated_at", F.lit(None).cast("timestamp"))
     return events, _local(state_rows_df.select(*table_spec("silver.aspect_state").column_names))
 
 
@@ -120,7 +110,7 @@ def _refine(batch_df, state_df, batch_id, landed_df):
 def test_batches_refine_to_the_events_of_one_batch_and_a_rerun_adds_nothing(spark, case):
     records, cuts, rerun_pick = case
     whole_df = bronze_df(spark, to_bronze_rows(records, "all"))
-    one_batch = to_change_events(_local(to_pairs(to_sequenced_batch(whole_df, to_empty_state(whole_df))))).collect()
+    one_batch = refine_batch(whole_df, to_empty_state(whole_df), "OWNER", stage=lambda df, _step: _local(df)).events_df.collect()
 
     state_df = spark.createDataFrame([], table_spec("silver.aspect_state").columns)
     batches = split_batches(records, cuts)
