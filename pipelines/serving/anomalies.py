@@ -19,9 +19,9 @@ from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from gold.serving_contract import BUCKET_MS
-from gold.auth import AUDIT_READ
 from conf.values import parse_time_ms
 from pipelines.serving.access_log import note_result
+from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.tokens import TokenVerifier
 
 ANOMALIES_PATH = "/api/v1/anomalies"

@@ -22,9 +22,9 @@ from starlette.exceptions import HTTPException
 from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
 from gold.serving_contract import EVENT_TYPES
-from gold.auth import AUDIT_READ
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
+from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.impact import impact_router
 from pipelines.serving.report import report_router
 from pipelines.serving.admission import Admission, OverloadedError

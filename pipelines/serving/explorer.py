@@ -26,13 +26,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
-from gold.auth import AUDIT_READ
 from gold.scopes import Principal
 from conf.values import parse_time_ms
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
 from pipelines.serving.as_of import read_aspects_as_of
 from conf.tables import table_location
+from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.explorer_data import CHANGES_TABLE, ActivityReader, ChangeQuery, read_entity_history, search_changes
 from pipelines.serving.scoped_reads import (
     ChangeEventScope, EntityDomains, OutOfScopeError, change_event_scope, visible_history,

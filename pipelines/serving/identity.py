@@ -19,9 +19,9 @@ from starlette.concurrency import run_in_threadpool
 
 from conf.errors import AuthError, ConfigError
 from conf.settings import Settings
-from gold.auth import TOKEN_PREFIX, bearer_token, principal_of
 from gold.scopes import SCOPE_KINDS, Principal, parse_scope, require_role, scope_of_roles, with_implied_roles
 from pipelines.serving.access_log import current_note
+from pipelines.serving.auth import TOKEN_PREFIX, bearer_token, principal_of
 from pipelines.serving.tokens import TokenVerifier
 
 # The most bytes of a JWKS document read from the identity provider.

@@ -24,11 +24,11 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
 from conf.values import parse_time_ms
-from gold.auth import AUDIT_READ
 from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, Edge, EdgeIndex, ImpactRow, LineageGraph, graph_at, impact
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import parse_window
+from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.explorer import check_parameters, entity_type_of, parse_urn
 from pipelines.serving.scoped_reads import ChangeEventScope, EntityDomains, OutOfScopeError, change_event_scope
 from pipelines.serving.tokens import TokenVerifier

@@ -25,7 +25,6 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import ENTITY_CHANGE_EVENTS, table_location
 from gold.audit_chain import GENESIS_DIGEST, next_link_position
-from gold.auth import AUDIT_READ
 from pipelines.audit_trail.arrow_chain import last_link
 from pipelines.audit_trail.chain_keys import CHAIN_TABLE
 from pipelines.audit_trail.report_format import (
@@ -33,6 +32,7 @@ from pipelines.audit_trail.report_format import (
 )  # fmt: skip
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import AccessNote, current_note, note_result
+from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.explorer_data import latest_dataset
 from pipelines.serving.scoped_reads import EntityDomains, change_event_scope
 from pipelines.serving.tokens import TokenVerifier

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from conf.errors import InputError
 from conf.settings import Settings
-from gold.auth import TokenRecord, bearer_token, issue_token, rotate_secret, upgraded, verify_token
 from gold.scopes import UNSCOPED, Scope
+from pipelines.serving.auth import TokenRecord, bearer_token, issue_token, rotate_secret, upgraded, verify_token
 
 _FILE_VERSION = 2
 # Last-used times are written at most this often (ms): often enough for a listing, never per request.
@@ -97,7 +97,7 @@ def create_token(
         scope: the audit rows it may see.
 
     Raises:
-        InputError: as `gold.auth.issue_token`, or for a lifetime that is not positive.
+        InputError: as `pipelines.serving.auth.issue_token`, or for a lifetime that is not positive.
     """
     if expires_in_ms is not None and expires_in_ms <= 0:
         raise InputError(f"--expires-in: {expires_in_ms} ms is not a positive lifetime")

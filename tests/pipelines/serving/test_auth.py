@@ -8,7 +8,7 @@ import secrets
 import pytest
 
 from conf.errors import AuthError, InputError
-from gold.auth import (
+from pipelines.serving.auth import (
     AUDIT_READ,
     LEGACY_ALGORITHM,
     TokenRecord,

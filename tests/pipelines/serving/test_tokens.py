@@ -10,8 +10,8 @@ import stat
 import pytest
 
 from conf.errors import AuthError, InputError
-from gold.auth import AUDIT_READ
 from gold.scopes import parse_scope
+from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.tokens import (
     TokenVerifier,
     create_token,
