@@ -1,25 +1,18 @@
-"""Webhook subscriptions: event filters as DataFrame predicates, payload formats, signatures, retry rules.
+"""Webhook subscriptions: event filters as DataFrame predicates, and the payloads' formats.
 
 Everything here is pure: DataFrame -> DataFrame filters over silver change events and gold OpenMetadata
-ChangeEvents, and plain functions that build request bodies and headers and classify answers. Reading
-tables, sending requests and keeping cursors belong to the pipelines.
+ChangeEvents, and plain functions that build request bodies. Reaching a target (its checks, signed
+requests, retries), reading tables and keeping cursors belong to `pipelines.subscriptions`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import ipaddress
 import json
-import random
 import re
-import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -43,11 +36,7 @@ CATEGORIES = (
 )
 OPERATIONS = ("ADD", "REMOVE", "MODIFY", "CREATE", "HARD_DELETE", "SOFT_DELETE", "REINSTATE")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-SIGNATURE_HEADER = "X-Lakehouse-Signature"
-TIMESTAMP_HEADER = "X-Lakehouse-Timestamp"
 ECE_EVENT_TYPE = "EntityChangeEvent_v1"
-# Statuses that mean "try again later" although they are 4xx: request timeout and rate limiting.
-RETRIED_CLIENT_STATUSES = (408, 429)
 
 
 @dataclass(frozen=True)
@@ -131,117 +120,6 @@ def check_filters(filters: EventFilters) -> EventFilters:
         except RequestError as exc:
             raise InputError(f"--om-filter: {exc}") from None
     return filters
-
-
-def check_url(url: str, allowed_hosts: Sequence[str] = (), allowed_networks: Sequence[str] = ()) -> str:
-    """Return a webhook URL when it is http(s) with a host, carries no credentials, and its host is allowed.
-
-    A host written as an address (in any notation: 127.0.0.1, 0x7f000001, 2130706433, [::1], ...) must
-    be a public one unless `allowed_networks` holds it; host names are checked once resolved
-    (`pipelines.subscriptions.targets`).
-
-    Args:
-        url: the target URL.
-        allowed_hosts: host names (or `*.domain` patterns) targets may use; empty allows any host.
-        allowed_networks: private, loopback or link-local networks (CIDR) targets may be in.
-
-    Raises:
-        InputError: naming the value and what is wrong with it.
-    """
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise InputError(f"--url: {url!r} is not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https"):
-        raise InputError(f"--url: {url!r} is not an http or https URL")
-    if not parts.hostname:
-        raise InputError(f"--url: {url!r} names no host")
-    if parts.username is not None or parts.password is not None:
-        raise InputError(f"--url: {_without_credentials(url)!r} carries credentials; use --secret-file to sign requests")
-    if port == 0:
-        raise InputError(f"--url: {url!r} has port 0")
-    if allowed_hosts and not host_allowed(parts.hostname, allowed_hosts):
-        raise InputError(
-            f"--url: host {parts.hostname!r} is not in subscriptions.allowed_hosts ({', '.join(allowed_hosts)})"
-        )
-    address = address_of(parts.hostname)
-    if address is not None:
-        check_address(parts.hostname, address, allowed_networks)
-    return url
-
-
-# NAT64 (RFC 6052): an IPv6 address carrying an IPv4 one in its last 32 bits.
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-# Never public whatever they carry: local-use NAT64 (RFC 8215) translates into the operator's own networks,
-# and an IPv4-compatible address (::a.b.c.d, deprecated by RFC 4291) may still reach the IPv4 one.
-_NOT_PUBLIC_V6 = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("::/96"))
-
-
-def address_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The address a URL host names when it is an address literal, in any notation the C resolver accepts.
-
-    `0x7f000001`, `2130706433`, `0177.0.0.1` and `127.1` all name 127.0.0.1 to inet_aton (and so to
-    the HTTP client); a host name gives None.
-    """
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        pass
-    try:
-        return ipaddress.IPv4Address(socket.inet_aton(host))
-    except (OSError, ValueError):
-        return None
-
-
-def is_public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Tell whether `address` is globally routable: not loopback, private, link-local (cloud metadata), reserved."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return is_public_address(address.ipv4_mapped)
-        if address in _NAT64:
-            return is_public_address(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        if any(address in network for network in _NOT_PUBLIC_V6):
-            return False
-        if address.sixtofour is not None:  # 6to4 (2002::/16): the IPv4 address in bits 16-48
-            return is_public_address(address.sixtofour)
-    return address.is_global and not address.is_multicast
-
-
-def check_address(
-    host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address, allowed_networks: Sequence[str]
-) -> None:
-    """Refuse a target address that is not public, unless one of `allowed_networks` holds it.
-
-    Raises:
-        InputError: naming the host, the address and the setting that would allow it.
-    """
-    if is_public_address(address):
-        return
-    plain = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
-    for network in allowed_networks:
-        if plain in ipaddress.ip_network(network, strict=False):
-            return
-    raise InputError(
-        f"--url: host {host!r} is the address {plain}, a loopback, private, link-local or reserved one; "
-        "add its network to subscriptions.allowed_networks to allow it"
-    )
-
-
-def _without_credentials(url: str) -> str:
-    return re.sub(r"//[^@/]*@", "//***@", url)
-
-
-def host_allowed(host: str, allowed_hosts: Sequence[str]) -> bool:
-    """Tell whether `host` matches an allow-list entry: the exact host, or a subdomain of `*.domain`."""
-    host = host.lower().rstrip(".")
-    for entry in allowed_hosts:
-        entry = entry.lower().rstrip(".")
-        if entry.startswith("*.") and host.endswith(entry[1:]):
-            return True
-        if host == entry:
-            return True
-    return False
 
 
 def to_event_filter_predicate(filters: EventFilters) -> Column:
@@ -374,69 +252,3 @@ def to_batch_body(payload_format: str, subscription: str, items: Sequence[str]) 
     if payload_format == "openmetadata":
         return ('{"data":[' + ",".join(items) + '],"subscription":' + name + "}").encode("utf-8")
     raise InputError(f"payload_format: {payload_format!r} is not ece or openmetadata")
-
-
-def signature(secret: bytes, timestamp: str, body: bytes) -> str:
-    """The X-Lakehouse-Signature value: `sha256=` + hex HMAC-SHA256 of `<timestamp>.<body>` under the secret."""
-    mac = hmac.new(secret, timestamp.encode("ascii") + b"." + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
-
-
-def signed_headers(secret: bytes | None, body: bytes, now_s: float) -> dict[str, str]:
-    """The timestamp and (with a secret) signature headers of one POST."""
-    timestamp = str(int(now_s))
-    headers = {TIMESTAMP_HEADER: timestamp}
-    if secret:
-        headers[SIGNATURE_HEADER] = signature(secret, timestamp, body)
-    return headers
-
-
-def classify_status(status: int) -> str:
-    """What to do after an HTTP answer: `delivered` (2xx), `retry` (5xx, 408, 429) or `dead` (other 4xx, 1xx/3xx)."""
-    if 200 <= status < 300:
-        return "delivered"
-    if status >= 500 or status in RETRIED_CLIENT_STATUSES:
-        return "retry"
-    return "dead"
-
-
-def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds a Retry-After header asks to wait (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(int(text))
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    now = now or datetime.now(timezone.utc)
-    return max(0.0, (when - now).total_seconds())
-
-
-def backoff_seconds(
-    attempt: int, initial: float, maximum: float, uniform: Callable[[float, float], float] = random.uniform
-) -> float:
-    """The wait before retry `attempt` (1-based): exponential, capped, with half of it jittered.
-
-    Args:
-        attempt: how many attempts have failed so far (>= 1).
-        initial: the wait after the first failure, before jitter.
-        maximum: the cap before jitter.
-        uniform: the random source (`random.uniform` by default).
-    """
-    if attempt < 1:
-        raise InputError(f"attempt: {attempt!r} must be at least 1")
-    ceiling = min(maximum, initial * (2 ** (attempt - 1)))
-    return ceiling / 2 + uniform(0.0, ceiling / 2)
-
-
-def excerpt(body: bytes | str | None, limit: int) -> str:
-    """The first `limit` characters of a response body as text (undecodable bytes replaced)."""
-    if body is None:
-        return ""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    return text if len(text) <= limit else text[:limit] + "…"

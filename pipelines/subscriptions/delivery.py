@@ -30,20 +30,12 @@ from pyspark.sql import SparkSession
 
 from conf.errors import LakehouseError
 from conf.settings import Settings
-from gold.subscriptions import (
-    backoff_seconds,
-    check_url,
-    classify_status,
-    excerpt,
-    retry_after_seconds,
-    signed_headers,
-    to_batch_body,
-    to_slack_body,
-)
+from gold.subscriptions import to_batch_body, to_slack_body
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.progress import StageResult
+from pipelines.subscriptions.posting import backoff_seconds, classify_status, excerpt, retry_after_seconds, signed_headers
 from pipelines.subscriptions.secrets import decrypt_secret
-from pipelines.subscriptions.targets import pinned_connection
+from pipelines.subscriptions.targets import check_url, pinned_connection
 from pipelines.subscriptions.store import (
     DeliveryItem,
     StreamBatch,

@@ -32,14 +32,13 @@ from gold.subscriptions import (
     check_filters,
     check_format,
     check_name,
-    check_url,
     filter_change_events,
     filter_openmetadata_events,
 )
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import append, insert_missing, merge, read_table, retry_commit
 from pipelines.runtime.maintenance import maintenance_for
-from pipelines.subscriptions.targets import check_target
+from pipelines.subscriptions.targets import check_target, check_url
 
 SUBSCRIPTIONS = "ops.subscriptions"
 CURSORS = "ops.subscription_cursors"

@@ -61,7 +61,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Add a subscription; it receives the events published from now on (or since --since)."""
         from gold.scopes import parse_scope
-        from gold.subscriptions import EventFilters, check_format, check_name, check_url
+        from gold.subscriptions import EventFilters, check_format, check_name
+        from pipelines.subscriptions.targets import check_url
         from pipelines.subscriptions.secrets import encrypt_secret, read_secret_file
         from pipelines.subscriptions.store import add_subscription
         from pipelines.subscriptions.targets import check_target

@@ -11,11 +11,11 @@ import pytest
 
 from conf.errors import InputError
 from conf.settings_sections import SubscriptionSettings
-from gold.subscriptions import EventFilters, check_url
+from gold.subscriptions import EventFilters
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.subscriptions.delivery import deliver_outcomes
 from pipelines.subscriptions.store import add_subscription
-from pipelines.subscriptions.targets import check_target, pinned_connection
+from pipelines.subscriptions.targets import check_target, check_url, pinned_connection
 from tests.conftest import make_settings, register_fresh_tables
 from tests.pipelines.audit_inputs import change_event, land_refined_batch
 from tests.pipelines.cli.test_cli import run_cli
