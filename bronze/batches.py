@@ -6,15 +6,10 @@ family's fields), numbered by `bronze.lines`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
-
-# A line's key in filter_out_lines: file_index above bit 40 (a trillion lines per file), the line below.
-_LINE_KEY_FACTOR = 1 << 40
-
 
 def filter_landable(staged_df: DataFrame) -> DataFrame:
     """Keep the records that passed validation (not blank, no reason)."""
@@ -55,35 +50,25 @@ def to_repeated_lines(landable_df: DataFrame) -> DataFrame:
     )
 
 
-def filter_out_lines(
-    landable_df: DataFrame, lines: Sequence[tuple[int, int, str]], *, shared_lines: bool = False
-) -> DataFrame:
-    """Drop the rows at the given (file_index, line_number, record_hash) (a literal set: no join of the wide rows).
+def filter_out_lines(landable_df: DataFrame, lines_df: DataFrame, *, shared_lines: bool = False) -> DataFrame:
+    """Drop the rows at the (file_index, line_number, record_hash) of `lines_df` (an anti-join with a few rows).
 
     A row without a line number is kept: nothing names it.
 
     Args:
         landable_df: the batch's landable rows.
-        lines: the rows to drop.
+        lines_df: the rows to drop (`to_repeated_lines`, staged: a small table the wide rows are joined with).
         shared_lines: whether several records can share a line (the aspects of one MCE, from file-sink
-            or mce files): then the hash tells them apart, at the cost of a text key per row (0.8 s on
-            100k rows with repeats); otherwise the line alone names the row.
+            or mce files): then the hash tells them apart; otherwise the line alone names the row.
     """
-    if not lines:
-        return landable_df
-    line_key = F.col("file_index").cast("bigint") * F.lit(_LINE_KEY_FACTOR) + F.col("line_number")
-    keys = [int(f) * _LINE_KEY_FACTOR + int(n) for f, n, _ in lines]
-    listed = line_key.isin(keys)
-    if shared_lines:
-        record_key = F.concat(line_key.cast("string"), F.lit(":"), F.col("record_hash"))
-        listed = record_key.isin([f"{k}:{h}" for k, (_, _, h) in zip(keys, lines)])
-    return landable_df.filter(~F.coalesce(listed, F.lit(False)))
+    keys = ["file_index", "line_number", *(["record_hash"] if shared_lines else [])]
+    return landable_df.join(F.broadcast(lines_df.select(*keys).distinct()), keys, "left_anti")
 
 
 def drop_batch_duplicates(landable_df: DataFrame) -> DataFrame:
     """Keep the first occurrence (by file, then line) of each record hash within the batch.
 
-    A sort of every row: for batches whose repeats are too many to pass as `filter_out_lines`' literals.
+    A sort of every row: for batches whose repeated rows are not all numbered (`filter_out_lines` cannot name them).
     """
     return (
         landable_df.withColumn("_occurrence", F.row_number().over(_by_occurrence()))

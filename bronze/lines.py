@@ -22,7 +22,6 @@ from pyspark.sql import functions as F
 LINE_COLUMNS = ("file_index", "source_file", "mid", "line_crc", "line_bytes", "line_number", "value")
 
 _PARTITION_BITS = 33  # monotonically_increasing_id(): partition index above bit 33, row below
-_FILE_KEY_FACTOR = 1 << 31
 
 
 def to_lines(text_df: DataFrame, file_index: int, source_file: str) -> DataFrame:
@@ -200,48 +199,51 @@ def _is_line(stored: bytes, length: int, crc: int) -> bool:
     return len(stored) >= length and zlib.crc32(stored[:length]) == crc and stored[length:] in (b"\n", b"")
 
 
-def line_offsets(ordered: Mapping[int, Sequence[tuple[int, int]]]) -> dict[int, int]:
-    """Return, per (file, read partition) key, how many lines of the file come before that partition.
+# The columns of a batch's partition offsets (what `line_offsets` lists and `with_line_numbers` joins).
+OFFSET_COLUMNS = "file_index int, partition bigint, lines_before bigint"
+
+
+def line_offsets(ordered: Mapping[int, Sequence[tuple[int, int]]]) -> list[tuple[int, int, int]]:
+    """Return, per file and read partition, how many lines of the file come before that partition.
 
     Args:
         ordered: file_index -> [(partition, rows), ...] in FILE order (see `order_partitions`).
 
     Returns:
-        `file_index * 2**31 + partition` -> lines before it (what `with_line_numbers` looks up).
+        (file_index, partition, lines before it) rows, of OFFSET_COLUMNS.
     """
-    offsets: dict[int, int] = {}
+    offsets: list[tuple[int, int, int]] = []
     for file_index, parts in ordered.items():
         seen = 0
         for partition, rows in parts:
-            offsets[int(file_index) * _FILE_KEY_FACTOR + int(partition)] = seen
+            offsets.append((int(file_index), int(partition), seen))
             seen += int(rows)
     return offsets
 
 
-def with_line_numbers(staged_df: DataFrame, offsets: Mapping[int, int]) -> DataFrame:
+def with_line_numbers(staged_df: DataFrame, offsets_df: DataFrame | None) -> DataFrame:
     """Fill `line_number` of text-read rows from their row id and the partition offsets (1-based).
 
+    The offsets come as a table joined to the rows, not as literals: a plan that carried one literal per
+    file and partition grew with the batch (docs/scaling.md: plans that do not grow with the data).
     Rows that already carry a line number (converted input) keep it.
+
+    Args:
+        staged_df: staged rows with `file_index`, `mid` and `line_number`.
+        offsets_df: rows of OFFSET_COLUMNS (`line_offsets`); None when no row was read as text.
     """
-    if not offsets:
+    if offsets_df is None:
         return staged_df.withColumn("line_number", F.col("line_number"))
     partition = F.shiftright(F.col("mid"), _PARTITION_BITS)
-    key = F.col("file_index").cast("bigint") * F.lit(_FILE_KEY_FACTOR) + partition
-    within = F.col("mid") - F.shiftleft(partition, _PARTITION_BITS)
-    computed = _looked_up(key, sorted(offsets.items())) + within + F.lit(1)
-    return staged_df.withColumn(
-        "line_number", F.when(F.col("line_number").isNull(), computed.cast("bigint")).otherwise(F.col("line_number"))
+    keyed_df = staged_df.withColumn("_partition", F.when(F.col("line_number").isNull(), partition))
+    joined_df = keyed_df.join(
+        F.broadcast(offsets_df.select(
+            F.col("file_index").alias("_offset_file"), F.col("partition").alias("_offset_partition"), "lines_before"
+        )),  # fmt: skip
+        (F.col("file_index") == F.col("_offset_file")) & (F.col("_partition") == F.col("_offset_partition")),
+        "left",
     )
-
-
-def _looked_up(key: Column, pairs: Sequence[tuple[int, int | str]]) -> Column:
-    """The value paired with `key` in `pairs` (sorted by key), as a balanced tree of comparisons.
-
-    A literal map's lookup cost 0.9 s per 1M rows; this costs log2(len(pairs)) comparisons per row.
-    """
-    if len(pairs) == 1:
-        return F.when(key == F.lit(pairs[0][0]), F.lit(pairs[0][1]))
-    middle = len(pairs) // 2
-    return F.when(key < F.lit(pairs[middle][0]), _looked_up(key, pairs[:middle])).otherwise(
-        _looked_up(key, pairs[middle:])
-    )
+    within = F.col("mid") - F.shiftleft(F.col("_partition"), _PARTITION_BITS)
+    computed = (F.col("lines_before") + within + F.lit(1)).cast("bigint")
+    numbered = F.when(F.col("line_number").isNull(), computed).otherwise(F.col("line_number"))
+    return joined_df.withColumn("line_number", numbered).select(*staged_df.columns)

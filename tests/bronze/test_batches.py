@@ -32,17 +32,18 @@ def test_duplicates_keep_the_first_occurrence_and_landed_ones_are_dropped(pure_s
     assert first == {(0, 4, "h1"), (0, 2, "h2"), (1, 1, "h3")}
     repeated = sorted((r.file_index, r.line_number, r.record_hash) for r in to_repeated_lines(landable_df).collect())
     assert repeated == [(0, 9, "h1"), (1, 5, "h1")]
-    listed = {(r.file_index, r.line_number, r.record_hash) for r in filter_out_lines(landable_df, repeated).collect()}
+    repeated_df = to_repeated_lines(landable_df)
+    listed = {(r.file_index, r.line_number, r.record_hash) for r in filter_out_lines(landable_df, repeated_df).collect()}
     assert listed == first
-    assert filter_out_lines(landable_df, []).count() == 5
+    assert filter_out_lines(landable_df, repeated_df.limit(0)).count() == 5
     unnumbered_df = pure_spark.createDataFrame([(0, None, "h4")], "file_index int, line_number bigint, record_hash string")
-    assert filter_out_lines(landable_df.unionByName(unnumbered_df), repeated).count() == 4
+    assert filter_out_lines(landable_df.unionByName(unnumbered_df), repeated_df).count() == 4
     # Two records of one line (the aspects of one MCE): only the repeated one goes.
     sibling_df = pure_spark.createDataFrame([(0, 9, "h5")], "file_index int, line_number bigint, record_hash string")
-    kept_df = filter_out_lines(landable_df.unionByName(sibling_df), repeated, shared_lines=True)
+    kept_df = filter_out_lines(landable_df.unionByName(sibling_df), repeated_df, shared_lines=True)
     assert {r.record_hash for r in kept_df.collect()} == {"h1", "h2", "h3", "h5"} and kept_df.count() == 4
     # Without shared lines the line alone names a row (the sibling goes too: no file shares lines then).
-    assert filter_out_lines(landable_df.unionByName(sibling_df), repeated).count() == 3
+    assert filter_out_lines(landable_df.unionByName(sibling_df), repeated_df).count() == 3
     landed_df = pure_spark.createDataFrame([("h2", 1), ("h9", 2)], "record_hash string, other int")
     left = sorted(r.record_hash for r in drop_landed_duplicates(landable_df, landed_df).collect())
     assert left == ["h1", "h1", "h1", "h3"]

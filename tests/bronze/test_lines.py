@@ -10,6 +10,7 @@ import pytest
 
 from bronze.lines import (
     LINE_COLUMNS,
+    OFFSET_COLUMNS,
     ReadPartition,
     bound_reads,
     line_offsets,
@@ -54,7 +55,8 @@ def test_line_numbers_of_a_text_read_follow_the_file(pure_spark, tmp_path: Path)
     stored = path.read_bytes()
     order = order_partitions(parts, byte_reader(stored), len(stored))
     rows = {p.partition: p.rows for p in parts}
-    numbered_df = with_line_numbers(staged_df, line_offsets({3: [(p, rows[p]) for p in order]}))
+    offsets_df = pure_spark.createDataFrame(line_offsets({3: [(p, rows[p]) for p in order]}), OFFSET_COLUMNS)
+    numbered_df = with_line_numbers(staged_df, offsets_df)
     got = {r.line_number: (r.blank, r.timestamp) for r in numbered_df.select("line_number", "blank", "timestamp").collect()}
     expected = {n: (not text.strip(), json.loads(text)["timestamp"] if text.strip() else None) for n, text in enumerate(lines, 1)}
     assert got == expected
@@ -112,11 +114,11 @@ def test_order_partitions_puts_partitions_in_file_order_from_the_bytes_at_their_
 
 def test_line_offsets_count_the_lines_before_each_partition():
     offsets = line_offsets({0: [(1, 5), (0, 3), (3, 2)], 2: [(0, 4)]})
-    assert offsets == {1: 0, 0: 5, 3: 8, 2 * 2**31: 0}
+    assert sorted(offsets) == [(0, 0, 5), (0, 1, 0), (0, 3, 8), (2, 0, 0)]
 
 
 def test_line_numbers_are_found_among_many_files_and_partitions(pure_spark):
-    # 7 files of 3 partitions each: 21 offsets, so every branch of the lookup is taken.
+    # 7 files of 3 partitions each, in file order 2, 0, 1; partition 3 of file 0 has no offset (no number).
     sizes = {(f, p): 10 + 7 * f + p for f in (0, 2, 3, 5, 8, 9, 13) for p in range(3)}
     ordered = {f: [(p, sizes[(f, p)]) for p in (2, 0, 1)] for f in {f for f, _ in sizes}}
     rows, expected = [], {}
@@ -128,8 +130,12 @@ def test_line_numbers_are_found_among_many_files_and_partitions(pure_spark):
             expected[(f, mid)] = before + within + 1
     rows.append((5, 7, 1234))  # converted input keeps its own number
     expected[(5, 7)] = 1234
+    rows.append((0, (3 << 33) + 4, None))
+    expected[(0, (3 << 33) + 4)] = None
     staged_df = pure_spark.createDataFrame(rows, "file_index int, mid bigint, line_number bigint")
-    numbered = with_line_numbers(staged_df, line_offsets(ordered)).collect()
+    offsets_df = pure_spark.createDataFrame(line_offsets(ordered), OFFSET_COLUMNS)
+    numbered = with_line_numbers(staged_df, offsets_df).collect()
+    assert len(numbered) == len(rows)
     assert {(r.file_index, r.mid): r.line_number for r in numbered} == expected
 
 
@@ -138,7 +144,7 @@ def test_numbered_lines_keep_the_reader_line_numbers(pure_spark):
     staged_df = parse_snapshot_lines(
         to_numbered_lines(text_df, 1, "sink.json"), "file-sink", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT
     )
-    rows = {r.line_number: r for r in with_line_numbers(staged_df, {}).collect()}
+    rows = {r.line_number: r for r in with_line_numbers(staged_df, None).collect()}
     assert set(rows) == {17, 40}
     assert rows[17].reason is None and rows[17].source_file == "sink.json" and rows[17].file_index == 1
     assert rows[40].reason == "record: '[1]' is not a JSON object" and rows[40].raw_text == "[1]"

@@ -122,7 +122,7 @@ def land_plans(
             _report(progress, plan.source, plan.index + 1, total)
         _report(progress, f"commit batch {batch_id}", len(plans), total)
         commit_hook = (lambda: before_commit(batch_id, landed_at)) if before_commit is not None else None
-        results = write_batch(spark, settings, plans, batch_id, landed_at, commit_hook)
+        results = write_batch(spark, settings, plans, batch_id, landed_at, scratch, commit_hook)
         # Committed: the next landing has nothing of this one to discard. On any failure the marker stays.
         storage.delete(marker)
         _report(progress, f"commit batch {batch_id}", total, total)

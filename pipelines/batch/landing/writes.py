@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,7 +24,7 @@ from bronze.batches import (
     with_batch,
 )
 from bronze.formats import FILE_SINK, MCE
-from bronze.lines import line_offsets, with_line_numbers
+from bronze.lines import OFFSET_COLUMNS, line_offsets, with_line_numbers
 from conf.errors import LakehouseError
 from conf.locations import Location
 from conf.settings import Settings
@@ -44,15 +46,11 @@ from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import append, read_table, retry_commit, sql_string
 from pipelines.runtime.progress import committed_batches
-from pipelines.runtime.storage import StoredFile
+from pipelines.runtime.storage import StoredFile, storage_for
 
 # The time column the anti-join against landed rows is restricted by: a duplicate has the same time,
 # so only rows (and, with Delta file statistics, only files) in the batch's time range are read.
 _TIME_COLUMN = {SNAPSHOTS_TABLE: "created_time", USAGE_TABLE: "timestamp"}
-# A batch's repeated records are dropped by listing their lines in the query, up to this many: planning
-# 20,000 literals takes 0.4 s, 100,000 take 2.1 s. Beyond (a file landed twice in one batch), a sort of
-# the batch's rows drops them instead.
-MAX_LISTED_REPEATS = 20_000
 
 
 def write_batch(
@@ -61,6 +59,7 @@ def write_batch(
     plans: list[FilePlan],
     batch_id: str,
     landed_at: datetime,
+    scratch: Location,
     before_commit: Callable[[], None] | None = None,
 ) -> list[FileResult]:
     """Write the staged batch: landable rows, quarantined records, then the ledger rows that commit it.
@@ -71,6 +70,7 @@ def write_batch(
         plans: every file's plan, staged.
         batch_id: the batch id the rows are written with.
         landed_at: the landing time the rows are written with.
+        scratch: the batch's scratch folder (its partition offsets and repeated lines are staged there).
         before_commit: writes of the batch's own bookkeeping (a DATA_TABLES table, e.g. the Kafka
             offsets), run after the data and before the ledger rows.
 
@@ -85,7 +85,7 @@ def write_batch(
         plan.sha256()
     if not landing:
         return [_result(p, 0) for p in plans]
-    offsets = line_offsets({p.index: p.partitions for p in landing if p.partitions})
+    offsets_df = _staged_offsets(spark, scratch, line_offsets({p.index: p.partitions for p in landing if p.partitions}))
     quarantined: list[DataFrame] = []
     for table_key, _ in FAMILIES:
         family = [p for p in landing if p.family == table_key and p.staged is not None and has_staged_files(p.staged)]
@@ -93,10 +93,11 @@ def write_batch(
             continue
         # Small files staged together share one folder.
         folders = sorted({str(p.staged) for p in family})
-        staged_df = with_line_numbers(spark.read.schema(family[0].schema).parquet(*folders), offsets)
+        staged_df = with_line_numbers(spark.read.schema(family[0].schema).parquet(*folders), offsets_df)
         if any(p.records_read > p.records_quarantined for p in family):
             shared_lines = any(p.kind in (FILE_SINK, MCE) for p in family)
-            _append_landable(spark, settings, table_key, filter_landable(staged_df), batch_id, landed_at, shared_lines)
+            repeats = scratch / "repeats" / table_key
+            _append_landable(spark, settings, table_key, filter_landable(staged_df), batch_id, landed_at, shared_lines, repeats)
         if any(p.records_quarantined > len(p.rejected) for p in family):
             quarantined.append(to_quarantine_rows(filter_quarantined(staged_df), batch_id, landed_at))
     rejected = [(r[1], p.source, r[0], p.kind, r[2]) for p in landing for r in p.rejected]
@@ -135,27 +136,47 @@ def _append_landable(
     batch_id: str,
     landed_at: datetime,
     shared_lines: bool,
+    repeats: Location,
 ) -> None:
     """Append the landable rows that are not duplicates (of each other, or of landed rows).
 
     `shared_lines`: some of the rows come from files whose records can share a line (file-sink, mce).
+    `repeats`: a scratch folder the batch's repeated lines are staged in.
     """
-    # Most batches have no repeated record, so look first. Then the repeats are listed from the narrow
-    # key columns and filtered out by value: a window over the wide rows sorted all of them, which
-    # cost 4-5 s of a 1M-record landing.
+    # Most batches have no repeated record, so look first. Then the repeats' narrow key columns are
+    # staged by the engine and the wide rows anti-joined with them: a window over the wide rows sorted
+    # all of them (4-5 s of a 1M-record landing), and listing them in the query grew the plan with them.
     if to_duplicate_hashes(landable_df).limit(1).count():
-        repeated = to_repeated_lines(landable_df).limit(MAX_LISTED_REPEATS + 1).collect()
-        listed = [(r.file_index, r.line_number, r.record_hash) for r in repeated if r.line_number is not None]
-        # Every line is numbered by now; should one not be, the sort still drops its copies.
-        if len(repeated) <= MAX_LISTED_REPEATS and len(listed) == len(repeated):
-            landable_df = filter_out_lines(landable_df, listed, shared_lines=shared_lines)
+        to_repeated_lines(landable_df).write.mode("overwrite").parquet(str(repeats))
+        repeated_df = spark.read.parquet(str(repeats))
+        if repeated_df.filter(F.col("line_number").isNull()).limit(1).count():
+            landable_df = drop_batch_duplicates(landable_df)  # should a line not be numbered, the sort drops its copies
         else:
-            landable_df = drop_batch_duplicates(landable_df)
+            landable_df = filter_out_lines(landable_df, repeated_df, shared_lines=shared_lines)
     time_column = _TIME_COLUMN[table_key]
     low, high = landable_df.agg(F.min(time_column), F.max(time_column)).first()
     landed_hashes_df = read_table(spark, settings, table_key).filter(F.col(time_column).between(low, high))
     new_df = drop_landed_duplicates(landable_df, landed_hashes_df)
     append(with_batch(new_df, batch_id, landed_at), settings, table_key)
+
+
+def _staged_offsets(spark: SparkSession, scratch: Location, offsets: list[tuple[int, int, int]]) -> DataFrame | None:
+    """The partition offsets written to the scratch folder as Parquet and read back; None when there are none.
+
+    Written from here, not sent in a plan: the engine reads the file, so the plans of a batch of many
+    files stay the size of a batch of one.
+    """
+    if not offsets:
+        return None
+    table = pa.Table.from_pylist(
+        [dict(zip(("file_index", "partition", "lines_before"), row)) for row in offsets],
+        schema=pa.schema([("file_index", pa.int32()), ("partition", pa.int64()), ("lines_before", pa.int64())]),
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    location = scratch / "offsets" / "offsets.parquet"
+    storage_for(location).write_bytes(location, sink.getvalue().to_pybytes())
+    return spark.read.schema(OFFSET_COLUMNS).parquet(str(location.parent))
 
 
 def _landed_counts(spark: SparkSession, settings: Settings, batch_id: str) -> dict[str, int]:
