@@ -110,6 +110,11 @@ class EdgeIndex:
             return [(edge.upstream_urn, edge) for edge in edges]
         return [(edge.downstream_urn, edge) for edge in edges]
 
+    def run_lengths(self, nodes: np.ndarray, direction: str) -> np.ndarray:
+        """How many edges leave each of the entities `nodes` (ids) in `direction`."""
+        starts = self._runs[direction][1]
+        return starts[nodes + 1] - starts[nodes]
+
     def leaving(self, nodes: np.ndarray, direction: str) -> tuple[np.ndarray, np.ndarray]:
         """The edges (indices) leaving the entities `nodes` (ids) in `direction`, and the entity each leads to."""
         order, starts, reach = self._runs[direction]
@@ -330,17 +335,20 @@ def _levels(target: int, index: EdgeIndex, direction: str, depth: int, start_ms:
         for node, low, high in zip(reached[step].tolist(), np.maximum(valid_from[step], start_ms).tolist(),
                                    np.minimum(valid_to[step], end_ms).tolist()):  # fmt: skip
             gained.setdefault(node, []).append((low, high))
-        # From the entities lying there in spans, one by one.
-        for source, spans in partial[-1].items():
-            edges, reached = index.leaving(np.array([source], dtype=np.int64), direction)
+        # From the entities lying there in spans: each span steps along its entity's edges.
+        if partial[-1]:
+            sources, span_starts, span_ends = (np.array(column, dtype=np.int64) for column in zip(*(
+                (source, span_start, span_end) for source, spans in partial[-1].items() for span_start, span_end in spans
+            )))  # fmt: skip
+            edges, reached = index.leaving(sources, direction)
+            runs = index.run_lengths(sources, direction)
             valid_from, valid_to = index.valid_from[edges], index.valid_to[edges]
             cuts.update(_inside(valid_from, valid_to, start_ms, end_ms))
-            for node, low, high in zip(reached.tolist(), valid_from.tolist(), valid_to.tolist()):
-                if covered[node]:
-                    continue
-                for span_start, span_end in spans:
-                    if max(low, span_start) < min(high, span_end):
-                        gained.setdefault(node, []).append((max(low, span_start), min(high, span_end)))
+            low = np.maximum(valid_from, np.repeat(span_starts, runs))
+            high = np.minimum(valid_to, np.repeat(span_ends, runs))
+            step = (low < high) & ~covered[reached]
+            for node, span_start, span_end in zip(reached[step].tolist(), low[step].tolist(), high[step].tolist()):
+                gained.setdefault(node, []).append((span_start, span_end))
         whole[fresh], covered[fresh] = hop, True
         level: dict[int, Spans] = {}
         for node, parts in gained.items():

@@ -47,7 +47,7 @@ def register(bench_app: typer.Typer) -> None:
         console.print(
             f"{result['edges']} edge spans over {entities} entities: query p95 {result['query_s']['p95']} s "
             f"(index {result['index_s']} s), micro-batch of {batch_changes} changes published in "
-            f"{result['publish']['wall_s']} s -> {path}"
+            f"{result['publish'].wall_s} s -> {path}"
         )
 
 
