@@ -41,6 +41,7 @@ from conf.settings_sections import (
 from conf.identity_checks import check_access_log, check_identity
 from conf.locations import is_object_url
 from conf.tables import TABLES
+from conf.values import port_problem
 
 # storage.file_access: who besides their owner may read the files a command writes (pipelines/runtime/home.py).
 FILE_ACCESS = ("owner", "group")
@@ -95,8 +96,8 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     for key, value in positive.items():
         if ok(key) and value <= 0:
             problems.append(f"{key}: {value!r} must be greater than 0")
-    if ok("api.port") and not 0 < settings.api.port < 65536:
-        problems.append(f"api.port: {settings.api.port!r} is not a TCP port (1..65535)")
+    if ok("api.port") and (problem := port_problem("api.port", settings.api.port)):
+        problems.append(problem)
     problems.extend(_check_serve(settings.serve, ok))
     for name, days in vars(settings.retention.days).items():
         if ok(f"retention.days.{name}") and days < 0:
@@ -164,8 +165,8 @@ def _check_backfill(backfill: BackfillSettings, ok) -> list[str]:
         problems.append(
             f"ingest.backfill.tls_mode: {backfill.tls_mode!r} is not one of {', '.join(BACKFILL_TLS_MODES)}"
         )
-    if ok("ingest.backfill.port") and not 0 < backfill.port < 65536:
-        problems.append(f"ingest.backfill.port: {backfill.port!r} must be between 1 and 65535")
+    if ok("ingest.backfill.port") and (problem := port_problem("ingest.backfill.port", backfill.port)):
+        problems.append(problem)
     if ok("ingest.backfill.handoff_margin_seconds") and backfill.handoff_margin_seconds < 0:
         problems.append(f"ingest.backfill.handoff_margin_seconds: {backfill.handoff_margin_seconds!r} must be 0 or more")
     if ok("ingest.backfill.window_rows") and backfill.window_rows < 1:
@@ -296,8 +297,8 @@ def _check_subscriptions(subscriptions: SubscriptionSettings, ok) -> list[str]:
 
 def _check_watch(watch: WatchSettings, ok) -> list[str]:
     problems = []
-    if ok("watch.metrics_port") and watch.metrics_port is not None and not 0 < watch.metrics_port < 65536:
-        problems.append(f"watch.metrics_port: {watch.metrics_port!r} is not a TCP port (1..65535)")
+    if ok("watch.metrics_port") and watch.metrics_port is not None and (problem := port_problem("watch.metrics_port", watch.metrics_port)):
+        problems.append(problem)
     for name in ("max_wait_seconds", "max_files", "max_bytes", "poll_interval_seconds", "heartbeat_seconds"):
         value = getattr(watch, name)
         if ok(f"watch.{name}") and value <= 0:
@@ -369,8 +370,8 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
 def _check_bi(bi: BiSettings, ok: Callable[..., bool]) -> list[str]:
     """Return the problems with the bi section's values."""
     problems = []
-    if ok("bi.port") and not 0 < bi.port < 65536:
-        problems.append(f"bi.port: {bi.port!r} is not a TCP port (1..65535)")
+    if ok("bi.port") and (problem := port_problem("bi.port", bi.port)):
+        problems.append(problem)
     if ok("bi.sync_interval_seconds") and bi.sync_interval_seconds < 0:
         problems.append(f"bi.sync_interval_seconds: {bi.sync_interval_seconds!r} must be 0 (no polling) or more")
     if ok("bi.lock_timeout_ms") and bi.lock_timeout_ms < 1:

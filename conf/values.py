@@ -7,7 +7,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from conf.errors import InputError
+from conf.errors import ConfigError, InputError
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -78,3 +78,29 @@ def parse_duration_ms(value: str, name: str) -> int:
     if unit not in _DURATION_UNITS_MS or not (number.isascii() and number.isdigit()) or int(number) <= 0:
         raise InputError(f"{name}: {value!r} is not a duration (a positive whole number with s, m, h or d, e.g. 30d)")
     return int(number) * _DURATION_UNITS_MS[unit]
+
+
+def port_problem(name: str, port: object, zero_allowed: bool = False) -> str | None:
+    """What is wrong with a TCP port value, naming the setting or option and the value; None for a port.
+
+    Args:
+        name: the setting or option, e.g. `api.port` or `--port`.
+        port: the value.
+        zero_allowed: 0 is a port too (the system picks a free one).
+    """
+    low = 0 if zero_allowed else 1
+    if isinstance(port, bool) or not isinstance(port, int) or not low <= port <= 65535:
+        return f"{name}: {port!r} is not a TCP port ({low}..65535)"
+    return None
+
+
+def check_port(name: str, port: object, zero_allowed: bool = False) -> int:
+    """Return `port` when it is a TCP port (`port_problem`).
+
+    Raises:
+        ConfigError: naming the setting or option and the value.
+    """
+    problem = port_problem(name, port, zero_allowed)
+    if problem:
+        raise ConfigError(problem)
+    return port  # type: ignore[return-value]

@@ -21,9 +21,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from conf.errors import ConfigError, error_text
+from conf.errors import error_text
 from conf.settings import Settings
 from conf.tables import QUARANTINE
+from conf.values import check_port
 from pipelines.runtime.metrics import HomeCollector, start_metrics_server
 
 if TYPE_CHECKING:
@@ -291,8 +292,7 @@ class WatcherMetrics:
         self._counting: ThreadPoolExecutor | None = None
         if port is None:
             return
-        if not 0 < port < 65536:
-            raise ConfigError(f"--metrics-port: {port!r} is not a TCP port (1..65535)")
+        check_port("--metrics-port", port)
         self.registry = CollectorRegistry(auto_describe=True)
         self.pipeline = PipelineMetrics(self.registry)
         self._counting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="watch-metrics")

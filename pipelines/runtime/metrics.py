@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from conf.errors import ConfigError
 from conf.settings import Settings
 from conf.tables import AUDIT_CHAIN
+from conf.values import check_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -168,8 +169,7 @@ def start_metrics_server(registry: CollectorRegistry, host: str, port: int) -> C
     Raises:
         ConfigError: when the port is not a TCP port or cannot be bound.
     """
-    if not 0 < port < 65536:
-        raise ConfigError(f"--metrics-port: {port!r} is not a TCP port (1..65535)")
+    check_port("--metrics-port", port)
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

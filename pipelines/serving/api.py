@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 
 from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
+from conf.values import check_port
 from gold.serving_contract import EVENT_TYPES
 from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
@@ -276,8 +277,7 @@ def serve(
 
     host = host or settings.api.host
     port = settings.api.port if port is None else port
-    if not 0 <= port < 65536:
-        raise ConfigError(f"--port: {port!r} is not a TCP port (0..65535)")
+    check_port("--port", port, zero_allowed=True)
     # The embedded engine decodes the wide columns (raw_event) only for rows that pass the filters when
     # filters are pushed into the Parquet reader: a search page costs a fraction of the scan without it.
     os.environ.setdefault(EMBEDDED_PUSHDOWN_ENV, "true")

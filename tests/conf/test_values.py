@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conf.errors import InputError
-from conf.values import parse_json_object, parse_time_ms
+from conf.values import parse_json_object, parse_time_ms, port_problem
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,19 @@ def test_json_objects_name_the_option_when_they_are_not_one():
         parse_json_object("[1]", "--filter")
     with pytest.raises(InputError, match=r"--filter: '\{' is not valid JSON"):
         parse_json_object("{", "--filter")
+
+
+@pytest.mark.parametrize(
+    ("port", "zero_allowed", "problem"),
+    [
+        (8080, False, None),
+        (65535, False, None),
+        (0, True, None),
+        (0, False, "api.port: 0 is not a TCP port (1..65535)"),
+        (65536, True, "api.port: 65536 is not a TCP port (0..65535)"),
+        (True, False, "api.port: True is not a TCP port (1..65535)"),
+        ("80", False, "api.port: '80' is not a TCP port (1..65535)"),
+    ],
+)
+def test_a_port_is_a_whole_number_in_range_and_a_problem_names_the_setting(port, zero_allowed, problem):
+    assert port_problem("api.port", port, zero_allowed) == problem
