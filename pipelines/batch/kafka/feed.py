@@ -46,6 +46,7 @@ class KafkaFeed:
         self.first_at: float | None = None  # when the oldest buffered message was consumed
         self.last_at: float | None = None  # when the newest was
         self.next_offset: dict[TopicPartition, int] = {}
+        self.start_offset: dict[TopicPartition, int] = {}  # where each partition was first read from
         self._refresh_at = 0.0
         self._retry_at = 0.0
         self._retry_seconds = _RETRY_FIRST_SECONDS
@@ -118,7 +119,8 @@ class KafkaFeed:
         handed: dict[TopicPartition, int] = {}
         for message in taken:
             handed[message.topic_partition] = max(handed.get(message.topic_partition, 0), message.offset + 1)
-        behind = {tp: resume.get(tp, 0) for tp, end in handed.items() if resume.get(tp, 0) < end}
+        starts = {tp: resume.get(tp, self.start_offset.get(tp, 0)) for tp in handed}
+        behind = {tp: starts[tp] for tp, end in handed.items() if starts[tp] < end}
         if behind:
             self._seek(behind)
         elif time.monotonic() >= self._hold_until:
@@ -155,7 +157,9 @@ class KafkaFeed:
         new = [tp for tp in partitions if tp not in self.next_offset]
         if not new:
             return
-        self.next_offset.update(start_offsets(self.consumer, self.kafka, new, committed_offsets(spark, self.settings)))
+        starts = start_offsets(self.consumer, self.kafka, new, committed_offsets(spark, self.settings))
+        self.next_offset.update(starts)
+        self.start_offset.update(starts)
         self.consumer.incremental_assign([tp.to_client(self.next_offset[tp]) for tp in new])
         self.emit({"event": "kafka_assigned", "partitions": {tp.source: self.next_offset[tp] for tp in new}})
 

@@ -9,7 +9,7 @@ from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.batch.kafka.client import TopicPartition, end_offsets, open_consumer, topic_partitions
-from pipelines.batch.kafka.offsets import next_offsets
+from pipelines.batch.kafka.offsets import next_offsets, start_offsets
 from pipelines.batch.landing.model import KAFKA_OFFSETS_TABLE, LEDGER_TABLE
 
 
@@ -19,7 +19,8 @@ def kafka_status(settings: Settings) -> dict[str, Any]:
     Reads the bronze tables with delta-rs (no engine session) and asks the broker for the ends.
 
     Returns:
-        `partitions`: one dict per partition (source, topic, partition, committed, end, lag);
+        `partitions`: one dict per partition (source, topic, partition, committed, end, lag); `committed` of a
+        partition bronze holds nothing of is where it starts (`ingest.kafka.start_at`);
         `missing_topics`: configured topics the broker lacks; `error`: why the broker could not be asked.
     """
     kafka = settings.ingest.kafka
@@ -29,7 +30,8 @@ def kafka_status(settings: Settings) -> dict[str, Any]:
         # It reads one fetch per partition to learn the end offsets: keep what the client prefetches small.
         consumer = open_consumer(kafka, {"queued.max.messages.kbytes": 1024, "fetch.max.bytes": 1048576})
         partitions, missing = topic_partitions(consumer, kafka)
-        ends = end_offsets(consumer, kafka, {tp: committed.get(tp, 0) for tp in partitions})
+        committed = start_offsets(consumer, kafka, partitions, committed)
+        ends = end_offsets(consumer, kafka, committed)
     except InputError as exc:
         known = sorted(committed)
         rows = [_row(tp, committed[tp], None) for tp in known]

@@ -33,16 +33,20 @@ def consumed(spark, settings) -> int:
     return sum(r.records for r in read_table(spark, settings, "bronze.kafka_offsets").select("records").collect())
 
 
-def test_an_overlapping_hand_off_yields_each_version_once(spark, databases, broker, history, from_files, tmp_path,
-                                                          monkeypatch):  # fmt: skip
+@pytest.mark.parametrize("kept_from", ["a third in", "the backfill's end"])
+def test_a_hand_off_yields_each_version_once(spark, databases, broker, history, from_files, kept_from, tmp_path,
+                                             monkeypatch):  # fmt: skip
     lines = history[0]
     database = databases["postgres"]
     clear(database)
-    write_history(database, lines[: 2 * len(lines) // 3])
-    # The topic still holds the last third of what the database holds: each of those arrives twice.
-    topic = "handoff-overlap"
+    backfilled = 2 * len(lines) // 3
+    write_history(database, lines[:backfilled])
+    # Overlapping: the topic still holds the last half of what the database holds, each of those arrives
+    # twice; adjacent: the topic begins with the first version the database does not hold.
+    first = len(lines) // 3 if kept_from == "a third in" else backfilled
+    topic = f"handoff-from-{first}"
     create_topic(broker, topic, 3)
-    produce(broker, topic, timed_messages(lines[len(lines) // 3 :]))
+    produce(broker, topic, timed_messages(lines[first:]))
     settings = backfill_settings(tmp_path, database, monkeypatch, **dict(s.split("=", 1) for s in kafka_sets(broker, {topic: "mcl"})))
     register_fresh_tables(spark, settings)
     run_backfill(spark, settings)
@@ -50,7 +54,7 @@ def test_an_overlapping_hand_off_yields_each_version_once(spark, databases, brok
     land_kafka(spark, settings)  # the group has no offsets: from the topic's first message
     run_job(settings, ("refine",), spark=spark)
     assert events(spark, settings) == from_files
-    assert consumed(spark, settings) == len(lines) - len(lines) // 3
+    assert consumed(spark, settings) == len(lines) - first
 
 
 def test_a_hand_off_by_time_starts_each_partition_after_the_backfilled_versions(spark, databases, broker, history,
