@@ -22,7 +22,7 @@ from conf.errors import AuthError, InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
 from gold.scopes import ADMIN, UNSCOPED, Principal, Scope, parse_scope, scope_within, visible_events
-from gold.search import SearchRequest
+from gold.search_request import SearchRequest
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import ACCESS_TABLE, SCOPE_KEY, AccessLogMiddleware, AccessLogWriter, note_result
 from pipelines.serving.identity import Authenticator

@@ -23,7 +23,8 @@ from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
 from conf.values import check_port
 from gold.serving_contract import EVENT_TYPES
-from gold.search import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, ScrollSigner, SearchRequest
+from gold.scroll_ids import ScrollSigner
+from gold.search_request import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, SearchRequest
 from pipelines.serving.anomalies import anomalies_router
 from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.impact import impact_router

@@ -12,7 +12,8 @@ import orjson
 
 from conf.errors import ConfigError
 from conf.settings import Settings
-from gold.search import RESULT_COLUMNS, SearchRequest, page_upper_bound, to_match_condition, to_page, to_response
+from gold.search import RESULT_COLUMNS, page_upper_bound, to_match_condition, to_page, to_response
+from gold.search_request import SearchRequest
 from pipelines.runtime.home import home_of
 from pipelines.runtime.storage import Storage, file_exists, parse_location, register_storage
 from pipelines.serving.index import build_file_index

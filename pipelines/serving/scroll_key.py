@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conf.errors import ConfigError
 from conf.settings import Settings
-from gold.search import ScrollSigner
+from gold.scroll_ids import ScrollSigner
 
 KEY_BYTES = 32
 # The caller the command line's scroll ids are issued to (API callers are token ids: `lh.<id>.<secret>`).

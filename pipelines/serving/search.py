@@ -10,15 +10,9 @@ from sqlglot import exp
 
 from conf.settings import Settings
 from conf.tables import table_name
-from gold.search import (
-    UNPINNED,
-    SearchRequest,
-    build_histogram_sql,
-    build_search_sql,
-    choose_since,
-    page_upper_bound,
-    to_response,
-)
+from gold.scroll_ids import UNPINNED
+from gold.search import build_histogram_sql, build_search_sql, choose_since, page_upper_bound, to_response
+from gold.search_request import SearchRequest
 
 if TYPE_CHECKING:  # the in-process serving path imports no engine (docs/api.md#serving-processes)
     from pyspark.sql import SparkSession

@@ -16,7 +16,9 @@ from gold.audit import (
     to_audit_events_from_changes,
     to_audit_events_from_usage,
 )
-from gold.search import ScrollSigner, SearchRequest, build_histogram_sql, build_search_sql, to_response
+from gold.scroll_ids import ScrollSigner
+from gold.search import build_histogram_sql, build_search_sql, to_response
+from gold.search_request import SearchRequest
 from tests.pipelines.audit_inputs import change_event, rows_df, usage_event
 
 pytestmark = pytest.mark.pure

@@ -11,21 +11,17 @@ import sqlglot
 from sqlglot import exp
 
 from conf.errors import RequestError
+from conf.values import DAY_MS
+from gold.scroll_ids import ScrollKey, ScrollSigner, decode_scroll_id, encode_scroll_id, query_binding
 from gold.search import (
-    DAY_MS,
-    ScrollKey,
-    ScrollSigner,
-    SearchRequest,
-    query_binding,
     build_histogram_sql,
     build_search_sql,
     choose_since,
-    decode_scroll_id,
     page_upper_bound,
-    encode_scroll_id,
     to_page,
     to_response,
 )
+from gold.search_request import SearchRequest
 
 NOW = 1_700_000_000_000
 INJECTIONS = [

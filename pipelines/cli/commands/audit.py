@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Search audit events and print the API's JSON response."""
-        from gold.search import SearchRequest
+        from gold.search_request import SearchRequest
         from pipelines.serving.engine import open_engine
 
         params = {

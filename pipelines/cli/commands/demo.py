@@ -105,7 +105,7 @@ def show_summary(spark: SparkSession, settings: Settings) -> None:
         .collect()
     )
     print_table([r.asDict() for r in top], ["actor_urn", "events", "failed_logins", "entities"], title="Top actors, last day")
-    from gold.search import SearchRequest
+    from gold.search_request import SearchRequest
     from pipelines.serving.scroll_key import local_signer
     from pipelines.serving.search import search
 

@@ -124,7 +124,7 @@ def test_a_scoped_role_counts_the_audit_rows_the_in_process_search_engine_finds_
     import time
 
     from gold.scopes import parse_scope
-    from gold.search import SearchRequest
+    from gold.search_request import SearchRequest
     from pipelines.serving.engine import InProcessEngine
 
     settings, port = roles

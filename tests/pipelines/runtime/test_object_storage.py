@@ -168,7 +168,7 @@ def _cli(s3: S3Server, home: str, local_dir: Path, *args: str, check: bool = Tru
 
 @pytest.mark.slow
 def test_the_pipeline_on_an_s3_home_lands_refines_publishes_verifies_serves_and_watches(spark, s3, local_run, tmp_path):
-    from gold.search import SearchRequest
+    from gold.search_request import SearchRequest
     from pipelines.runtime.watch_status import watch_status
     from pipelines.runtime.io import read_table
     from pipelines.serving.engine import open_engine

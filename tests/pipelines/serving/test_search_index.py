@@ -12,7 +12,8 @@ import pytest
 from sqlglot import exp
 
 from conf.errors import ConfigError
-from gold.search import SearchRequest, to_match_condition
+from gold.search import to_match_condition
+from gold.search_request import SearchRequest
 from pipelines.serving.condition import to_mask
 from pipelines.serving.index import build_file_index
 from pipelines.serving.matches import find_matches

@@ -13,7 +13,7 @@ import pytest
 
 from gold.scopes import SENSITIVE_EVENT_FIELDS, parse_scope
 from pipelines.audit_trail.report_format import REPORT_COLUMNS
-from gold.search import SearchRequest
+from gold.search_request import SearchRequest
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata
 from pipelines.runtime.io import append

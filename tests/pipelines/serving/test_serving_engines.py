@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from gold.search import ScrollSigner, SearchRequest
+from gold.scroll_ids import ScrollSigner
+from gold.search_request import SearchRequest
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.serving.engine import InProcessEngine, SparkEngine, open_engine
 from tests.pipelines.audit_inputs import land_refined_batch, usage_event

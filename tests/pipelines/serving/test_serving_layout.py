@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conf.errors import InputError
-from gold.search import ScrollSigner, SearchRequest
+from gold.scroll_ids import ScrollSigner
+from gold.search_request import SearchRequest
 from pipelines.batch.publish_audit import optimize_audit_events, publish_audit
 from pipelines.serving.engine import InProcessEngine, SparkEngine
 from tests.pipelines.audit_inputs import land_refined_batch, usage_event

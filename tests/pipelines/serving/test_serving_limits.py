@@ -12,7 +12,8 @@ import time
 import httpx
 import pytest
 
-from gold.search import ScrollSigner, SearchRequest
+from gold.scroll_ids import ScrollSigner
+from gold.search_request import SearchRequest
 from pipelines.batch.publish_audit import optimize_audit_events, publish_audit
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.serving.api import SEARCH_PATH, create_app, serving
