@@ -39,6 +39,7 @@ from pipelines.batch.kafka.feed import KafkaFeed
 from pipelines.batch.publish_openmetadata import STAGE as OPENMETADATA_STAGE
 from pipelines.orchestration.watch_compaction import Compaction
 from pipelines.runtime.watch_status import touch_lock, watcher_lock, write_state
+from pipelines.runtime.backoff import backoff_seconds as retry_backoff
 from pipelines.runtime.engine import open_session
 from pipelines.runtime.logs import structured_line
 from pipelines.orchestration.metrics import WatcherMetrics
@@ -109,7 +110,7 @@ def retry_transient(
             if attempt == attempts:
                 raise
             on_retry(attempt + 1, exc)
-            time.sleep(backoff_seconds * (2**attempt))
+            time.sleep(retry_backoff(attempt + 1, backoff_seconds))
     raise AssertionError("unreachable")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,6 +16,7 @@ from conf.errors import ConcurrencyError, InputError
 from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_spec
+from pipelines.runtime.backoff import backoff_seconds
 from pipelines.runtime.home import home_of
 from pipelines.runtime.storage import Storage
 
@@ -255,7 +255,7 @@ def retry_commit(action: Callable[[], T], *, attempts: int = 5, base_delay: floa
                 raise
             if attempt == attempts:
                 raise ConcurrencyError(f"commit kept losing races after {attempts} attempts: {exc}") from exc
-            time.sleep(base_delay * (2 ** (attempt - 1)) * (0.5 + random.random()))
+            time.sleep(backoff_seconds(attempt, base_delay, jitter=0.5))
     raise AssertionError("unreachable")
 
 

@@ -31,9 +31,10 @@ from pyspark.sql import SparkSession
 from conf.errors import LakehouseError
 from conf.settings import Settings
 from gold.subscriptions import to_batch_body, to_slack_body
+from pipelines.runtime.backoff import backoff_seconds
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.progress import StageResult
-from pipelines.subscriptions.posting import backoff_seconds, classify_status, excerpt, retry_after_seconds, signed_headers
+from pipelines.subscriptions.posting import classify_status, excerpt, retry_after_seconds, signed_headers
 from pipelines.subscriptions.secrets import decrypt_secret
 from pipelines.subscriptions.targets import check_url, pinned_connection
 from pipelines.subscriptions.store import (
@@ -365,7 +366,7 @@ def _post_with_retries(
         now = datetime.now(timezone.utc)
         failing_since = failing_since or now
         wait = answer.retry_after if answer.retry_after is not None else backoff_seconds(
-            attempt, config.retry_initial_ms / 1000, config.retry_max_ms / 1000
+            attempt, config.retry_initial_ms / 1000, config.retry_max_ms / 1000, jitter=0.5
         )
         outcome.error = answer.error
         if now - failing_since >= timedelta(seconds=config.pause_after_seconds):

@@ -1,15 +1,11 @@
-"""One POST to a webhook: its signed headers, what its answer means, and how long to wait before the next try."""
+"""One POST to a webhook: its signed headers, what its answer means, and the wait its answer asks for."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import random
-from collections.abc import Callable
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-
-from conf.errors import InputError
 
 SIGNATURE_HEADER = "X-Lakehouse-Signature"
 TIMESTAMP_HEADER = "X-Lakehouse-Timestamp"
@@ -56,23 +52,6 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
         when = when.replace(tzinfo=timezone.utc)
     now = now or datetime.now(timezone.utc)
     return max(0.0, (when - now).total_seconds())
-
-
-def backoff_seconds(
-    attempt: int, initial: float, maximum: float, uniform: Callable[[float, float], float] = random.uniform
-) -> float:
-    """The wait before retry `attempt` (1-based): exponential, capped, with half of it jittered.
-
-    Args:
-        attempt: how many attempts have failed so far (>= 1).
-        initial: the wait after the first failure, before jitter.
-        maximum: the cap before jitter.
-        uniform: the random source (`random.uniform` by default).
-    """
-    if attempt < 1:
-        raise InputError(f"attempt: {attempt!r} must be at least 1")
-    ceiling = min(maximum, initial * (2 ** (attempt - 1)))
-    return ceiling / 2 + uniform(0.0, ceiling / 2)
 
 
 def excerpt(body: bytes | str | None, limit: int) -> str:
