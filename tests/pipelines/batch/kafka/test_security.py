@@ -7,17 +7,19 @@ from __future__ import annotations
 import base64
 import io
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import fastavro
 import pytest
 
-from conf.errors import ConfigError
+from conf.errors import ConfigError, SourceUnavailable
 from conf.settings import load_settings
 from pipelines.batch.kafka.client import consumer_config, open_consumer, topic_partitions
 from pipelines.batch.kafka.registry import AvroDecoder
 from pipelines.bench.kafka import loopback_broker
+from tests.pipelines.bi.conftest import _self_signed
 
 _USER, _PASSWORD, _TOKEN = "lakehouse", "registry-secret", "a-bearer-token"
 _SCHEMA = {"type": "record", "name": "Small", "fields": [{"name": "entityUrn", "type": "string"}]}
@@ -87,6 +89,25 @@ def test_a_bearer_token_from_a_file_reads_the_schema(registry_url, tmp_path):
     kafka = _kafka(tmp_path, "ingest.kafka.format=avro", f"ingest.kafka.schema_registry_url={registry_url}",
                    f"ingest.kafka.registry_auth.token_file={token_file}", "ingest.kafka.registry_auth.logical_cluster=lsrc-1")  # fmt: skip
     assert AvroDecoder(kafka, env={})(_wire({"entityUrn": "urn:li:corpuser:y"})) == {"entityUrn": "urn:li:corpuser:y"}
+
+
+def test_a_registry_over_tls_is_trusted_with_the_ca_bundle_of_the_settings_only(tmp_path):
+    cert, key = _self_signed(tmp_path)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _GuardedRegistry)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sets = ["ingest.kafka.format=avro", f"ingest.kafka.schema_registry_url=https://127.0.0.1:{server.server_port}",
+                f"ingest.kafka.registry_auth.username={_USER}"]  # fmt: skip
+        env = {"LAKEHOUSE_SCHEMA_REGISTRY_PASSWORD": _PASSWORD}
+        with pytest.raises(SourceUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+            AvroDecoder(_kafka(tmp_path, *sets), env=env)(_wire({"entityUrn": "urn:li:corpuser:x"}))
+        trusting = AvroDecoder(_kafka(tmp_path, *sets, f"ingest.kafka.registry_auth.tls_ca_file={cert}"), env=env)
+        assert trusting(_wire({"entityUrn": "urn:li:corpuser:x"})) == {"entityUrn": "urn:li:corpuser:x"}
+    finally:
+        server.shutdown()
 
 
 def test_sasl_and_tls_settings_become_the_consumers_properties_with_the_secret_from_a_file(tmp_path):
