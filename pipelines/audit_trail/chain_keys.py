@@ -13,9 +13,10 @@ from collections.abc import Iterator
 
 from conf.errors import ConfigError, InputError
 from conf.settings import Settings
+from conf.tables import AUDIT_CHAIN
 from gold.audit_chain import ChainKey
 
-CHAIN_TABLE = "ops.audit_chain"
+CHAIN_TABLE = AUDIT_CHAIN
 # Rows of a byte-stream (older) digest turned into canonical text at a time (bounds the Python objects alive).
 DIGEST_CHUNK_ROWS = 50_000
 # Each link names the one before it, so links are appended one at a time: within a process by this lock

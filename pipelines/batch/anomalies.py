@@ -15,13 +15,14 @@ from pyspark.sql import functions as F
 
 from conf.errors import ConfigError, InputError
 from conf.settings import Settings
+from conf.tables import ACTOR_ANOMALIES, ENTITY_CHANGE_EVENTS
 from conf.values import DAY_MS
 from gold.anomaly_features import FEATURES, bucket_width_ms, to_actor_features
 from gold.anomaly_model import ActivityModel, fit, score
 from pipelines.runtime.io import read_table, replace_where
 from pipelines.runtime.tracking import tracked_run
 
-TABLE = "gold.actor_anomalies"
+TABLE = ACTOR_ANOMALIES
 log = logging.getLogger("lakehouse.anomalies")
 
 
@@ -95,7 +96,7 @@ def read_events(spark: SparkSession, settings: Settings, since_ms: int, until_ms
     """Return the silver change events with event_time in [since_ms, until_ms)."""
     since_date = time.strftime("%Y-%m-%d", time.gmtime(since_ms / 1000))
     until_date = time.strftime("%Y-%m-%d", time.gmtime(until_ms / 1000))
-    return read_table(spark, settings, "silver.entity_change_events").where(
+    return read_table(spark, settings, ENTITY_CHANGE_EVENTS).where(
         (F.col("event_date") >= F.lit(since_date).cast("date"))
         & (F.col("event_date") <= F.lit(until_date).cast("date"))
         & (F.col("event_time") >= since_ms)

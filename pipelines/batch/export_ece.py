@@ -18,10 +18,11 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
+from conf.tables import ENTITY_CHANGE_EVENTS
 from gold.ece_documents import ece_document
 from pipelines.runtime.io import read_table, write_lines
 
-EVENTS_TABLE = "silver.entity_change_events"
+EVENTS_TABLE = ENTITY_CHANGE_EVENTS
 
 
 def select_events(

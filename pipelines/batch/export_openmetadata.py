@@ -16,10 +16,11 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
+from conf.tables import OPENMETADATA_CHANGE_EVENTS
 from gold.openmetadata import event_filter_predicate, to_change_event_json
 from pipelines.runtime.io import read_table, write_lines
 
-CHANGE_EVENTS_TABLE = "gold.openmetadata_change_events"
+CHANGE_EVENTS_TABLE = OPENMETADATA_CHANGE_EVENTS
 
 
 def select_change_events(

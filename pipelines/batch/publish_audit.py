@@ -12,7 +12,15 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from conf.settings import Settings
-from conf.tables import table_name, table_spec
+from conf.tables import (
+    ACTOR_ACTIVITY_DAILY,
+    AUDIT_EVENTS,
+    ENTITY_CHANGE_EVENTS,
+    STAGE_PROGRESS,
+    USAGE_EVENTS,
+    table_name,
+    table_spec,
+)
 from gold.audit import ORIGIN_USAGE, to_actor_activity_daily, to_audit_events
 from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.state_store import staged_entity_domains
@@ -23,8 +31,8 @@ from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
 
 STAGE = "publish_audit"
-AUDIT_TABLE = "gold.audit_events"
-ACTIVITY_TABLE = "gold.actor_activity_daily"
+AUDIT_TABLE = AUDIT_EVENTS
+ACTIVITY_TABLE = ACTOR_ACTIVITY_DAILY
 # Compaction sorts each day's rows by time into row groups of AUDIT_ROW_GROUP_ROWS rows: a search window
 # reads only the row groups of its time range (their footers' min/max), and the in-process serving engine
 # reads a page's rows by decoding only the small row groups that hold them.
@@ -67,8 +75,8 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
     batch_ids = pending_batches(spark, settings, STAGE)
     if not batch_ids:
         return StageResult(STAGE, (), 0, 0, {"days_refreshed": 0})
-    usage_df = read_table(spark, settings, "bronze.usage_events").filter(F.col("batch_id").isin(batch_ids))
-    changes_df = read_table(spark, settings, "silver.entity_change_events").filter(F.col("batch_id").isin(batch_ids))
+    usage_df = read_table(spark, settings, USAGE_EVENTS).filter(F.col("batch_id").isin(batch_ids))
+    changes_df = read_table(spark, settings, ENTITY_CHANGE_EVENTS).filter(F.col("batch_id").isin(batch_ids))
     entities_df = usage_df.select("entity_urn").unionByName(
         changes_df.select(F.col("aspect_entity_urn").alias("entity_urn"))
     ).filter(F.col("entity_urn").isNotNull())
@@ -96,7 +104,7 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
             spark,
             settings,
             STAGE,
-            "bronze.usage_events",
+            USAGE_EVENTS,
             batch_id,
             rows_in=counts.rows_in,
             rows_out=counts.rows_out,
@@ -236,12 +244,12 @@ def refresh_actor_activity(
     day_values = [F.lit(day.isoformat()).cast("date") for day in days]
     audit_df = read_table(spark, settings, AUDIT_TABLE).filter(F.col("event_date").isin(day_values))
     published_df = (
-        read_table(spark, settings, "ops.stage_progress").filter(F.col("stage") == F.lit(STAGE)).select("batch_id")
+        read_table(spark, settings, STAGE_PROGRESS).filter(F.col("stage") == F.lit(STAGE)).select("batch_id")
     )
     if batch_ids:
         published_df = published_df.unionByName(spark.createDataFrame([(b,) for b in batch_ids], "batch_id string"))
     changes_df = (
-        read_table(spark, settings, "silver.entity_change_events")
+        read_table(spark, settings, ENTITY_CHANGE_EVENTS)
         .filter(F.col("event_date").isin(day_values))
         .join(published_df.distinct(), "batch_id", "left_semi")
     )

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from conf.locations import Location
 from conf.settings import Settings
+from conf.tables import ENTITY_CHANGE_EVENTS, OPENMETADATA_CHANGE_EVENTS
 from gold.openmetadata import to_openmetadata_events
 from pipelines.batch.audit_chain import link_batches
 from pipelines.runtime.faults import crash_point
@@ -26,8 +27,8 @@ from pipelines.runtime.io import insert_missing, read_table, write_scratch
 from pipelines.runtime.progress import StageResult, pending_batches, record_progress
 
 STAGE = "publish_openmetadata"
-SOURCE_TABLE = "silver.entity_change_events"
-TARGET_TABLE = "gold.openmetadata_change_events"
+SOURCE_TABLE = ENTITY_CHANGE_EVENTS
+TARGET_TABLE = OPENMETADATA_CHANGE_EVENTS
 
 
 def scratch_folder(settings: Settings) -> Location:

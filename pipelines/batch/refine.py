@@ -36,6 +36,7 @@ from bronze.batches import to_quarantine_rows
 from conf.errors import InputError
 from conf.locations import Location
 from conf.settings import Settings
+from conf.tables import ASPECT_SNAPSHOTS, ENTITY_CHANGE_EVENTS, PATCHED_ASPECTS, QUARANTINE, SKIPPED_SNAPSHOTS
 from pipelines.runtime.state_store import STATE_TABLE, STATE_WRITES, has_logged_rows, read_state, write_state
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
@@ -53,11 +54,11 @@ from silver.refining import refine_batch as refine_silver_batch
 from silver.state import filter_replaced_by, to_pre_batch_state, with_entity_flag_rows
 
 STAGE = "refine"
-SOURCE_TABLE = "bronze.aspect_snapshots"
-EVENTS_TABLE = "silver.entity_change_events"
-SKIPPED_TABLE = "silver.skipped_snapshots"
-PATCHED_TABLE = "silver.patched_aspects"
-QUARANTINE_TABLE = "bronze.quarantine"
+SOURCE_TABLE = ASPECT_SNAPSHOTS
+EVENTS_TABLE = ENTITY_CHANGE_EVENTS
+SKIPPED_TABLE = SKIPPED_SNAPSHOTS
+PATCHED_TABLE = PATCHED_ASPECTS
+QUARANTINE_TABLE = QUARANTINE
 
 @dataclass(frozen=True)
 class StagedBatch:

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
+from conf.tables import ASPECT_SNAPSHOTS, ENTITY_CHANGE_EVENTS
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table, write_scratch
 from pipelines.runtime.progress import committed_batches, finished_batches
@@ -26,8 +27,8 @@ from silver.patching import with_patches_applied
 from silver.refining import refine_batch
 from silver.state import to_empty_state, to_sequenced_batch
 
-EVENTS_TABLE = "silver.entity_change_events"
-SNAPSHOTS_TABLE = "bronze.aspect_snapshots"
+EVENTS_TABLE = ENTITY_CHANGE_EVENTS
+SNAPSHOTS_TABLE = ASPECT_SNAPSHOTS
 
 # The columns that must agree between stored and recomputed events (lineage of the bronze copy aside).
 COMPARED_COLUMNS = (

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import typer
 
 from conf.settings import load_settings
-from conf.tables import table_spec
+from conf.tables import ACTOR_ANOMALIES, ENTITY_CHANGE_EVENTS, table_spec
 from datagen.actor_activity import ANOMALY_KINDS, DAY_MS, simulate_activity
 from pipelines.bench.harness import measure, write_result
 from pipelines.cli.console import console
@@ -82,14 +82,14 @@ def run_anomalies_bench(*, seed: int, days: int = 28, scale: float = 1.0, work: 
         now_ms = START_MS + days * DAY_MS
         with open_session(settings) as spark:
             with measure() as written:
-                append(_as_silver_events(spark, events_file), settings, "silver.entity_change_events")
+                append(_as_silver_events(spark, events_file), settings, ENTITY_CHANGE_EVENTS)
             with measure() as trained:
                 model = train(spark, settings, now_ms)
             with measure() as scored:
                 scoring = score_window(spark, settings, now_ms)
             flagged = {
                 (row["actor"], row["window_start"])
-                for row in read_table(spark, settings, "gold.actor_anomalies").where(F.col("granularity") == "day").collect()
+                for row in read_table(spark, settings, ACTOR_ANOMALIES).where(F.col("granularity") == "day").collect()
             }
         truth = {(a.actor, a.day_start): a.kind for a in history.anomalies}
         return {
@@ -124,7 +124,7 @@ def _as_silver_events(spark: SparkSession, events_file: Path):
 
     events_df = spark.read.parquet(str(events_file))
     columns = []
-    for name, kind in table_spec("silver.entity_change_events").column_types:
+    for name, kind in table_spec(ENTITY_CHANGE_EVENTS).column_types:
         if name in events_df.columns:
             columns.append(F.col(name).cast(kind).alias(name))
         elif name == "event_date":

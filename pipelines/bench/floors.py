@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from bronze.aspects import ASPECT_SCHEMAS, FIELD_ARRAYS, JSON_OPTIONS
 from bronze.records import SNAPSHOT_ENVELOPE
 from conf.settings import Settings
+from conf.tables import ASPECT_SNAPSHOTS, ASPECT_STATE, ENTITY_CHANGE_EVENTS
 from pipelines.runtime.state_store import STATE_KEYS
 from pipelines.bench.harness import Measurement, measure
 from pipelines.runtime.io import read_table
@@ -42,10 +43,10 @@ def measure_floors(
         input_files: the input files of the last batch.
         scratch: an empty folder for the floors' writes (removed afterwards).
     """
-    bronze_df = read_table(spark, settings, "bronze.aspect_snapshots")
+    bronze_df = read_table(spark, settings, ASPECT_SNAPSHOTS)
     batch_ids = sorted(r.batch_id for r in bronze_df.select("batch_id").distinct().collect())
     batch_df = bronze_df.filter(F.col("batch_id") == batch_ids[-1])
-    events_df = read_table(spark, settings, "silver.entity_change_events").filter(F.col("batch_id") == batch_ids[-1])
+    events_df = read_table(spark, settings, ENTITY_CHANGE_EVENTS).filter(F.col("batch_id") == batch_ids[-1])
     parsed_envelope = F.from_json(F.col("value"), SNAPSHOT_ENVELOPE, JSON_OPTIONS).alias("r")
     parsed = {
         f"parsed_{name}": F.when(F.col("aspect_name") == name, parse_aspect("aspect_json", name))
@@ -78,7 +79,7 @@ def measure_floors(
         "write_events_s": lambda: events_df.write.format("delta").save(str(scratch / "events")),
     }
     if len(batch_ids) > 1:
-        state_df = read_table(spark, settings, "silver.aspect_state")
+        state_df = read_table(spark, settings, ASPECT_STATE)
         batch_keys_df = batch_df.select(*STATE_KEYS).distinct()
 
         def read_state(*columns: str) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from conf.settings import Settings, load_settings
+from conf.tables import ACTOR_ACTIVITY_DAILY, ASPECT_SNAPSHOTS, ASPECT_STATE, AUDIT_EVENTS, ENTITY_CHANGE_EVENTS, OPENMETADATA_CHANGE_EVENTS, USAGE_EVENTS
 from pipelines.bench.harness import measure, write_result
 
 if TYPE_CHECKING:
@@ -25,13 +26,13 @@ if TYPE_CHECKING:
 # The columns that identify each compared table's rows whatever the cut into batches (batch ids, write
 # times and the state's prev_* columns depend on it).
 IDENTITY_COLUMNS = {
-    "bronze.aspect_snapshots": ("record_hash",),
-    "bronze.usage_events": ("record_hash",),
-    "silver.aspect_state": ("entity_urn", "aspect_name", "version", "record_hash", "deleted", "entity_deleted"),
-    "silver.entity_change_events": ("event_id", "category", "operation", "actor", "event_time", "version"),
-    "gold.audit_events": ("event_id", "event_type", "timestamp", "actor_urn", "entity_urn", "aspect_name", "origin", "source_id"),
-    "gold.openmetadata_change_events": ("id", "event_type", "entity_urn", "timestamp", "user_name"),
-    "gold.actor_activity_daily": ("actor_urn", "activity_date", "events_total", "events_by_type", "changes_by_category"),
+    ASPECT_SNAPSHOTS: ("record_hash",),
+    USAGE_EVENTS: ("record_hash",),
+    ASPECT_STATE: ("entity_urn", "aspect_name", "version", "record_hash", "deleted", "entity_deleted"),
+    ENTITY_CHANGE_EVENTS: ("event_id", "category", "operation", "actor", "event_time", "version"),
+    AUDIT_EVENTS: ("event_id", "event_type", "timestamp", "actor_urn", "entity_urn", "aspect_name", "origin", "source_id"),
+    OPENMETADATA_CHANGE_EVENTS: ("id", "event_type", "entity_urn", "timestamp", "user_name"),
+    ACTOR_ACTIVITY_DAILY: ("actor_urn", "activity_date", "events_total", "events_by_type", "changes_by_category"),
 }
 
 

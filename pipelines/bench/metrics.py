@@ -25,7 +25,7 @@ import typer
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import table_location
+from conf.tables import AUDIT_EVENTS, table_location
 from pipelines.bench.harness import write_result
 from pipelines.bench.search_clients import measure_load
 from pipelines.bench.search_mix import request_mix
@@ -161,7 +161,7 @@ def run_metrics_bench(
 
     from pipelines.serving.tokens import create_token
 
-    audit_dir = table_location(settings, "gold.audit_events")
+    audit_dir = table_location(settings, AUDIT_EVENTS)
     if not table_exists(audit_dir):
         raise InputError(f"--work-dir: {settings.home} holds no gold.audit_events; build it with `lakehouse bench search --work-dir`")
     dataset = DeltaTable(str(audit_dir)).to_pyarrow_dataset()

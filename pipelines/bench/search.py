@@ -28,7 +28,7 @@ import typer
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import table_location
+from conf.tables import AUDIT_EVENTS, table_location
 from conf.values import DAY_MS
 from pipelines.bench.harness import measure, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
@@ -92,8 +92,8 @@ def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) 
 
     lines_df = spark.read.text(str(usage_dir))
     audit_df = to_audit_events_from_usage(to_usage_rows(lines_df, "bench"))
-    append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, "gold.audit_events")
-    return read_table(spark, settings, "gold.audit_events").count()
+    append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, AUDIT_EVENTS)
+    return read_table(spark, settings, AUDIT_EVENTS).count()
 
 
 def append_probe_event(location: Path, actor_urn: str, timestamp_ms: int) -> None:
@@ -203,7 +203,7 @@ def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str,
             figures[phase]["server_cpu_ms_per_request"] = round(cpu_ms / max(1, figures[phase]["requests"]), 3)
         single = figures["load_1_client"]["throughput_rps"]
         figures["load_ratio"] = round(figures[f"load_{clients}_clients"]["throughput_rps"] / single, 2) if single else None
-        location = table_location(settings, "gold.audit_events")
+        location = table_location(settings, AUDIT_EVENTS)
         figures["new_version_visible"] = measure_visibility(port, token, location, VISIBILITY_PROBES)
     finally:
         memory = stop_search_server(server)
@@ -272,7 +272,7 @@ def run_search_bench(
 
     actor_urns = [f"urn:li:corpuser:user{i:05d}" for i in range(actors)]
     payload: dict[str, Any] = {"events": events, "days": days, "actors": actors, "engines": list(engines), "mix": mix}
-    audit_dir = table_location(settings, "gold.audit_events")
+    audit_dir = table_location(settings, AUDIT_EVENTS)
     if table_exists(audit_dir) and DeltaTable(str(audit_dir)).to_pyarrow_dataset().count_rows():
         import pyarrow.compute as pc
 

@@ -33,7 +33,7 @@ import typer
 
 from conf.errors import InputError, LakehouseError
 from conf.settings import Settings, load_settings
-from conf.tables import table_spec
+from conf.tables import ASPECT_SNAPSHOTS, ASPECT_STATE, ENTITY_CHANGE_EVENTS, LANDED_FILES, table_spec
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
 from pipelines.bench.silver_remote import (
     CLUSTER_ENVIRONMENT,
@@ -368,7 +368,7 @@ def read_mcl_files(spark: SparkSession, files: list[Path], batch_id: str, defaul
         landed_at.alias("landed_at"),
         F.to_date(landed_at).alias("land_date"),
     )
-    return rows_df.select(*table_spec("bronze.aspect_snapshots").column_names)
+    return rows_df.select(*table_spec(ASPECT_SNAPSHOTS).column_names)
 
 
 def _land_own(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> None:
@@ -379,13 +379,13 @@ def _land_own(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -
     for index, batch_dir in enumerate(batch_dirs):
         batch_id = f"bench-{index:05d}"
         files = _part_files(batch_dir)
-        append(read_mcl_files(spark, files, batch_id, settings.ingest.default_actor), settings, "bronze.aspect_snapshots")
+        append(read_mcl_files(spark, files, batch_id, settings.ingest.default_actor), settings, ASPECT_SNAPSHOTS)
         landed_df = spark.createDataFrame(
             [(batch_id, str(p), None, "mcl", None, None, 0, 0) for p in files],
             "batch_id string, source_file string, content_hash string, kind string, records_read bigint, "
             "records_landed bigint, records_quarantined bigint, duplicates_skipped bigint",
         ).withColumn("landed_at", F.current_timestamp()).withColumn("land_date", F.current_date())
-        append(landed_df, settings, "bronze.landed_files")
+        append(landed_df, settings, LANDED_FILES)
 
 
 def _land(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> str:
@@ -444,7 +444,7 @@ def _run_sail(
                     {"batch_id": ",".join(result.batch_ids), "versions": result.rows_in, "events": result.rows_out,
                      "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps, "steps_cpu_s": steps_cpu}
                 )
-        event_ids = _event_ids(read_table(spark, settings, "silver.entity_change_events")) if collect_ids else None
+        event_ids = _event_ids(read_table(spark, settings, ENTITY_CHANGE_EVENTS)) if collect_ids else None
         floor_figures = (
             measure_floors(spark, settings, _part_files(batch_dirs[-1]), folder / "floors") if floors else None
         )
@@ -493,7 +493,7 @@ def _run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False
                 for index, batch_dir in enumerate(batch_dirs):
                     rows_df = read_mcl_files(spark, _part_files(batch_dir), f"bench-{index:05d}", base.ingest.default_actor)
                     rows_df.write.mode("overwrite").parquet(str(out / "bronze" / f"bench-{index:05d}"))
-            state_spec = table_spec("silver.aspect_state")
+            state_spec = table_spec(ASPECT_STATE)
             spark.createDataFrame([], state_spec.columns).write.mode("overwrite").parquet(str(out / "state-0"))
             per_batch = []
             with measure() as total:

@@ -27,7 +27,7 @@ from typing import Any
 
 import typer
 
-from conf.tables import table_location
+from conf.tables import AUDIT_EVENTS, table_location
 from pipelines.bench.harness import Measurement, latency_summary, measure, write_result
 
 MICRO_BATCH_ROWS = 100
@@ -78,7 +78,7 @@ def measure_micro_batches(settings, reader_conninfo: str, batches: int) -> dict[
     seconds, sync_seconds, outside = [], [], []
     audit_phases: list[dict[str, float]] = []
     all_phases: list[dict[str, float]] = []
-    location = table_location(settings, "gold.audit_events")
+    location = table_location(settings, AUDIT_EVENTS)
     with psycopg.connect(reader_conninfo, autocommit=True) as reader:
         for batch in range(batches):
             _, actor = append_micro_batch(location, MICRO_BATCH_ROWS, f"{time.time_ns()}-{batch}")
@@ -91,7 +91,7 @@ def measure_micro_batches(settings, reader_conninfo: str, batches: int) -> dict[
             seconds.append(time.monotonic() - committed)
             sync_seconds.append(synced)
             outside.append(synced - sum(r.seconds for r in results))
-            audit_phases.append(next(r.phases for r in results if r.table_key == "gold.audit_events"))
+            audit_phases.append(next(r.phases for r in results if r.table_key == AUDIT_EVENTS))
             summed: dict[str, float] = {}
             for result in results:
                 for name, value in result.phases.items():

@@ -17,6 +17,7 @@ import typer
 
 from conf.errors import InputError
 from conf.settings import Settings, load_settings
+from conf.tables import AUDIT_EVENTS
 from pipelines.bench.harness import measure, write_result
 from pipelines.runtime.engine import open_session
 
@@ -60,7 +61,7 @@ def load_audit_rows(spark: SparkSession, settings: Settings, rows: int, batches:
             F.lit(batch_id).alias("batch_id"),
             F.date_add(F.lit("2023-11-14").cast("date"), (F.col("id") % 30).cast("int")).alias("event_date"),
         )  # fmt: skip
-        append(rows_df, settings, "gold.audit_events")
+        append(rows_df, settings, AUDIT_EVENTS)
     return batch_ids
 
 
@@ -83,7 +84,7 @@ def bench_verify(
             with measure() as load:
                 batch_ids = load_audit_rows(spark, settings, rows, batches)
             with measure() as link:
-                link_batches(spark, settings, ["gold.audit_events"], batch_ids)
+                link_batches(spark, settings, [AUDIT_EVENTS], batch_ids)
             timings = []
             for _ in range(runs):
                 with measure() as run:

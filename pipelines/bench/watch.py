@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from conf.tables import ASPECT_STATE, AUDIT_EVENTS
 from pipelines.bench.harness import latency_summary, percentile, write_result
 from pipelines.bench.processes import (
     LAKEHOUSE, child_env, drop_file, free_port, mcl_lines, rss_bytes, search_actor, start_serve, start_watch, stop,
@@ -71,7 +72,7 @@ def top_up_audit_rows(home: Path, audit_rows: int, seed: int) -> int:
     from pipelines.bench.search import build_table
 
     settings = load_settings(home=home, overrides=["mlflow.enabled=false"])
-    missing = audit_rows - state_rows(settings)["gold.audit_events"]
+    missing = audit_rows - state_rows(settings)[AUDIT_EVENTS]
     if missing <= 0:
         return 0
     actors = [f"urn:li:corpuser:watch-bench-user{i:04d}" for i in range(1000)]
@@ -228,7 +229,7 @@ def state_rows(settings) -> dict[str, int]:
     from conf.tables import table_location
 
     counts = {}
-    for key in ("silver.aspect_state", "gold.audit_events"):
+    for key in (ASPECT_STATE, AUDIT_EVENTS):
         # The query engine honours deletion vectors, which the plain Arrow reader refuses.
         query = QueryBuilder().register("t", DeltaTable(str(table_location(settings, key))))
         counts[key] = int(query.execute("select count(*) as n from t").read_all().column("n")[0].as_py())

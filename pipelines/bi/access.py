@@ -26,7 +26,17 @@ from psycopg import Connection, sql
 from sqlglot import exp
 
 from conf.errors import ConfigError, InputError
-from conf.tables import table_spec
+from conf.tables import (
+    ACTOR_ACTIVITY_DAILY,
+    ACTOR_ANOMALIES,
+    ASPECT_STATE,
+    ASPECT_STATE_LOG,
+    AUDIT_EVENTS,
+    ENTITY_CHANGE_EVENTS,
+    LINEAGE_EDGES,
+    OPENMETADATA_CHANGE_EVENTS,
+    table_spec,
+)
 from gold.scopes import SENSITIVE_EVENT_FIELDS, Scope, change_event_condition, scope_condition, scope_from_json, scope_json
 from pipelines.bi.replica import (
     INVOKER_VIEWS_VERSION,
@@ -46,18 +56,18 @@ ROLES_TABLE = "bi_roles"
 # Each entity's domain: the one on its newest audit row (ties: no domain first), as the HTTP change search
 # reads it. Kept by the sync as audit rows arrive, so a domain-scoped query looks it up by domain.
 ENTITY_DOMAINS = "entity_domains"
-AUDIT_TABLE = "gold.audit_events"
+AUDIT_TABLE = AUDIT_EVENTS
 # The HTTP API's sensitive audit fields -> their gold.audit_events columns.
 SENSITIVE_COLUMNS = {"sourceIP": "source_ip", "userAgent": "user_agent", "rawUsageEvent": "raw_event"}
 # Per-actor figures over every entity: no scope narrows them (HTTP: 403 for a scoped principal). A
 # lineage edge names two entities, either of which may be outside the scope.
-SCOPE_REFUSED_TABLES = ("gold.actor_activity_daily", "gold.actor_anomalies", "gold.lineage_edges")
+SCOPE_REFUSED_TABLES = (ACTOR_ACTIVITY_DAILY, ACTOR_ANOMALIES, LINEAGE_EDGES)
 # Tables whose rows are matched by the entity whose aspect was written: its urn and type columns.
 ASPECT_ENTITY_COLUMNS = {
-    "silver.entity_change_events": ("aspect_entity_urn", "aspect_entity_type"),
-    "gold.openmetadata_change_events": ("source_entity_urn", "source_entity_type"),
-    "silver.aspect_state": ("entity_urn", "entity_type"),
-    "silver.aspect_state_log": ("entity_urn", "entity_type"),
+    ENTITY_CHANGE_EVENTS: ("aspect_entity_urn", "aspect_entity_type"),
+    OPENMETADATA_CHANGE_EVENTS: ("source_entity_urn", "source_entity_type"),
+    ASPECT_STATE: ("entity_urn", "entity_type"),
+    ASPECT_STATE_LOG: ("entity_urn", "entity_type"),
 }
 READER_POLICY = "bi_reader_all"
 # The sync state a scoped role may read: versions and times, not the tables' whole row counts.
@@ -281,7 +291,7 @@ def prepare_entity_domains(conn: Connection) -> None:
     ).format(table))  # fmt: skip
     conn.execute(sql.SQL("CREATE INDEX ON {} (domain)").format(table))
     conn.execute(sql.SQL("REVOKE ALL ON {} FROM PUBLIC").format(table))
-    if "gold.audit_events" in existing_tables(conn):
+    if AUDIT_EVENTS in existing_tables(conn):
         refresh_entity_domains(conn, None)
 
 

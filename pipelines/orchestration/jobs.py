@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError, LakehouseError, StageError, error_text
 from conf.settings import Settings
-from conf.tables import TABLES
+from conf.tables import ENTITY_CHANGE_EVENTS, TABLES
 from pipelines.runtime.engine import open_session
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
@@ -319,7 +319,7 @@ def _events_by_category(spark: SparkSession, settings: Settings, batch_ids: list
     if not batch_ids:
         return {}
     rows = (
-        read_table(spark, settings, "silver.entity_change_events")
+        read_table(spark, settings, ENTITY_CHANGE_EVENTS)
         .filter(F.col("batch_id").isin(batch_ids))
         .groupBy("category")
         .count()

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from conf.errors import ConcurrencyError, error_text
 from conf.settings import Settings
+from conf.tables import ACTOR_ACTIVITY_DAILY, ASPECT_SNAPSHOTS, AUDIT_CHAIN, AUDIT_EVENTS, ENTITY_CHANGE_EVENTS, KAFKA_OFFSETS, LANDED_FILES, OPENMETADATA_CHANGE_EVENTS, QUARANTINE, SKIPPED_SNAPSHOTS, STAGE_PROGRESS, USAGE_EVENTS
 from pipelines.runtime.state_store import STATE_TABLE, fold_state_log
 from pipelines.runtime.lock import run_lock
 from pipelines.runtime.maintenance import maintenance_for
@@ -26,18 +27,18 @@ from pipelines.runtime.maintenance import maintenance_for
 # log is folded into it in the same turn).
 COMPACTED_TABLES = (
     STATE_TABLE,
-    "bronze.aspect_snapshots",
-    "bronze.usage_events",
-    "bronze.landed_files",
-    "bronze.kafka_offsets",
-    "bronze.quarantine",
-    "silver.entity_change_events",
-    "silver.skipped_snapshots",
-    "gold.audit_events",
-    "gold.actor_activity_daily",
-    "gold.openmetadata_change_events",
-    "ops.stage_progress",
-    "ops.audit_chain",
+    ASPECT_SNAPSHOTS,
+    USAGE_EVENTS,
+    LANDED_FILES,
+    KAFKA_OFFSETS,
+    QUARANTINE,
+    ENTITY_CHANGE_EVENTS,
+    SKIPPED_SNAPSHOTS,
+    AUDIT_EVENTS,
+    ACTOR_ACTIVITY_DAILY,
+    OPENMETADATA_CHANGE_EVENTS,
+    STAGE_PROGRESS,
+    AUDIT_CHAIN,
 )
 # A compaction waits this long for a run that holds the lock, then tries again at the next turn.
 _LOCK_WAIT_SECONDS = 1.0

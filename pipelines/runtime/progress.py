@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
+from conf.tables import LANDED_FILES, STAGE_PROGRESS
 from pipelines.runtime.io import append, insert_missing, read_table, retry_commit
 
 # A stage consumes the batches its upstream stage has finished; landing (no upstream) commits them.
@@ -40,7 +41,7 @@ def committed_batches(spark: SparkSession, settings: Settings) -> list[str]:
     of a landing that was killed half-way belong to no committed batch and are never processed.
     """
     rows = (
-        read_table(spark, settings, "bronze.landed_files")
+        read_table(spark, settings, LANDED_FILES)
         .groupBy("batch_id")
         .agg(F.min("landed_at").alias("landed_at"))
         .orderBy("landed_at", "batch_id")
@@ -60,7 +61,7 @@ def finished_batches(spark: SparkSession, settings: Settings, stage: str) -> lis
 def _finished_by(spark: SparkSession, settings: Settings, stages: list[str]) -> dict[str, list[str]]:
     """Each stage's recorded batches, in the order it finished them, from one read of ops.stage_progress."""
     rows = (
-        read_table(spark, settings, "ops.stage_progress")
+        read_table(spark, settings, STAGE_PROGRESS)
         .filter(F.col("stage").isin(stages))
         .orderBy("processed_at", "batch_id")
         .select("stage", "batch_id")
@@ -126,16 +127,16 @@ def record_progress(
     ).withColumn("processed_at", F.current_timestamp())
     if pending:
         # Watch mode's OpenMetadata thread records its own stage's batches at the same time.
-        retry_commit(lambda: append(row_df, settings, "ops.stage_progress"))
+        retry_commit(lambda: append(row_df, settings, STAGE_PROGRESS))
         return
     insert_missing(
         spark,
         settings,
-        "ops.stage_progress",
+        STAGE_PROGRESS,
         row_df,
         "t.stage = s.stage AND t.batch_id = s.batch_id",
         view_name=f"progress_{stage}",
-        candidates_df=read_table(spark, settings, "ops.stage_progress").filter(
+        candidates_df=read_table(spark, settings, STAGE_PROGRESS).filter(
             (F.col("stage") == stage) & (F.col("batch_id") == batch_id)
         ),
     )

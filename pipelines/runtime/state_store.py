@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.settings import Settings
-from conf.tables import table_name, table_spec
+from conf.tables import ASPECT_STATE, ASPECT_STATE_LOG, table_name, table_spec
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import any_stored, append, first_match, insert_row, merge, read_table, write_scratch
@@ -35,8 +35,8 @@ from gold.audit import to_entity_domains
 from pipelines.runtime.storage import Location
 from silver.state import to_current_state
 
-STATE_TABLE = "silver.aspect_state"
-LOG_TABLE = "silver.aspect_state_log"
+STATE_TABLE = ASPECT_STATE
+LOG_TABLE = ASPECT_STATE_LOG
 STATE_KEYS = ["entity_urn", "aspect_name"]
 
 # What the state's two MERGEs share: the match on the key, and the update of every column from the source row.

@@ -25,11 +25,11 @@ import pyarrow as pa
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conf.settings import Settings
-from conf.tables import table_location, table_spec
+from conf.tables import ACCESS_LOG, table_location, table_spec
 from gold.scopes import Principal
 from pipelines.runtime.storage import delta_storage_options, table_exists
 
-ACCESS_TABLE = "ops.access_log"
+ACCESS_TABLE = ACCESS_LOG
 log = logging.getLogger("lakehouse.access_log")
 # Outcome of a request by its status: redirect (3xx), refused (401/403), invalid (other 4xx), busy (429/503),
 # error (5xx).

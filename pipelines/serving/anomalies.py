@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
-from conf.tables import table_location
+from conf.tables import ACTOR_ANOMALIES, table_location
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from gold.serving_contract import BUCKET_MS
 from conf.values import parse_time_ms
@@ -25,7 +25,7 @@ from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.tokens import TokenVerifier
 
 ANOMALIES_PATH = "/api/v1/anomalies"
-TABLE = "gold.actor_anomalies"
+TABLE = ACTOR_ANOMALIES
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 _PARAMETERS = ("since", "until", "actor", "granularity", "kind", "limit")

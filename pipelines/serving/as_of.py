@@ -20,13 +20,13 @@ import pyarrow.dataset as ds
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import table_location
+from conf.tables import ASPECT_SNAPSHOTS, LANDED_FILES, table_location
 from pipelines.serving.explorer_data import latest_dataset
 from silver.order_keys import ARRIVAL_ORDER, order_key, patch_arrival
 from silver.patches import PATCH, fold_versions
 
-SNAPSHOTS_TABLE = "bronze.aspect_snapshots"
-LANDED_TABLE = "bronze.landed_files"
+SNAPSHOTS_TABLE = ASPECT_SNAPSHOTS
+LANDED_TABLE = LANDED_FILES
 SNAPSHOT_COLUMNS = ("aspect_name", "change_type", "aspect_json", "version", "created_time", "created_actor",
                     "source_file", "line_number", "batch_id", "landed_at")  # fmt: skip
 # Of two copies of one version, the first landed counts: silver.order_keys.ARRIVAL_ORDER, with the landing

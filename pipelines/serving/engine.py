@@ -12,6 +12,7 @@ import orjson
 
 from conf.errors import ConfigError
 from conf.settings import Settings
+from conf.tables import AUDIT_EVENTS
 from gold.search import RESULT_COLUMNS, page_upper_bound, to_match_condition, to_page, to_response
 from gold.search_request import SearchRequest
 from pipelines.runtime.home import home_of
@@ -65,7 +66,7 @@ class InProcessEngine:
 
     def __init__(self, settings: Settings):
         # Resolving the home registers its storage options for the files the engine reads.
-        location = str(home_of(settings).table_locations["gold.audit_events"])
+        location = str(home_of(settings).table_locations[AUDIT_EVENTS])
         self.rows = RowGroupCache(settings.serve.row_cache_mb * 1024 * 1024, PAGE_COLUMNS)
         self._store = IndexStore(settings.serve.index_dir, row_columns_of(settings)) if settings.serve.index_dir else None
         build = build_file_index if self._store is None else self._store.index_of
@@ -166,7 +167,7 @@ def build_index_files(settings: Settings) -> bool:
     if settings.serve.engine != "inprocess" or not settings.serve.index_dir:
         return False
     home = home_of(settings)
-    arguments = (str(home.table_locations["gold.audit_events"]), settings.serve.index_dir, row_columns_of(settings),
+    arguments = (str(home.table_locations[AUDIT_EVENTS]), settings.serve.index_dir, row_columns_of(settings),
                  home.storage_options)  # fmt: skip
     builder = multiprocessing.get_context("spawn").Process(target=_index_latest, args=arguments, name="lakehouse-index")
     builder.start()

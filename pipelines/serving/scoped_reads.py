@@ -26,11 +26,11 @@ from sqlglot import exp
 from conf.errors import RequestError
 from conf.locations import Location
 from conf.settings import Settings
-from conf.tables import table_location
+from conf.tables import AUDIT_EVENTS, table_location
 from gold.scopes import Scope, change_event_condition
 from pipelines.runtime.storage import delta_storage_options, table_exists
 
-AUDIT_TABLE = "gold.audit_events"
+AUDIT_TABLE = AUDIT_EVENTS
 
 
 class OutOfScopeError(RequestError):

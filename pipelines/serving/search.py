@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from conf.settings import Settings
-from conf.tables import table_name
+from conf.tables import AUDIT_EVENTS, table_name
 from gold.scroll_ids import UNPINNED
 from gold.search import build_histogram_sql, build_search_sql, choose_since, page_upper_bound, to_response
 from gold.search_request import SearchRequest
@@ -93,5 +93,5 @@ def search(spark: SparkSession, settings: Settings, request: SearchRequest, now_
     def run_sql(sql: str) -> list[dict[str, Any]]:
         return [row.asDict() for row in spark.sql(sql).collect()]
 
-    table = table_name(settings, "gold.audit_events")
+    table = table_name(settings, AUDIT_EVENTS)
     return run_search(run_sql, lambda start, end: table, "spark", request, now_ms)

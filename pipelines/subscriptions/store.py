@@ -24,7 +24,15 @@ from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import table_name, table_spec
+from conf.tables import (
+    ENTITY_CHANGE_EVENTS,
+    OPENMETADATA_CHANGE_EVENTS,
+    STAGE_PROGRESS,
+    SUBSCRIPTION_CURSORS,
+    SUBSCRIPTION_DEAD_LETTERS,
+    table_name,
+    table_spec,
+)
 from gold.openmetadata import to_change_event_json
 from gold.scopes import scope_from_json, scope_json
 from gold.subscriptions import (
@@ -41,10 +49,10 @@ from pipelines.runtime.maintenance import maintenance_for
 from pipelines.subscriptions.targets import check_target, check_url
 
 SUBSCRIPTIONS = "ops.subscriptions"
-CURSORS = "ops.subscription_cursors"
-DEAD_LETTERS = "ops.subscription_dead_letters"
-EVENTS = "silver.entity_change_events"
-CHANGE_EVENTS = "gold.openmetadata_change_events"
+CURSORS = SUBSCRIPTION_CURSORS
+DEAD_LETTERS = SUBSCRIPTION_DEAD_LETTERS
+EVENTS = ENTITY_CHANGE_EVENTS
+CHANGE_EVENTS = OPENMETADATA_CHANGE_EVENTS
 # The order of the events inside one batch: per entity it is the order of its versions.
 ECE_ORDER = ("event_time", "source_order_key", "event_id")
 OPENMETADATA_ORDER = ("timestamp", "entity_id", "entity_sequence", "id")
@@ -315,7 +323,7 @@ def resume_subscription(spark: SparkSession, settings: Settings, name: str) -> S
 def latest_refined_at(spark: SparkSession, settings: Settings) -> datetime | None:
     """When refine finished its newest batch (a new subscription starts after it); None before any."""
     row = (
-        read_table(spark, settings, "ops.stage_progress")
+        read_table(spark, settings, STAGE_PROGRESS)
         .filter(F.col("stage") == "refine")
         .agg(F.max("processed_at").alias("at"))
         .collect()[0]
@@ -351,7 +359,7 @@ def replay_start(spark: SparkSession, settings: Settings, since_ms: int) -> date
     if not batch_ids:
         return None
     row = (
-        read_table(spark, settings, "ops.stage_progress")
+        read_table(spark, settings, STAGE_PROGRESS)
         .filter((F.col("stage") == "refine") & F.col("batch_id").isin(batch_ids))
         .agg(F.max("processed_at").alias("at"))
         .collect()[0]
@@ -361,7 +369,7 @@ def replay_start(spark: SparkSession, settings: Settings, since_ms: int) -> date
 
 def published_stream(spark: SparkSession, settings: Settings) -> list[StreamBatch]:
     """Every refined batch with the times its publish gate stages recorded it, in the order refine finished them."""
-    progress_df = read_table(spark, settings, "ops.stage_progress")
+    progress_df = read_table(spark, settings, STAGE_PROGRESS)
     refined_df = progress_df.filter(F.col("stage") == "refine").select("batch_id", F.col("processed_at").alias("refined_at"))
     gates = (AUDIT_GATE, OPENMETADATA_GATE)
     published_df = (

@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bronze.aspects import FIELD_ARRAYS
-from conf.tables import table_spec
+from conf.tables import ENTITY_CHANGE_EVENTS, table_spec
 from silver.aspects import is_key_aspect
 from silver.events import (
     action_request,
@@ -36,7 +36,7 @@ from silver.events.tag import to_tag_events
 from silver.events.technical_schema import to_technical_schema_events
 
 # The columns of silver.entity_change_events that `to_change_events` returns, in table order.
-CHANGE_EVENT_COLUMNS = table_spec("silver.entity_change_events").column_names
+CHANGE_EVENT_COLUMNS = table_spec(ENTITY_CHANGE_EVENTS).column_names
 
 
 def _one_of(aspects: Collection[str]) -> Callable[[str], bool]:

@@ -8,6 +8,7 @@ import time
 
 import typer
 
+from conf.tables import ACCESS_LOG
 from conf.values import parse_time_ms
 from pipelines.cli.console import console, listing_title, print_table, with_iso_times
 
@@ -39,7 +40,7 @@ def register(app: typer.Typer) -> None:
             if value:
                 params[name] = str(parse_time_ms(value, f"--{name}"))
         settings = state_of(ctx).settings
-        records = read_access_log(table_location(settings, "ops.access_log"), parse_access_query(
+        records = read_access_log(table_location(settings, ACCESS_LOG), parse_access_query(
             {k: v for k, v in params.items() if v is not None}
         ))  # fmt: skip
         if as_json:

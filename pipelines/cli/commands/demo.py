@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from conf.settings import Settings
-from conf.tables import TABLES, table_location, table_name
+from conf.tables import AUDIT_EVENTS, ENTITY_CHANGE_EVENTS, TABLES, table_location, table_name
 from conf.values import DAY_MS
 from pipelines.cli.console import console, print_table
 
@@ -80,14 +80,14 @@ def show_summary(spark: SparkSession, settings: Settings) -> None:
         ["table", "rows"],
         title="Table row counts",
     )
-    events_df = read_table(spark, settings, "silver.entity_change_events")
+    events_df = read_table(spark, settings, ENTITY_CHANGE_EVENTS)
     by_category = events_df.groupBy("category", "operation").count().orderBy(F.desc("count")).collect()
     print_table(
         [{"category": r.category, "operation": r.operation, "events": r["count"]} for r in by_category],
         ["category", "operation", "events"],
         title="Change events by category",
     )
-    audit_df = read_table(spark, settings, "gold.audit_events")
+    audit_df = read_table(spark, settings, AUDIT_EVENTS)
     latest = audit_df.agg(F.max("timestamp")).collect()[0][0]
     if latest is None:
         console.print("no audit events yet")
