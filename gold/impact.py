@@ -243,32 +243,6 @@ def impact(
 Spans = list[tuple[int, int]]
 
 
-def _merged(spans: Iterable[tuple[int, int]]) -> Spans:
-    merged: Spans = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _without(spans: Spans, removed: Spans) -> Spans:
-    kept: Spans = []
-    for start, end in spans:
-        for cut_start, cut_end in removed:
-            if cut_end <= start or cut_start >= end:
-                continue
-            if cut_start > start:
-                kept.append((start, cut_start))
-            start = max(start, cut_end)
-            if start >= end:
-                break
-        if start < end:
-            kept.append((start, end))
-    return kept
-
-
 def _holds(spans: Spans | None, time_ms: int) -> bool:
     if not spans:
         return False
@@ -305,36 +279,34 @@ def _levels(target: int, index: EdgeIndex, direction: str, depth: int, start_ms:
 
     An entity is k + 1 hops away at t when an entity k hops away then has an edge to it valid then, and
     it is not nearer: so each hop is built from the one before alone. The entities reached throughout
-    the window by edges holding throughout it (nearly all, as edges change rarely) are stepped as arrays;
-    the others, with their spans, one by one.
+    the window by edges holding throughout it (nearly all, as edges change rarely) are a set; the
+    others carry their spans (`_new_spans`). Both are stepped as arrays.
     """
-    window = (start_ms, end_ms)
+    width = end_ms - start_ms
     whole = np.full(len(index.urns), -1, dtype=np.int8)
-    # Lies nearer throughout the window (no span left to gain), or nearer in part of it.
+    # Lies nearer throughout the window (no span left to gain); lies nearer in part of it, for how long.
     covered = np.zeros(len(index.urns), dtype=bool)
     spanned = np.zeros(len(index.urns), dtype=bool)
-    nearer: dict[int, Spans] = {}
+    nearer_ms = np.zeros(len(index.urns), dtype=np.int64)
+    nearer = (_NO_IDS, _NO_IDS, _NO_IDS)
     whole[target], covered[target] = 0, True
     partial: list[dict[int, Spans]] = [{}]
     frontier = np.array([target], dtype=np.int64)
     cuts: set[int] = set()
     for hop in range(1, depth + 1):
-        gained: dict[int, list[tuple[int, int]]] = {}
-        # From the entities lying there throughout the window, as arrays: an edge holding throughout
-        # makes a whole candidate; one holding in part of the window, a span.
+        # From the entities lying there throughout the window: an edge holding throughout makes a
+        # whole candidate (a span of the whole window for one lying nearer in part of it), one
+        # holding in part of the window a span.
         edges, reached = index.leaving(frontier, direction)
         valid_from, valid_to = index.valid_from[edges], index.valid_to[edges]
         throughout = (valid_from <= start_ms) & (valid_to >= end_ms)
         some = ~throughout & (valid_from < end_ms) & (valid_to > start_ms)
         cuts.update(_inside(valid_from[some], valid_to[some], start_ms, end_ms))
         candidates = np.unique(reached[throughout & ~covered[reached]])
-        for node in candidates[spanned[candidates]].tolist():
-            gained.setdefault(node, []).append(window)
         fresh = candidates[~spanned[candidates]]
-        step = some & ~covered[reached]
-        for node, low, high in zip(reached[step].tolist(), np.maximum(valid_from[step], start_ms).tolist(),
-                                   np.minimum(valid_to[step], end_ms).tolist()):  # fmt: skip
-            gained.setdefault(node, []).append((low, high))
+        rest = candidates[spanned[candidates]]
+        steps = [(rest, np.full(len(rest), start_ms), np.full(len(rest), end_ms)),
+                 (reached[some], np.maximum(valid_from[some], start_ms), np.minimum(valid_to[some], end_ms))]  # fmt: skip
         # From the entities lying there in spans: each span steps along its entity's edges.
         if partial[-1]:
             sources, span_starts, span_ends = (np.array(column, dtype=np.int64) for column in zip(*(
@@ -344,27 +316,67 @@ def _levels(target: int, index: EdgeIndex, direction: str, depth: int, start_ms:
             runs = index.run_lengths(sources, direction)
             valid_from, valid_to = index.valid_from[edges], index.valid_to[edges]
             cuts.update(_inside(valid_from, valid_to, start_ms, end_ms))
-            low = np.maximum(valid_from, np.repeat(span_starts, runs))
-            high = np.minimum(valid_to, np.repeat(span_ends, runs))
-            step = (low < high) & ~covered[reached]
-            for node, span_start, span_end in zip(reached[step].tolist(), low[step].tolist(), high[step].tolist()):
-                gained.setdefault(node, []).append((span_start, span_end))
+            steps.append((reached, np.maximum(valid_from, np.repeat(span_starts, runs)),
+                          np.minimum(valid_to, np.repeat(span_ends, runs))))  # fmt: skip
         whole[fresh], covered[fresh] = hop, True
+        nodes, lows, highs = (np.concatenate(column).astype(np.int64) for column in zip(*steps))
+        keep = (lows < highs) & ~covered[nodes]
+        new = _new_spans(nodes[keep], lows[keep], highs[keep], *nearer)
         level: dict[int, Spans] = {}
-        for node, parts in gained.items():
-            if covered[node]:
-                continue
-            new = _without(_merged(parts), nearer.get(node, []))
-            if new:
-                level[node] = new
-                nearer[node] = _merged([*nearer.get(node, []), *new])
-                spanned[node] = True
-                covered[node] = nearer[node] == [window]
+        for node, span_start, span_end in zip(*(column.tolist() for column in new)):
+            level.setdefault(node, []).append((span_start, span_end))
+        nearer = tuple(np.concatenate([old, more]) for old, more in zip(nearer, new))
+        np.add.at(nearer_ms, new[0], new[2] - new[1])
+        spanned[new[0]] = True
+        covered[new[0]] = nearer_ms[new[0]] >= width
         partial.append(level)
         frontier = fresh
         if not len(fresh) and not level:
             break
     return _Levels(whole, partial, sorted(cuts))
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+def _new_spans(
+    nodes: np.ndarray, lows: np.ndarray, highs: np.ndarray,
+    near_nodes: np.ndarray, near_starts: np.ndarray, near_ends: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per entity, the union of its spans [lows, highs) less the union of its nearer spans, as arrays.
+
+    A sweep over every span's bounds, sorted by entity and time: counts of the spans gained and of the
+    nearer ones covering each stretch between two bounds; the stretches gained and not nearer are kept
+    and joined where they touch.
+
+    Returns:
+        (entity, start, end): sorted, disjoint and not touching within an entity.
+    """
+    if not len(nodes):
+        return _NO_IDS, _NO_IDS, _NO_IDS
+    kept = np.isin(near_nodes, nodes)
+    near_nodes, near_starts, near_ends = near_nodes[kept], near_starts[kept], near_ends[kept]
+    ones, near_ones = np.ones(len(nodes), dtype=np.int64), np.ones(len(near_nodes), dtype=np.int64)
+    point_nodes = np.concatenate([nodes, nodes, near_nodes, near_nodes])
+    times = np.concatenate([lows, highs, near_starts, near_ends])
+    gains = np.concatenate([ones, -ones, 0 * near_ones, 0 * near_ones])
+    losses = np.concatenate([0 * ones, 0 * ones, near_ones, -near_ones])
+    order = np.lexsort((times, point_nodes))
+    point_nodes, times = point_nodes[order], times[order]
+    gained, lost = np.cumsum(gains[order]), np.cumsum(losses[order])
+    # The state after the last bound of each (entity, time): bounds at one time count together.
+    last = np.ones(len(times), dtype=bool)
+    last[:-1] = (point_nodes[1:] != point_nodes[:-1]) | (times[1:] != times[:-1])
+    point_nodes, times, on = point_nodes[last], times[last], (gained[last] > 0) & (lost[last] == 0)
+    stretch = on[:-1] & (point_nodes[1:] == point_nodes[:-1])
+    nodes, starts, ends = point_nodes[:-1][stretch], times[:-1][stretch], times[1:][stretch]
+    if not len(nodes):
+        return _NO_IDS, _NO_IDS, _NO_IDS
+    first = np.ones(len(nodes), dtype=bool)
+    first[1:] = (nodes[1:] != nodes[:-1]) | (starts[1:] != ends[:-1])
+    heads = np.flatnonzero(first)
+    tails = np.append(heads[1:], len(nodes)) - 1
+    return nodes[heads], starts[heads], ends[tails]
 
 
 def _inside(valid_from: np.ndarray, valid_to: np.ndarray, start_ms: int, end_ms: int) -> list[int]:
