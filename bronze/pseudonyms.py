@@ -111,3 +111,65 @@ def to_identities(staged_df: DataFrame, columns: Iterable[str]) -> DataFrame:
     """The distinct person urns (not pseudonyms) the given text columns of the rows hold, as column `identity`."""
     urns = F.flatten(F.array(*[to_person_urns(F.col(name)) for name in columns]))
     return staged_df.select(F.explode(urns).alias("identity")).distinct()
+
+
+# Columns that hold a source IP or a user agent, and the raw documents that repeat them.
+_IP_COLUMNS = ("source_ip",)
+_AGENT_COLUMNS = ("user_agent",)
+_RAW_COLUMNS = ("raw_document", "raw_event")
+# OpenMetadata's user name: the id part of an actor urn (`jdoe`), repeated inside its JSON documents.
+_USER_NAME_COLUMN = "user_name"
+_USER_NAME_DOCUMENTS = ("change_description", "entity")
+
+
+def with_pseudonymous_columns(df: DataFrame, secret: bytes, keep: Iterable[str] = ()) -> DataFrame:
+    """Every personal value of a stored table's rows as landing would have written it with pseudonyms on.
+
+    Person urns in every string, array-of-string and map-of-string column; source IPs and user agents
+    (and their copies in the raw documents); OpenMetadata's user name (the id part of the pseudonym).
+
+    Args:
+        df: the rows of a table.
+        secret: the pseudonym secret.
+        keep: columns left as they are (hashes that other tables refer to by value).
+    """
+    kept = set(keep)
+    changes: dict[str, Column] = {}
+    for field in df.schema.fields:
+        name, kind = field.name, field.dataType.simpleString()
+        if name in kept:
+            continue
+        if name in _IP_COLUMNS:
+            changes[name] = to_pseudonym(F.col(name), secret, "ip-")
+        elif name in _AGENT_COLUMNS:
+            changes[name] = to_pseudonym(F.col(name), secret, "ua-")
+        elif name == _USER_NAME_COLUMN:
+            changes[name] = _pseudonymous_user_name(F.col(name), secret)
+        elif kind == "string":
+            changes[name] = with_pseudonymous_text(F.col(name), secret)
+        elif kind == "array<string>":
+            changes[name] = F.transform(F.col(name), lambda value: with_pseudonymous_text(value, secret))
+        elif kind == "map<string,string>":
+            values = F.transform(F.map_values(F.col(name)), lambda value: with_pseudonymous_text(value, secret))
+            changes[name] = F.when(F.col(name).isNull(), F.col(name)).otherwise(F.map_from_arrays(F.map_keys(F.col(name)), values))
+    for raw in _RAW_COLUMNS:
+        if raw in changes:
+            for column, prefix in [(c, "ip-") for c in _IP_COLUMNS] + [(c, "ua-") for c in _AGENT_COLUMNS]:
+                if column in df.columns:
+                    changes[raw] = _replace_value(changes[raw], F.col(column), to_pseudonym(F.col(column), secret, prefix))
+    if _USER_NAME_COLUMN in df.columns:
+        quoted = lambda value: F.concat(F.lit('"'), value, F.lit('"'))  # noqa: E731 - a JSON string of a value
+        for document in _USER_NAME_DOCUMENTS:
+            if document in changes:
+                changes[document] = _replace_value(
+                    changes[document], quoted(F.col(_USER_NAME_COLUMN)), quoted(_pseudonymous_user_name(F.col(_USER_NAME_COLUMN), secret))
+                )  # fmt: skip
+    return df.withColumns(changes) if changes else df
+
+
+def _pseudonymous_user_name(user_name: Column, secret: bytes) -> Column:
+    """The id part of the pseudonym of `urn:li:corpuser:<user_name>` (`p-<hex>`); a pseudonymous one stays."""
+    pseudonym = to_pseudonym(F.concat(F.lit(PERSON_PREFIX), user_name), secret)
+    return F.when(user_name.isNull() | user_name.startswith("p-"), user_name).otherwise(
+        F.substring(pseudonym, len(PERSON_PREFIX) + 1, 2 + PSEUDONYM_HEX)
+    )

@@ -351,6 +351,17 @@ _SPECS = (
     ),
     TableSpec(
         "ops",
+        "privacy_migrations",
+        "entry_id STRING, table_key STRING, delta_version BIGINT, row_count BIGINT, migrated_at_ms BIGINT, "
+        "batch_id STRING",
+        (),
+        "One table `lakehouse privacy enable` rewrote with every personal value pseudonymised: the Delta "
+        "version its rewrite committed; batch_id: the migration, linked in the audit chain, so verify accepts "
+        "that rewrite and no other.",
+        (("delta.appendOnly", "true"),),
+    ),
+    TableSpec(
+        "ops",
         "audit_chain",
         "seq BIGINT, table_key STRING, batch_id STRING, delta_version BIGINT, row_count BIGINT, "
         "batch_digest STRING, prev_digest STRING, link_digest STRING, signature STRING, key_id STRING, "
@@ -390,6 +401,7 @@ RETENTION_CUTS = "ops.retention_cuts"
 LEGAL_HOLDS = "ops.legal_holds"
 IDENTITIES = "ops.identities"
 ERASURES = "ops.erasures"
+PRIVACY_MIGRATIONS = "ops.privacy_migrations"
 AUDIT_CHAIN = "ops.audit_chain"
 # Columns declared after a table was first released: a home built before gets them added in place
 # (null in its old rows), and the audit chain leaves them out of a row's canonical form while null,

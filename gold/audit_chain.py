@@ -30,6 +30,7 @@ CHAINED_TABLES: dict[str, str] = {
     "ops.access_log": "access_id",
     "ops.retention_cuts": "entry_id",
     "ops.erasures": "erasure_id",
+    "ops.privacy_migrations": "entry_id",
 }
 GENESIS_DIGEST = "0" * 64
 # Columns a chained table gained after links were recorded: left out of a row's canonical form while

@@ -48,6 +48,7 @@ from pipelines.audit_trail.chain_checkpoint import Checkpoint, checkpoint_proble
 from pipelines.batch.chain_history import table_history_findings
 # create_key: `lakehouse audit-key create` and the tests import it from here, with the chain's other operations.
 from pipelines.audit_trail.chain_keys import CHAIN_TABLE, DIGEST_CHUNK_ROWS, chain_key, chain_lock, create_key  # noqa: F401
+from pipelines.batch.chain_rewrites import rewritten_versions
 from pipelines.batch.retention_cuts import CUTS_TABLE, cut_batches
 from pipelines.runtime.io import append, read_table
 from pipelines.runtime.maintenance import maintenance_for
@@ -365,7 +366,8 @@ def verify_chain(
     problem = None if checkpoint is None else checkpoint_problem(chain, checkpoint, chain_key(settings))
     cut = [] if problem is None else [BrokenLink(checkpoint.seq, CHAIN_TABLE, None, problem)]
     cuts = cut_batches(spark, settings, latest_links(chain))
-    history = _history_findings(spark, settings, chain, now_ms, cuts)
+    rewrites = rewritten_versions(spark, settings, latest_links(chain))
+    history = _history_findings(spark, settings, chain, now_ms, cuts, rewrites)
     broken_chain = first_broken_link(chain, chain_key(settings))
     if broken_chain is not None:
         index, reason = broken_chain
@@ -439,10 +441,11 @@ def _verification(
 
 
 def _history_findings(
-    spark: SparkSession, settings: Settings, chain: list[dict[str, Any]], now_ms: int, cuts: frozenset[tuple[str, str]]
-) -> list[BrokenLink]:
+    spark: SparkSession, settings: Settings, chain: list[dict[str, Any]], now_ms: int, cuts: frozenset[tuple[str, str]],
+    rewrites: frozenset[tuple[str, int]],
+) -> list[BrokenLink]:  # fmt: skip
     """One finding per table whose Delta history holds a commit the pipeline and its maintenance never make."""
-    found = table_history_findings(settings, maintenance_for(settings, spark), chain, now_ms, cuts)
+    found = table_history_findings(settings, maintenance_for(settings, spark), chain, now_ms, cuts, rewrites)
     return [BrokenLink(-1, table_key, None, reason, commits_after=commits) for table_key, reason, commits in found]
 
 

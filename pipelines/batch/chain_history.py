@@ -6,7 +6,8 @@ makes: a DELETE, UPDATE or RESTORE, an overwrite, a property taken off, a MERGE 
 project does is accepted: appends, MERGE into the chained tables, OPTIMIZE, VACUUM, the columns and
 properties the table registry declares, `lakehouse access-log prune` (a DELETE of access log batches
 whose links retention allows to go), and `lakehouse retention apply` (a DELETE of whole batches that a cut
-linked in the chain names, with the append-only property lifted just for it).
+linked in the chain names, with the append-only property lifted just for it), and `lakehouse privacy
+enable` (one overwrite per table at the version a migration linked in the chain names).
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ def history_tables() -> tuple[str, ...]:
 
 def table_history_findings(
     settings: Settings, maintenance: TableMaintenance, chain: Sequence[Mapping[str, Any]], now_ms: int,
-    cuts: frozenset[tuple[str, str]] = frozenset(),
+    cuts: frozenset[tuple[str, str]] = frozenset(), rewrites: frozenset[tuple[str, int]] = frozenset(),
 ) -> list[tuple[str, str, tuple[str, ...]]]:  # fmt: skip
     """(table, what is wrong, the commits) for each table of `history_tables` whose history holds a commit
     the pipeline and its maintenance never make, or cannot be read (a prune judged at `now_ms`; `cuts` the
-    (table, batch) retention deleted, as `retention_cuts.cut_batches` reads them)."""
+    (table, batch) retention deleted, as `retention_cuts.cut_batches` reads them; `rewrites` the (table,
+    version) the privacy migration rewrote, as `chain_rewrites.rewritten_versions` reads them)."""
     findings = []
     for table_key in history_tables():
         try:
@@ -47,7 +49,7 @@ def table_history_findings(
         except Exception as exc:  # noqa: BLE001 - a history that cannot be read hides what it held
             findings.append((table_key, f"its Delta history cannot be read ({error_text(exc)})", ()))
             continue
-        unexpected = unexpected_commits(settings, table_key, history, chain, now_ms, cuts)
+        unexpected = unexpected_commits(settings, table_key, history, chain, now_ms, cuts, rewrites)
         if unexpected:
             reason = (f"its Delta history holds {len(unexpected)} commit(s) that neither publishing nor maintenance "
                       "makes (rows removed or changed, or a protection taken off)")  # fmt: skip
@@ -57,7 +59,7 @@ def table_history_findings(
 
 def unexpected_commits(
     settings: Settings, table_key: str, history: Sequence[Commit], chain: Sequence[Mapping[str, Any]], now_ms: int,
-    cuts: frozenset[tuple[str, str]] = frozenset(),
+    cuts: frozenset[tuple[str, str]] = frozenset(), rewrites: frozenset[tuple[str, int]] = frozenset(),
 ) -> list[str]:  # fmt: skip
     """Name the commits of a table's history that neither the pipeline nor its maintenance makes.
 
@@ -68,6 +70,7 @@ def unexpected_commits(
         chain: the chain's links (to judge a prune of the access log by its batches' links).
         now_ms: the time retention is judged at, as for the rows (a batch may be gone once past it).
         cuts: (table, batch) of the batches cuts linked in the chain name as deleted by retention.
+        rewrites: (table, version) of the rewrites migrations linked in the chain name.
 
     Returns:
         One text per unexpected commit, oldest first: `v7 DELETE (predicate seq = 5)`.
@@ -75,24 +78,30 @@ def unexpected_commits(
     found = []
     ordered = sorted(history, key=lambda c: c.version)
     for index, commit in enumerate(ordered):
-        why = _unexpected(settings, table_key, commit, chain, now_ms, cuts)
+        why = None if (table_key, commit.version) in rewrites else _unexpected(settings, table_key, commit, chain, now_ms, cuts)
         following = ordered[index + 1] if index + 1 < len(ordered) else None
-        if why is not None and _lifts_append_only_for_a_cut(table_key, commit, following, cuts):
+        if why is not None and _lifts_append_only_for(table_key, commit, following, cuts, rewrites):
             why = None
         if why is not None:
             found.append(f"v{commit.version} {commit.operation} ({why})")
     return found
 
 
-def _lifts_append_only_for_a_cut(
-    table_key: str, commit: Commit, following: Commit | None, cuts: frozenset[tuple[str, str]]
-) -> bool:
-    """Whether a commit only turned delta.appendOnly off for the next one, a DELETE of batches retention cut."""
-    if commit.operation.upper() != "SET TBLPROPERTIES" or following is None or following.operation.upper() != "DELETE":
+def _lifts_append_only_for(
+    table_key: str, commit: Commit, following: Commit | None, cuts: frozenset[tuple[str, str]],
+    rewrites: frozenset[tuple[str, int]],
+) -> bool:  # fmt: skip
+    """Whether a commit only turned delta.appendOnly off for the next one: a DELETE of batches retention
+    cut, or a rewrite the privacy migration recorded."""
+    if commit.operation.upper() != "SET TBLPROPERTIES" or following is None:
         return False
     if _properties(commit.parameters.get("properties")) != {"delta.appendOnly": "false"}:
         return False
-    return deletes_only_cut_batches(table_key, str(following.parameters.get("predicate") or ""), cuts)
+    if (table_key, following.version) in rewrites:
+        return True
+    return following.operation.upper() == "DELETE" and deletes_only_cut_batches(
+        table_key, str(following.parameters.get("predicate") or ""), cuts
+    )
 
 
 def _unexpected(

@@ -1,4 +1,4 @@
-"""Privacy commands: `erase` (one person's key destroyed, the erasure chained) and `privacy identity`."""
+"""Privacy commands: `erase` (one person's key destroyed, the erasure chained), `privacy enable`, `privacy identity`."""
 
 from __future__ import annotations
 
@@ -33,6 +33,24 @@ def register(app: typer.Typer) -> None:
         console.print(
             f"erased: {erasure.pseudonym} ({erasure.identities} identities unreadable); "
             f"erasure {erasure.erasure_id} linked in the audit chain"
+        )
+
+    @privacy_app.command("enable")
+    def enable_command(
+        ctx: typer.Context,
+        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
+    ) -> None:
+        """Migrate the home to pseudonyms: identities encrypted, tables rewritten, old versions vacuumed, chain extended."""
+        from pipelines.batch.privacy_migration import enable_privacy
+
+        state = state_of(ctx)
+        with state.locked_session("lakehouse privacy enable", wait) as spark:
+            migration = enable_privacy(spark, state.settings)
+        for table_key, rows in sorted(migration.rewritten.items()):
+            console.print(f"{table_key}: {rows} rows pseudonymised")
+        console.print(
+            f"{migration.identities} identities encrypted; migration {migration.migration_id}: "
+            f"{migration.links} links appended to the audit chain; earlier versions vacuumed"
         )
 
     @privacy_app.command("identity")
