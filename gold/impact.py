@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from conf.errors import InputError
 
@@ -70,6 +72,7 @@ def check_direction(direction: str) -> str:
 
 # valid_to of an edge still holding, in the index's arrays.
 _OPEN = np.iinfo(np.int64).max
+_ARROW_COLUMNS = ("upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time", "edge_kind")
 
 
 class EdgeIndex:
@@ -81,22 +84,35 @@ class EdgeIndex:
     """
 
     def __init__(self, edges: Iterable[Edge]):
-        self._by_end: dict[str, dict[str, list[Edge]]] = {"upstream": {}, "downstream": {}}
-        self.ids: dict[str, int] = {}
-        ends: list[int] = []
-        valid: list[int] = []
-        for edge in edges:
-            # Walking upstream leaves an entity by the edges it is the downstream end of.
-            self._by_end["upstream"].setdefault(edge.downstream_urn, []).append(edge)
-            self._by_end["downstream"].setdefault(edge.upstream_urn, []).append(edge)
-            ends += (self.ids.setdefault(edge.upstream_urn, len(self.ids)), self.ids.setdefault(edge.downstream_urn, len(self.ids)))
-            valid += (edge.valid_from_time, _OPEN if edge.valid_to_time is None else edge.valid_to_time)
-        self.urns = list(self.ids)
-        pairs = np.array(ends, dtype=np.int64).reshape(-1, 2)
-        bounds = np.array(valid, dtype=np.int64).reshape(-1, 2)
-        self.valid_from, self.valid_to = bounds[:, 0], bounds[:, 1]
+        listed = list(edges)
+        self._build(
+            pa.array([e.upstream_urn for e in listed], pa.string()), pa.array([e.downstream_urn for e in listed], pa.string()),
+            pa.array([e.valid_from_time for e in listed], pa.int64()), pa.array([e.valid_to_time for e in listed], pa.int64()),
+            pa.array([e.edge_kind for e in listed], pa.string()),
+        )  # fmt: skip
+
+    @classmethod
+    def from_arrow(cls, edges: pa.Table) -> EdgeIndex:
+        """The index of a table of edge spans (upstream_urn, downstream_urn, valid_from_time, valid_to_time, edge_kind)."""
+        index = cls.__new__(cls)
+        index._build(*(edges[name].combine_chunks() for name in _ARROW_COLUMNS))
+        return index
+
+    def _build(self, upstream: pa.Array, downstream: pa.Array, valid_from: pa.Array, valid_to: pa.Array, kinds: pa.Array) -> None:
+        # Entities numbered by dictionary encoding, without a loop over the edges.
+        encoded = pc.dictionary_encode(pa.concat_arrays([upstream, downstream]))
+        self.urns: list[str] = encoded.dictionary.to_pylist()
+        self.ids = {urn: number for number, urn in enumerate(self.urns)}
+        ends = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        pairs = np.stack([ends[: len(upstream)], ends[len(upstream) :]], axis=1)
+        self.valid_from = valid_from.to_numpy(zero_copy_only=False).astype(np.int64)
+        self.valid_to = pc.fill_null(valid_to, _OPEN).to_numpy(zero_copy_only=False).astype(np.int64)
+        kind_codes = pc.dictionary_encode(kinds)
+        self._kinds, self._kind_names = kind_codes.indices.to_numpy(zero_copy_only=False), kind_codes.dictionary.to_pylist()
+        self._pairs = pairs
         # Per direction: the edges sorted by the end a walk leaves from, where each entity's run starts,
-        # and the entity each edge leads to.
+        # and the entity each edge leads to. Walking upstream leaves an entity by the edges it is the
+        # downstream end of.
         self._runs: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for direction, (leave, reach) in {"upstream": (1, 0), "downstream": (0, 1)}.items():
             order = np.argsort(pairs[:, leave], kind="stable")
@@ -105,10 +121,15 @@ class EdgeIndex:
 
     def steps(self, node: str, direction: str) -> list[tuple[str, Edge]]:
         """The (next entity, edge) pairs leaving `node` in `direction`."""
-        edges = self._by_end[direction].get(node, ())
-        if direction == "upstream":
-            return [(edge.upstream_urn, edge) for edge in edges]
-        return [(edge.downstream_urn, edge) for edge in edges]
+        if node not in self.ids:
+            return []
+        edges, reached = self.leaving(np.array([self.ids[node]], dtype=np.int64), direction)
+        return [
+            (self.urns[nxt], Edge(self.urns[self._pairs[edge, 0]], self.urns[self._pairs[edge, 1]], int(self.valid_from[edge]),
+                                  None if self.valid_to[edge] == _OPEN else int(self.valid_to[edge]),
+                                  self._kind_names[self._kinds[edge]]))
+            for edge, nxt in zip(edges.tolist(), reached.tolist())
+        ]  # fmt: skip
 
     def run_lengths(self, nodes: np.ndarray, direction: str) -> np.ndarray:
         """How many edges leave each of the entities `nodes` (ids) in `direction`."""

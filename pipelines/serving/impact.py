@@ -24,7 +24,7 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
 from conf.values import parse_time_ms
-from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, Edge, EdgeIndex, ImpactRow, LineageGraph, graph_at, impact
+from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, EdgeIndex, ImpactRow, LineageGraph, graph_at, impact
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import parse_window
@@ -114,8 +114,7 @@ class LineageIndex:
             if self._cached is not None and self._cached[0] == version:
                 return self._cached[1]
         columns = ["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time", "edge_kind"]
-        rows = table.to_pyarrow_dataset().to_table(columns=columns, filter=ds.field("edge_kind") != COLUMN_KIND)
-        index = EdgeIndex(Edge(*values) for values in zip(*(rows[name].to_pylist() for name in columns)))
+        index = EdgeIndex.from_arrow(table.to_pyarrow_dataset().to_table(columns=columns, filter=ds.field("edge_kind") != COLUMN_KIND))
         with self._lock:
             self._cached = (version, index)
         return index
