@@ -7,7 +7,6 @@ themselves keep their history. A hold is active while it has an `add` row and no
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from pyspark.sql import Column, SparkSession
@@ -17,32 +16,16 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import table_spec
 from gold.openmetadata_entities import to_urn_id
+from pipelines.privacy.holds import LegalHold, active_holds_of
 from pipelines.runtime.io import append, read_table
 
 HOLDS_TABLE = "ops.legal_holds"
 SUBJECT_KINDS = ("actor", "entity")
 
 
-@dataclass(frozen=True)
-class LegalHold:
-    """One active hold: on an actor or an entity urn, with the reason it was placed."""
-
-    hold_id: str
-    subject_kind: str
-    subject_urn: str
-    reason: str
-    recorded_at: datetime
-
-
 def active_holds(spark: SparkSession, settings: Settings) -> list[LegalHold]:
     """The holds added and not removed, oldest first."""
-    rows = read_table(spark, settings, HOLDS_TABLE).collect()
-    removed = {r.hold_id for r in rows if r.action == "remove"}
-    added = [r for r in rows if r.action == "add" and r.hold_id not in removed]
-    return [
-        LegalHold(r.hold_id, r.subject_kind, r.subject_urn, r.reason, r.recorded_at)
-        for r in sorted(added, key=lambda r: (r.recorded_at, r.hold_id))
-    ]
+    return active_holds_of(row.asDict() for row in read_table(spark, settings, HOLDS_TABLE).collect())
 
 
 def add_hold(spark: SparkSession, settings: Settings, subject_kind: str, subject_urn: str, reason: str) -> LegalHold:
@@ -111,7 +94,3 @@ def held_rows(
         condition = condition | other
     return F.coalesce(condition, F.lit(False))
 
-
-def holds_on_actor(holds: list[LegalHold], actor_urn: str) -> list[LegalHold]:
-    """The active holds on this actor."""
-    return [hold for hold in holds if hold.subject_kind == "actor" and hold.subject_urn == actor_urn]

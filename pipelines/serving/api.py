@@ -33,6 +33,7 @@ from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.engine import SearchEngine, build_index_files, encode_json, open_engine
 from pipelines.serving.access import UnscopedReaders, install_access_control, scoped_search
 from pipelines.privacy.display import pseudonymous_body, shown_to
+from pipelines.serving.erasure import erasure_router
 from pipelines.serving.explorer import mount_explorer
 from pipelines.serving.hardening import (
     authenticated_or_none,
@@ -235,6 +236,7 @@ def create_app(
     app.include_router(anomalies_router(settings, unscoped))
     # The regulator report download (docs/audit-trail.md); a scope narrows it, as it does the change search.
     app.include_router(report_router(settings, verifier))
+    app.include_router(erasure_router(settings, verifier))  # the admin's erasure of a person (docs/privacy.md)
     app.include_router(impact_router(settings, verifier))  # change impact across lineage, scoped
     mount_explorer(app, settings, verifier, aggregates=unscoped)
     install_hardening(app, admission)

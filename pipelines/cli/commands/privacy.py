@@ -22,14 +22,12 @@ def register(app: typer.Typer) -> None:
         actor: str = typer.Option(..., "--actor", help="The person's urn (urn:li:corpuser:...)."),
         reason: str = typer.Option(..., "--reason", help="Why: the erasure request's reference (recorded)."),
         requested_by: str | None = typer.Option(None, "--requested-by", help="Who asked (recorded; default the OS user)."),
-        wait: float = typer.Option(0.0, "--wait", min=0, help="Seconds to wait for another run's lock."),
     ) -> None:
         """Erase a person: destroy their key, so every stored identity of theirs reads as an erased subject."""
-        from pipelines.batch.erasure import erase_actor
+        from pipelines.serving.erasure import erase_person
 
         state = state_of(ctx)
-        with state.locked_session("lakehouse erase", wait) as spark:
-            erasure = erase_actor(spark, state.settings, actor, reason, requested_by or f"os:{getpass.getuser()}")
+        erasure = erase_person(state.settings, actor, reason, requested_by or f"os:{getpass.getuser()}")
         console.print(
             f"erased: {erasure.pseudonym} ({erasure.identities} identities unreadable); "
             f"erasure {erasure.erasure_id} linked in the audit chain"

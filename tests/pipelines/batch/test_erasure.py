@@ -150,8 +150,21 @@ def test_the_api_shows_identities_to_sensitive_readers_and_pseudonyms_to_others(
         assert kept_shown and {e["actorUrn"] for e in kept_shown} == {KEPT}
         assert {e["actorUrn"] for e in kept_plain} == {kept_shown[0]["actorUrnPseudonym"]}
         assert {e["actorUrn"] for e in search(ERASED, sensitive)} == {"erased subject"}
+        # The admin's erasure endpoint: admins only, bad requests named, then the person is erased.
+        admin = {"Authorization": "Bearer " + create_token(settings, "urn:li:corpuser:dpo", ["admin"])[0]}
+        erasures = f"http://127.0.0.1:{port}/api/v1/privacy/erasures"
+        request = {"actor": KEPT, "reason": "GDPR request 2026-19"}
+        assert httpx.post(erasures, json=request, headers=sensitive, timeout=60).status_code == 403
+        unknown = httpx.post(erasures, json={"actor": "urn:li:corpuser:nobody", "reason": "r"}, headers=admin, timeout=60)
+        assert unknown.status_code == 400 and "actor: 'urn:li:corpuser:nobody' is unknown" in unknown.json()["error"]
+        no_reason = httpx.post(erasures, json={"actor": KEPT}, headers=admin, timeout=60)
+        assert no_reason.status_code == 400 and "reason: None must say why" in no_reason.json()["error"]
+        erased = httpx.post(erasures, json=request, headers=admin, timeout=60)
+        assert erased.status_code == 200 and erased.json()["pseudonym"] == kept_shown[0]["actorUrnPseudonym"]
+        assert {e["actorUrn"] for e in search(KEPT, sensitive)} == {"erased subject"}
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
-    # The access log recorded the searches by pseudonym: the erased person is in no file still.
-    assert files_holding(home, [ERASED]) == []
+    # The access log recorded the searches by pseudonym: neither erased person is in any file; verify passes.
+    assert files_holding(home, [ERASED, KEPT]) == []
+    assert "OK" in lakehouse(home, "verify").stdout
