@@ -8,23 +8,18 @@ the stage progress, exactly as for a killed `lakehouse run`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import math
 import os
 import queue
 import shutil
-import signal
 import socket
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from conf.errors import ConcurrencyError, ConfigError, InputError, LakehouseError, SourceUnavailable, StageError, error_text
+from conf.errors import ConcurrencyError, ConfigError, InputError, SourceUnavailable, error_text
 from conf.locations import Location, ObjectLocation
 from conf.settings import Settings
 from pipelines.orchestration.jobs import (
@@ -33,119 +28,26 @@ from pipelines.orchestration.jobs import (
     OPENMETADATA_LATER,
     RunSummary,
     run_job,
-    run_metrics,
 )
 from pipelines.batch.kafka.feed import KafkaFeed
 from pipelines.batch.publish_openmetadata import STAGE as OPENMETADATA_STAGE
 from pipelines.orchestration.watch_compaction import Compaction
+from pipelines.orchestration.watch_files import is_complete_file, undetectable_files
+from pipelines.orchestration.watch_process import (
+    BackgroundTracking, StopSignal, WatchSession, emit, retry_transient,
+)  # fmt: skip
 from pipelines.runtime.watch_status import touch_lock, watcher_lock, write_state
-from pipelines.runtime.backoff import backoff_seconds as retry_backoff
-from pipelines.runtime.engine import open_session
-from pipelines.runtime.logs import structured_line
 from pipelines.orchestration.metrics import WatcherMetrics
 from pipelines.runtime.home import home_of
 from pipelines.runtime.lease import Lease
 from pipelines.subscriptions.background import BackgroundDelivery
 
-log = logging.getLogger("lakehouse.watch")
-
-# After SIGTERM/SIGINT the current micro-batch may finish; past this it is abandoned (it resumes on restart).
-STOP_GRACE_SECONDS = 25.0
 # How long a micro-batch waits for a manual run holding the run lock before trying again.
 _LOCK_WAIT_SECONDS = 5.0
 # On stop, a delivery in progress may finish its POST; past this it is left (its cursor resumes it).
 _DELIVERY_STOP_SECONDS = 10.0
 # With a Kafka source, how often the loop moves fetched messages into the buffer.
 _KAFKA_POLL_SECONDS = 0.2
-
-T = TypeVar("T")
-
-
-def is_complete_file(path: Location, roots: tuple[Location, ...]) -> bool:
-    """Whether a landing path is a finished file: no `.tmp` suffix, no `.`/`_` name on the way from its root.
-
-    Producers write `name.tmp` or `.name` and rename it when done, so those are never read half-written
-    (on object storage an object appears whole when its upload completes).
-    """
-    if path.name.endswith(".tmp"):
-        return False
-    for root in roots:
-        parts = _relative_parts(path, root)
-        if parts is not None:
-            return bool(parts) and not any(p.startswith((".", "_")) for p in parts)
-    return False
-
-
-def _relative_parts(path: Location, root: Location) -> tuple[str, ...] | None:
-    """The parts of `path` below `root`; None when it is not below it."""
-    if isinstance(path, Path) and isinstance(root, Path):
-        with contextlib.suppress(ValueError):
-            return path.relative_to(root).parts
-        return None
-    prefix = str(root).rstrip("/") + "/"
-    if type(path) is not type(root) or not str(path).startswith(prefix):
-        return None
-    return tuple(p for p in str(path)[len(prefix) :].split("/") if p)
-
-
-def retry_transient(
-    action: Callable[[], T], attempts: int, backoff_seconds: float, on_retry: Callable[[int, BaseException], None]
-) -> T:
-    """Run `action`, retrying an engine failure up to `attempts` times with doubling backoff.
-
-    Project errors (LakehouseError: bad input, configuration, a held lock) are not transient and are
-    raised at once; anything else (a Spark or connection error, or a StageError caused by one) is retried.
-
-    Raises:
-        LakehouseError: as raised by `action`.
-        Exception: the engine error of the last attempt.
-    """
-    for attempt in range(attempts + 1):
-        try:
-            return action()
-        except Exception as exc:  # the engine's own errors (pyspark, grpc) are not one family
-            # A stage that failed on an engine error (StageError) is as transient as its cause.
-            if isinstance(exc, LakehouseError) and not isinstance(exc, StageError):
-                raise
-            if attempt == attempts:
-                raise
-            on_retry(attempt + 1, exc)
-            time.sleep(retry_backoff(attempt + 1, backoff_seconds))
-    raise AssertionError("unreachable")
-
-
-class StopSignal:
-    """Set by SIGTERM/SIGINT: the loop finishes its micro-batch, then exits; a stuck one is abandoned."""
-
-    def __init__(self, grace_seconds: float = STOP_GRACE_SECONDS):
-        self.event = threading.Event()
-        self.grace_seconds = grace_seconds
-
-    def install(self) -> None:
-        """Handle SIGTERM and SIGINT in this (main) thread."""
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        if self.event.is_set():
-            return
-        self.event.set()
-        emit({"event": "stopping", "signal": signal.Signals(signum).name})
-        timer = threading.Timer(self.grace_seconds, _abandon)
-        timer.daemon = True
-        timer.start()
-
-
-def _abandon() -> None:
-    # Every write of a micro-batch is resumable (ledger, stage progress): leaving now loses nothing.
-    emit({"event": "abandoned", "reason": f"micro-batch still running {STOP_GRACE_SECONDS} s after the signal"})
-    os._exit(0)
-
-
-def emit(record: dict[str, Any]) -> None:
-    """Write one structured log line (JSON) to stdout."""
-    sys.stdout.write(structured_line(record, log.name) + "\n")
-    sys.stdout.flush()
 
 
 class Watcher:
@@ -173,9 +75,9 @@ class Watcher:
         self.last_run_ended = time.monotonic()
         self.delivery: BackgroundDelivery | None = None
         self.kafka = KafkaFeed(settings, emit) if settings.ingest.kafka.enabled else None
-        self.tracking = _BackgroundTracking(settings) if settings.mlflow.enabled else None
+        self.tracking = BackgroundTracking(settings) if settings.mlflow.enabled else None
         self.compaction = Compaction(settings, self.cfg.compact_every_batches, emit, self.cfg.compact_files_below_mb)
-        # Tracking runs in the background (see _BackgroundTracking): a micro-batch does not wait for MLflow.
+        # Tracking runs in the background (see BackgroundTracking): a micro-batch does not wait for MLflow.
         self.job_settings = dataclasses.replace(settings, mlflow=dataclasses.replace(settings.mlflow, enabled=False))
         self.metrics = WatcherMetrics(settings, metrics_port, lambda: self.pending, lambda: self.kafka)
 
@@ -188,7 +90,7 @@ class Watcher:
             self.metrics.start()
             notifier = threading.Thread(target=self._notify, name="watch-notify", daemon=True)
             notifier.start()
-            session = _Session(self.settings)
+            session = WatchSession(self.settings)
             self.delivery = BackgroundDelivery(self.job_settings, lambda: session.spark, emit, observe=self.metrics.delivery)
             try:
                 emit({"event": "started", "pid": os.getpid(), "landing": [str(r) for r in self.roots],
@@ -212,7 +114,7 @@ class Watcher:
         emit({"event": "stopped", "batches": self.batches})
         return 0
 
-    def _loop(self, session: _Session) -> None:
+    def _loop(self, session: WatchSession) -> None:
         heartbeat = time.monotonic()
         while not self.stop.event.is_set():
             self._drain(timeout=self._wait_seconds())
@@ -272,7 +174,7 @@ class Watcher:
             if self.stop.event.wait(self.cfg.poll_interval_seconds):
                 return
 
-    def _scan(self, session: _Session) -> None:
+    def _scan(self, session: WatchSession) -> None:
         """Queue the complete files of the landing folders that the ledger does not hold yet."""
         from pipelines.batch.landing.discovery import list_input_files
         from pipelines.batch.landing.model import LEDGER_TABLE
@@ -354,7 +256,7 @@ class Watcher:
             size += self._size(path)
         return taken
 
-    def _micro_batch(self, session: _Session, files: list[Location], openmetadata_now: bool) -> None:
+    def _micro_batch(self, session: WatchSession, files: list[Location], openmetadata_now: bool) -> None:
         """Run one micro-batch of `files` (and the Kafka feed's messages).
 
         The ChangeEvents of the batches refined before it are published beside it when
@@ -380,7 +282,7 @@ class Watcher:
                         openmetadata=OPENMETADATA_ALONGSIDE if publish_openmetadata else OPENMETADATA_LATER,
                     )
                 except InputError:
-                    bad = _undetectable(files)
+                    bad = undetectable_files(files)
                     if not bad:
                         raise
                     for path in bad:
@@ -440,7 +342,7 @@ class Watcher:
               "reason": "its kind cannot be detected (no MCL, MCP or usage record, not a JSON array)"})
         return target
 
-    def _score_if_due(self, session: _Session) -> None:
+    def _score_if_due(self, session: WatchSession) -> None:
         interval = self.settings.anomalies.score_interval_minutes * 60
         if self.last_scored is not None and time.monotonic() - self.last_scored < interval:
             return
@@ -472,56 +374,6 @@ class Watcher:
         )
 
 
-class _Session:
-    """The watcher's one engine session, reopened after an engine failure."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        self._stack: contextlib.ExitStack | None = None
-        self.spark = None
-        self.reopen()
-
-    def reopen(self) -> None:
-        self.close()
-        self._stack = contextlib.ExitStack()
-        self.spark = self._stack.enter_context(open_session(self.settings))
-
-    def close(self) -> None:
-        if self._stack is not None:
-            with contextlib.suppress(Exception):
-                self._stack.close()
-            self._stack, self.spark = None, None
-
-
-class _BackgroundTracking:
-    """Records each micro-batch as an MLflow run from one background thread, so batches never wait for it."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        self.summaries: queue.Queue[RunSummary | None] = queue.Queue()
-        self.thread = threading.Thread(target=self._work, name="watch-tracking", daemon=True)
-        self.thread.start()
-
-    def submit(self, summary: RunSummary) -> None:
-        self.summaries.put(summary)
-
-    def close(self, timeout: float = 10.0) -> None:
-        self.summaries.put(None)
-        self.thread.join(timeout)
-
-    def _work(self) -> None:
-        from pipelines.runtime.tracking import tracked_run
-
-        while (summary := self.summaries.get()) is not None:
-            try:
-                with tracked_run(self.settings, "watch-batch", tags={"lakehouse.run_id": summary.run_id}) as tracker:
-                    tracker.log_params({"profile": self.settings.profile, "run_id": summary.run_id})
-                    tracker.log_metrics(run_metrics(summary))
-                    tracker.summary["run"] = summary.as_dict()
-            except Exception as exc:  # tracking is optional: a failing store must not stop the watcher
-                emit({"event": "tracking_failed", "run_id": summary.run_id, "error": str(exc)[:500]})
-
-
 def _batch_record(
     summary: RunSummary, arrived: dict[Location, float], landed_files: int, quarantined: list[str]
 ) -> dict[str, Any]:
@@ -545,22 +397,6 @@ def _batch_record(
         # The batches of earlier micro-batches whose ChangeEvents this one published (run_job's OPENMETADATA_ALONGSIDE).
         "openmetadata_batch_ids": sorted(stages[OPENMETADATA_STAGE].batch_ids if OPENMETADATA_STAGE in stages else ()),
     }
-
-
-def _undetectable(files: list[Location]) -> list[Location]:
-    from pipelines.batch.landing.discovery import detect_file_kind
-
-    bad = []
-    for path in files:
-        try:
-            kind = detect_file_kind(path)
-        except InputError:
-            kind = None
-        if kind is None:
-            bad.append(path)
-    return bad
-
-
 
 
 def _plain(result: Any) -> dict[str, Any]:

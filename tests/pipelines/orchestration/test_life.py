@@ -22,7 +22,8 @@ from datagen.history import generate_history
 from pipelines.batch.audit_chain import verify_chain
 from pipelines.runtime.state_store import read_state
 from pipelines.orchestration.jobs import run_job
-from pipelines.orchestration.watch import StopSignal, Watcher
+from pipelines.orchestration.watch import Watcher
+from pipelines.orchestration.watch_process import StopSignal
 from tests.conftest import make_settings, register_fresh_tables
 from tests.pipelines.batch.datahub_producers import patch_proposals
 

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from conf.tables import TABLES
-from pipelines.orchestration.watch import StopSignal, Watcher, is_complete_file, retry_transient
+from pipelines.orchestration.watch import Watcher
+from pipelines.orchestration.watch_files import is_complete_file
+from pipelines.orchestration.watch_process import StopSignal, retry_transient
 from pipelines.orchestration.watch_compaction import COMPACTED_TABLES
 from pipelines.bench.processes import (
     drop_file,
