@@ -37,18 +37,16 @@ from pipelines.runtime.progress import StageResult
 from pipelines.subscriptions.posting import classify_status, excerpt, retry_after_seconds, signed_headers
 from pipelines.subscriptions.secrets import decrypt_secret
 from pipelines.subscriptions.targets import check_url, pinned_connection
-from pipelines.subscriptions.store import (
+from pipelines.subscriptions.store import Subscription, list_subscriptions, update_state
+from pipelines.subscriptions.stream import (
     DeliveryItem,
     StreamBatch,
-    Subscription,
     commit_cursor,
-    list_subscriptions,
     load_items,
     pending_batches,
     published_stream,
     read_cursor,
     record_dead_letters,
-    update_state,
 )
 
 STAGE = "deliver"

@@ -9,9 +9,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from conf.settings import Settings
-from pipelines.subscriptions.store import (
+from pipelines.subscriptions.store import list_subscriptions
+from pipelines.subscriptions.stream import (
     dead_letter_counts,
-    list_subscriptions,
     pending_batches,
     pending_counts,
     published_stream,

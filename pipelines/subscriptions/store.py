@@ -1,4 +1,4 @@
-"""The subscription tables: add, list, remove and resume subscriptions; delivery cursors; dead letters.
+"""The subscriptions table: add, list, remove and resume subscriptions, and their delivery state.
 
 Order of delivery. Events become deliverable once their batch is published for the subscription
 (`Subscription.gate_stage`: publish_audit has recorded it, or publish_openmetadata for a subscription
@@ -10,52 +10,39 @@ events of batch B" names the same events on every run: that is what a cursor row
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import (
     ENTITY_CHANGE_EVENTS,
-    OPENMETADATA_CHANGE_EVENTS,
     STAGE_PROGRESS,
     SUBSCRIPTION_CURSORS,
     SUBSCRIPTION_DEAD_LETTERS,
+    SUBSCRIPTIONS,
     table_name,
     table_spec,
 )
-from gold.openmetadata import to_change_event_json
 from gold.scopes import scope_from_json, scope_json
 from gold.subscriptions import (
     EventFilters,
     check_filters,
     check_format,
     check_name,
-    filter_change_events,
-    filter_openmetadata_events,
 )
-from pipelines.runtime.home import home_of
-from pipelines.runtime.io import append, insert_missing, merge, read_table, retry_commit
+from pipelines.runtime.io import insert_missing, merge, read_table, retry_commit
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.subscriptions.targets import check_target, check_url
 
-SUBSCRIPTIONS = "ops.subscriptions"
-CURSORS = SUBSCRIPTION_CURSORS
-DEAD_LETTERS = SUBSCRIPTION_DEAD_LETTERS
-EVENTS = ENTITY_CHANGE_EVENTS
-CHANGE_EVENTS = OPENMETADATA_CHANGE_EVENTS
-# The order of the events inside one batch: per entity it is the order of its versions.
-ECE_ORDER = ("event_time", "source_order_key", "event_id")
-OPENMETADATA_ORDER = ("timestamp", "entity_id", "entity_sequence", "id")
 # Delivery threads update rows of the one small subscriptions table: taking turns in this process
 # avoids most commit races (those with other processes are retried).
 _STATE_WRITES = threading.Lock()
@@ -102,14 +89,14 @@ class Subscription:
             format=row["format"],
             filters=filters,
             secret_ciphertext=row["secret_ciphertext"],
-            start_after=_utc(row["start_after"]),
-            created_at=_utc(row["created_at"]),
+            start_after=as_utc(row["start_after"]),
+            created_at=as_utc(row["created_at"]),
             paused=bool(row["paused"]),
-            failing_since=_utc(row["failing_since"]),
-            next_attempt_at=_utc(row["next_attempt_at"]),
+            failing_since=as_utc(row["failing_since"]),
+            next_attempt_at=as_utc(row["next_attempt_at"]),
             last_error=row["last_error"],
-            last_error_at=_utc(row["last_error_at"]),
-            last_delivered_at=_utc(row["last_delivered_at"]),
+            last_error_at=as_utc(row["last_error_at"]),
+            last_delivered_at=as_utc(row["last_delivered_at"]),
         )
 
     @property
@@ -146,42 +133,11 @@ class Subscription:
         }
 
 
-def _utc(value: datetime | None) -> datetime | None:
+def as_utc(value: datetime | None) -> datetime | None:
     """Timestamps come back naive in the session time zone (UTC): make them aware."""
     if value is None:
         return None
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-@dataclass(frozen=True)
-class StreamBatch:
-    """One refined batch: its id, when refine finished it, and when each publish gate stage did (absent: not yet)."""
-
-    batch_id: str
-    refined_at: datetime
-    published_at: Mapping[str, datetime]
-
-    def published_for(self, subscription: Subscription) -> datetime | None:
-        """When the batch became deliverable to `subscription` (its gate stage recorded it); None: not yet."""
-        return self.published_at.get(subscription.gate_stage)
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """How far a subscription has got: batches done, and events done of the batches begun."""
-
-    complete: frozenset[str]
-    offsets: Mapping[str, int]
-    delivered: int
-
-
-@dataclass(frozen=True)
-class DeliveryItem:
-    """One event ready to send: its stable id, its entity, and its serialized form in the payload format."""
-
-    event_id: str
-    entity_urn: str | None
-    text: str
 
 
 def list_subscriptions(spark: SparkSession, settings: Settings, names: Sequence[str] = ()) -> list[Subscription]:
@@ -277,7 +233,7 @@ def remove_subscription(spark: SparkSession, settings: Settings, name: str) -> S
         InputError: when no subscription has that name.
     """
     (subscription,) = list_subscriptions(spark, settings, [check_name(name)])
-    for table_key in (CURSORS, DEAD_LETTERS, SUBSCRIPTIONS):
+    for table_key in (SUBSCRIPTION_CURSORS, SUBSCRIPTION_DEAD_LETTERS, SUBSCRIPTIONS):
         # The id is a uuid this module generated: safe inside the statement.
         retry_commit(
             lambda key=table_key: spark.sql(
@@ -328,7 +284,7 @@ def latest_refined_at(spark: SparkSession, settings: Settings) -> datetime | Non
         .agg(F.max("processed_at").alias("at"))
         .collect()[0]
     )
-    return _utc(row.at)
+    return as_utc(row.at)
 
 
 def replay_start(spark: SparkSession, settings: Settings, since_ms: int) -> datetime | None:
@@ -343,13 +299,13 @@ def replay_start(spark: SparkSession, settings: Settings, since_ms: int) -> date
     now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
     if since_ms > now_ms:
         raise InputError(f"--since: {since_ms} is in the future")
-    commits = maintenance_for(settings, spark).history(EVENTS)
+    commits = maintenance_for(settings, spark).history(ENTITY_CHANGE_EVENTS)
     before = [c for c in commits if c.timestamp_ms is not None and c.timestamp_ms < since_ms]
     if not before:
         return None
     version = max(c.version for c in before)
     try:
-        rows = spark.sql(f"SELECT DISTINCT batch_id FROM {table_name(settings, EVENTS)} VERSION AS OF {version}").collect()
+        rows = spark.sql(f"SELECT DISTINCT batch_id FROM {table_name(settings, ENTITY_CHANGE_EVENTS)} VERSION AS OF {version}").collect()
     except Exception as exc:  # noqa: BLE001 - any engine error here means the version's files are gone
         raise InputError(
             f"--since: silver change events as of version {version} cannot be read any more ({str(exc)[:200]}); "
@@ -364,167 +320,6 @@ def replay_start(spark: SparkSession, settings: Settings, since_ms: int) -> date
         .agg(F.max("processed_at").alias("at"))
         .collect()[0]
     )
-    return _utc(row.at)
+    return as_utc(row.at)
 
 
-def published_stream(spark: SparkSession, settings: Settings) -> list[StreamBatch]:
-    """Every refined batch with the times its publish gate stages recorded it, in the order refine finished them."""
-    progress_df = read_table(spark, settings, STAGE_PROGRESS)
-    refined_df = progress_df.filter(F.col("stage") == "refine").select("batch_id", F.col("processed_at").alias("refined_at"))
-    gates = (AUDIT_GATE, OPENMETADATA_GATE)
-    published_df = (
-        progress_df.filter(F.col("stage").isin(*gates))
-        .groupBy("batch_id")
-        .agg(*[F.max(F.when(F.col("stage") == gate, F.col("processed_at"))).alias(gate) for gate in gates])
-    )
-    rows = refined_df.join(published_df, "batch_id").orderBy("refined_at", "batch_id").collect()
-    return [
-        StreamBatch(r.batch_id, _utc(r.refined_at), {gate: _utc(r[gate]) for gate in gates if r[gate] is not None})
-        for r in rows
-    ]
-
-
-def read_cursor(spark: SparkSession, settings: Settings, subscription_id: str) -> Cursor:
-    """A subscription's delivery progress, from its acknowledged cursor rows."""
-    rows = (
-        read_table(spark, settings, CURSORS)
-        .filter(F.col("subscription_id") == subscription_id)
-        .groupBy("batch_id")
-        .agg(
-            F.max("batch_offset").alias("offset"),
-            F.max(F.col("batch_complete").cast("int")).alias("complete"),
-            F.sum("events_delivered").alias("delivered"),
-        )
-        .collect()
-    )
-    return Cursor(
-        complete=frozenset(r.batch_id for r in rows if r.complete),
-        offsets={r.batch_id: int(r.offset) for r in rows if not r.complete},
-        delivered=sum(int(r.delivered or 0) for r in rows),
-    )
-
-
-def pending_batches(stream: Sequence[StreamBatch], subscription: Subscription, cursor: Cursor) -> list[StreamBatch]:
-    """The batches published for a subscription (`Subscription.gate_stage`) that it has still to finish, oldest first."""
-    start = subscription.start_after
-    return [
-        b
-        for b in stream
-        if (start is None or b.refined_at > start)
-        and b.batch_id not in cursor.complete
-        and b.published_for(subscription) is not None
-    ]
-
-
-def commit_cursor(
-    spark: SparkSession,
-    settings: Settings,
-    subscription_id: str,
-    batch_id: str,
-    offset: int,
-    *,
-    complete: bool,
-    delivered: int,
-) -> None:
-    """Record that the first `offset` selected events of a batch are done (after the receiver's 2xx)."""
-    row_df = spark.createDataFrame(
-        [(subscription_id, batch_id, int(offset), bool(complete), int(delivered), datetime.now(timezone.utc))],
-        _schema(CURSORS),
-    )
-    retry_commit(lambda: append(row_df, settings, CURSORS))
-
-
-def record_dead_letters(
-    spark: SparkSession,
-    settings: Settings,
-    subscription: Subscription,
-    batch_id: str,
-    items: Sequence[DeliveryItem],
-    *,
-    status: int,
-    error: str,
-) -> None:
-    """Keep events a receiver refused for good; recording the same events again adds nothing."""
-    now = datetime.now(timezone.utc)
-    rows = [
-        (subscription.subscription_id, subscription.name, i.event_id, i.entity_urn, batch_id, int(status), error, i.text, now)
-        for i in items
-    ]
-    insert_missing(
-        spark,
-        settings,
-        DEAD_LETTERS,
-        spark.createDataFrame(rows, _schema(DEAD_LETTERS)),
-        "t.subscription_id = s.subscription_id AND t.event_id = s.event_id",
-        view_name=f"dead_letters_{subscription.subscription_id.replace('-', '')}",
-    )
-
-
-def dead_letter_counts(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    """Dead-lettered events per subscription id."""
-    rows = read_table(spark, settings, DEAD_LETTERS).groupBy("subscription_id").count().collect()
-    return {r.subscription_id: int(r["count"]) for r in rows}
-
-
-@contextlib.contextmanager
-def selected_events(
-    spark: SparkSession, settings: Settings, subscription: Subscription, batch_ids: Sequence[str]
-) -> Iterator[DataFrame]:
-    """The events of `batch_ids` a subscription selects, in delivery order (ChangeEvents for openmetadata).
-
-    A domain-scoped subscription stages its entities' domains for the block (`staged_entity_domains`):
-    read the rows inside it.
-    """
-    from pipelines.runtime.state_store import staged_entity_domains
-
-    events_df = read_table(spark, settings, EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
-    change_events_df = read_table(spark, settings, CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
-    with contextlib.ExitStack() as stack:
-        if subscription.filters.scope.domains:
-            # The domain of the entity whose aspect each change event wrote, as the state holds it now.
-            entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(
-                F.col("entity_urn").isNotNull()
-            )
-            folder = home_of(settings).scratch("subscriptions", subscription.subscription_id, "entity_domains")
-            domains_df = stack.enter_context(staged_entity_domains(spark, settings, entities_df, folder))
-            events_df = events_df.join(
-                domains_df.withColumnRenamed("entity_urn", "aspect_entity_urn"), on="aspect_entity_urn", how="left"
-            )
-        if subscription.format == "openmetadata":
-            yield filter_openmetadata_events(change_events_df, events_df, subscription.filters).orderBy(*OPENMETADATA_ORDER)
-        else:
-            yield filter_change_events(events_df, change_events_df, subscription.filters).orderBy(*ECE_ORDER)
-
-
-def pending_counts(
-    spark: SparkSession, settings: Settings, subscription: Subscription, batches: Sequence[StreamBatch], cursor: Cursor
-) -> dict[str, int]:
-    """Events still to deliver per pending batch (those with none left out)."""
-    if not batches:
-        return {}
-    with selected_events(spark, settings, subscription, [b.batch_id for b in batches]) as selected_df:
-        rows = selected_df.groupBy("batch_id").count().collect()
-    counts = {r.batch_id: int(r["count"]) - cursor.offsets.get(r.batch_id, 0) for r in rows}
-    return {batch_id: n for batch_id, n in counts.items() if n > 0}
-
-
-def load_items(
-    spark: SparkSession, settings: Settings, subscription: Subscription, batch_id: str, link_base_url: str | None
-) -> list[DeliveryItem]:
-    """The events of one batch a subscription selects, in delivery order, serialized in its format."""
-    from gold.subscriptions import to_ece_item, to_summary_line
-    from gold.ece_documents import ece_document
-
-    columns = [
-        "event_id", "entity_urn", "entity_type", "category", "operation", "modifier", "parameters", "version",
-        "actor", "event_time", "batch_id",
-    ]
-    with selected_events(spark, settings, subscription, [batch_id]) as ordered_df:
-        if subscription.format == "openmetadata":
-            values = [r.value for r in to_change_event_json(ordered_df).collect()]
-            keys = ordered_df.select("id", "source_entity_urn").collect()
-            return [DeliveryItem(k.id, k.source_entity_urn, v) for k, v in zip(keys, values, strict=True)]
-        rows = [r.asDict() for r in ordered_df.select(*columns).collect()]
-    if subscription.format == "slack":
-        return [DeliveryItem(r["event_id"], r["entity_urn"], to_summary_line(r, link_base_url)) for r in rows]
-    return [DeliveryItem(r["event_id"], r["entity_urn"], to_ece_item(r["event_id"], ece_document(r), r["batch_id"])) for r in rows]
