@@ -61,15 +61,26 @@ def register(app: typer.Typer) -> None:
 
 
 def _handoff(settings, mark: int | None, commit: bool) -> dict | None:
-    """The hand-off after the backfill's mark (the offsets when Kafka is configured), committed when asked."""
+    """The hand-off after the backfill's mark (the offsets when Kafka is configured), committed when asked.
+
+    A broker that cannot be asked leaves the offsets out (`error` says why): the backfill itself is done.
+    With `commit` it is the command's error.
+    """
+    from conf.errors import SourceUnavailable
     from pipelines.batch.backfill.handoff import commit_handoff, find_handoff, format_ms, handoff_time_ms
 
     if mark is None:
         return None
+    time_ms = handoff_time_ms(mark, settings.ingest.backfill.handoff_margin_seconds)
+    timed = {"handoff_time_ms": time_ms, "handoff_time": format_ms(time_ms), "partitions": [], "missing_topics": []}
     if not settings.ingest.kafka.enabled:
-        time_ms = handoff_time_ms(mark, settings.ingest.backfill.handoff_margin_seconds)
-        return {"handoff_time_ms": time_ms, "handoff_time": format_ms(time_ms), "partitions": [], "missing_topics": []}
-    found = find_handoff(settings, mark)
+        return timed
+    try:
+        found = find_handoff(settings, mark)
+    except SourceUnavailable as exc:
+        if commit:
+            raise
+        return {**timed, "error": str(exc)}
     if commit:
         commit_handoff(settings, found)
     return found.as_dict()
@@ -90,6 +101,9 @@ def _print_handoff(settings, handoff: dict | None, committed: bool) -> None:
             "group's offsets to that time yourself (kafka-consumer-groups --reset-offsets --to-datetime)",
             highlight=False,
         )
+        return
+    if handoff.get("error"):
+        console.print(f"  offsets not found: {handoff['error']}", highlight=False)
         return
     for partition in handoff["partitions"]:
         gap = "" if partition["continuous"] else "  (retention removed messages after the hand-off time: run the backfill again)"

@@ -14,7 +14,7 @@ from pipelines.bench.kafka import create_topic, produce
 from pipelines.orchestration.jobs import run_job
 from pipelines.runtime.io import read_table
 from tests.conftest import register_fresh_tables
-from tests.pipelines.batch.backfill.conftest import clear, write_history
+from tests.pipelines.batch.backfill.conftest import clear, write_history, write_version
 from tests.pipelines.batch.backfill.test_backfill import backfill_settings, events, from_files, history  # noqa: F401
 from tests.pipelines.batch.kafka.conftest import broker, kafka_sets  # noqa: F401
 from tests.pipelines.cli.test_cli import run_cli
@@ -86,3 +86,23 @@ def test_a_hand_off_by_time_starts_each_partition_after_the_backfilled_versions(
     mark_ms = committed_mark(spark, settings) // 1000
     assert consumed(spark, settings) == sum(json.loads(line)["created"]["time"] >= mark_ms for line in lines)
     assert consumed(spark, settings) == len(lines) - backfilled + 1
+
+
+def test_a_broker_that_does_not_answer_leaves_the_backfill_done_and_says_why(databases, tmp_path):
+    from pipelines.bench.watch import free_port
+
+    database = databases["postgres"]
+    clear(database)
+    with database.admin_connection() as conn:
+        write_version(conn, "postgres", "urn:li:corpuser:handoff", "status", '{"removed": false}', None, 1700000000000,
+                      "urn:li:corpuser:admin")  # fmt: skip
+    sets = [*database.settings_overrides(), "mlflow.enabled=false", "ingest.kafka.timeout_seconds=1",
+            f"ingest.kafka.bootstrap_servers=127.0.0.1:{free_port()}"]  # fmt: skip
+    args = [a for s in sets for a in ("--set", s)]
+    env = {"LAKEHOUSE_BACKFILL_PASSWORD": database.reader_password}
+    done = run_cli(*args, "backfill", home=tmp_path, env=env)
+    assert "1 versions = 1 landed" in done.stdout and "offsets not found" in done.stdout, done.stdout
+    assert "hand-off: the Kafka source must read MetadataChangeLog_Versioned_v1 from the messages of 2023-11-14T22:08:20.000+00:00" in done.stdout
+    asked = run_cli(*args, "backfill", "--set-kafka-offsets", home=tmp_path, env=env, check=False)
+    assert asked.returncode != 0 and "ingest.kafka.bootstrap_servers" in asked.stderr, asked.stderr
+    assert "Traceback" not in asked.stderr
