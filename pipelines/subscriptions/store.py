@@ -1,11 +1,7 @@
 """The subscriptions table: add, list, remove and resume subscriptions, and their delivery state.
 
-Order of delivery. Events become deliverable once their batch is published for the subscription
-(`Subscription.gate_stage`: publish_audit has recorded it, or publish_openmetadata for a subscription
-that reads ChangeEvents); batches are delivered in the order refine finished them, and a subscription
-only takes the batches refine finished after its `start_after` (by default the newest batch refined
-when it was added). Inside a batch the selected events are in a fixed order, so "the first N selected
-events of batch B" names the same events on every run: that is what a cursor row records.
+A subscription takes the batches refine finished after its `start_after`; the order it receives them
+in is `pipelines.subscriptions.stream`'s.
 """
 
 from __future__ import annotations
