@@ -150,18 +150,66 @@ def test_bad_security_settings_are_named(tmp_path, sets, named):
     assert named in str(raised.value)
 
 
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory):
+    """A broker that requires every client to log in with SASL."""
+    with loopback_broker(tmp_path_factory.mktemp("sasl-broker"), authentication=True) as bootstrap:
+        yield bootstrap
+
+
+def _refused_login(kafka, env) -> str:
+    consumer = open_consumer(kafka, env=env)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            topic_partitions(consumer, kafka)
+    finally:
+        consumer.close()
+    return str(refused.value)
+
+
 @pytest.mark.slow
-def test_a_broker_that_requires_sasl_reports_the_refused_scram_login_naming_the_settings(tmp_path):
-    with loopback_broker(tmp_path / "broker", authentication=True) as bootstrap:
-        kafka = _kafka(tmp_path, f"ingest.kafka.bootstrap_servers={bootstrap}", "ingest.kafka.security.protocol=sasl_plaintext",
-                       "ingest.kafka.security.sasl_mechanism=SCRAM-SHA-256", "ingest.kafka.security.username=nobody",
-                       "ingest.kafka.timeout_seconds=2")  # fmt: skip
-        consumer = open_consumer(kafka, env={"LAKEHOUSE_KAFKA_PASSWORD": "pw"})
-        try:
-            with pytest.raises(ConfigError) as refused:
-                topic_partitions(consumer, kafka)
-        finally:
-            consumer.close()
-    message = str(refused.value)
-    assert "ingest.kafka.security" in message and "SCRAM-SHA-256" in message and "SASL" in message
+def test_a_broker_that_requires_sasl_reports_the_refused_scram_login_naming_the_settings(sasl_broker, tmp_path):
+    kafka = _kafka(tmp_path, f"ingest.kafka.bootstrap_servers={sasl_broker}", "ingest.kafka.security.protocol=sasl_plaintext",
+                   "ingest.kafka.security.sasl_mechanism=SCRAM-SHA-256", "ingest.kafka.security.username=nobody",
+                   "ingest.kafka.timeout_seconds=2")  # fmt: skip
+    message = _refused_login(kafka, {"LAKEHOUSE_KAFKA_PASSWORD": "pw"})
+    assert "ingest.kafka.security" in message and "SCRAM-SHA-256" in message and "unknown-user" in message
     assert "'pw'" not in message
+
+
+class _TokenEndpoint(BaseHTTPRequestHandler):
+    """An OAuth token endpoint: records each request and grants an (unsigned) access token."""
+
+    requests: list[tuple[str | None, str]] = []
+
+    def do_POST(self):  # noqa: N802 - the handler's name in http.server
+        self.requests.append((self.headers.get("Authorization"), self.rfile.read(int(self.headers["Content-Length"])).decode()))
+        claims = base64.urlsafe_b64encode(json.dumps({"sub": "client-1", "exp": 4102444800, "iat": 1700000000}).encode())
+        token = "eyJhbGciOiJub25lIn0." + claims.decode().rstrip("=") + "."
+        body = json.dumps({"access_token": token, "token_type": "bearer", "expires_in": 3600}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow
+def test_oauthbearer_takes_a_token_from_the_endpoint_with_the_client_credentials_and_presents_it(sasl_broker, tmp_path):
+    endpoint = ThreadingHTTPServer(("127.0.0.1", 0), _TokenEndpoint)
+    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
+    try:
+        kafka = _kafka(tmp_path, f"ingest.kafka.bootstrap_servers={sasl_broker}", "ingest.kafka.security.protocol=sasl_plaintext",
+                       "ingest.kafka.security.sasl_mechanism=OAUTHBEARER", "ingest.kafka.security.username=client-1",
+                       f"ingest.kafka.security.oauth_token_endpoint=http://127.0.0.1:{endpoint.server_port}/token",
+                       "ingest.kafka.timeout_seconds=2")  # fmt: skip
+        # The test broker takes no OAuth token: the login reaches it and is refused.
+        message = _refused_login(kafka, {"LAKEHOUSE_KAFKA_PASSWORD": "client-secret"})
+    finally:
+        endpoint.shutdown()
+    credentials = "Basic " + base64.b64encode(b"client-1:client-secret").decode()
+    assert _TokenEndpoint.requests[0] == (credentials, "grant_type=client_credentials")
+    assert "OAUTHBEARER login of 'client-1'" in message and "client-secret" not in message
