@@ -82,7 +82,7 @@ def run_anomalies_bench(*, seed: int, days: int = 28, scale: float = 1.0, work: 
         now_ms = START_MS + days * DAY_MS
         with open_session(settings) as spark:
             with measure() as written:
-                append(_as_silver_events(spark, events_file), settings, ENTITY_CHANGE_EVENTS)
+                append(read_simulated_events(spark, events_file), settings, ENTITY_CHANGE_EVENTS)
             with measure() as trained:
                 model = train(spark, settings, now_ms)
             with measure() as scored:
@@ -118,7 +118,7 @@ def run_anomalies_bench(*, seed: int, days: int = 28, scale: float = 1.0, work: 
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _as_silver_events(spark: SparkSession, events_file: Path):
+def read_simulated_events(spark: SparkSession, events_file: Path):
     """Read the simulated events as silver change-event rows (the columns they do not set are null)."""
     from pyspark.sql import functions as F
 

@@ -12,7 +12,7 @@ from conf.errors import ConfigError
 from conf.settings import Settings
 from datagen.actor_activity import DAY_MS, simulate_activity
 from pipelines.batch.anomalies import features_for, list_anomalies, load_model, read_events, score_window, train
-from pipelines.bench.anomalies import _as_silver_events
+from pipelines.bench.anomalies import read_simulated_events
 from pipelines.runtime.io import append, read_table
 
 START = 1_767_225_600_000
@@ -27,7 +27,7 @@ def history(spark: SparkSession, lakehouse: Settings, tmp_path_factory):
     )
     path = tmp_path_factory.mktemp("activity") / "events.parquet"
     pq.write_table(simulated.events, path)
-    append(_as_silver_events(spark, path), lakehouse, "silver.entity_change_events")
+    append(read_simulated_events(spark, path), lakehouse, "silver.entity_change_events")
     return simulated
 
 
