@@ -1,8 +1,14 @@
-"""Avro values in the Confluent wire format, decoded by confluent-kafka's AvroDeserializer with its
-SchemaRegistryClient (writer schemas by id, cached: ids are immutable), authenticated as the settings say."""
+"""Avro values in the Confluent wire format: writer schemas by id from confluent-kafka's SchemaRegistryClient
+(authenticated as the settings say, cached: ids are immutable), bodies decoded by fastavro.
+
+Not confluent-kafka's AvroDeserializer: it resolves each value against a reader schema and expands the
+schema again for every value, about ten times the time of fastavro's writer-schema read alone (8,665 vs
+87,060 MCL values/s measured on one core, 2026-11-29), which would make decoding the landing's bottleneck.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping
@@ -58,15 +64,13 @@ class AvroDecoder:
 
     def __init__(self, kafka: KafkaSettings, env: Mapping[str, str] = os.environ):
         from confluent_kafka.schema_registry import SchemaRegistryClient
-        from confluent_kafka.schema_registry.avro import AvroDeserializer
 
         self.url = (kafka.schema_registry_url or "").rstrip("/")
         try:
             self.client = SchemaRegistryClient(registry_config(kafka, env))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{_AUTH}: {exc}") from None
-        self.deserializer = AvroDeserializer(self.client)
-        self._usable: set[int] = set()
+        self._schemas: dict[int, Any] = {}
 
     def __call__(self, value: bytes | None) -> dict[str, Any]:
         """The record in `value`.
@@ -78,18 +82,20 @@ class AvroDecoder:
                 the messages are read again.
             ConfigError: the registry refuses the credentials (HTTP 401 / 403).
         """
-        schema_id, _body = split_wire_format(value)
-        if schema_id not in self._usable:
-            self._check_schema(schema_id)
+        import fastavro
+
+        schema_id, body = split_wire_format(value)
+        if schema_id not in self._schemas:
+            self._schemas[schema_id] = self._writer_schema(schema_id)
         try:
-            record = self.deserializer(value, None)
+            record = fastavro.schemaless_reader(io.BytesIO(body), self._schemas[schema_id])
         except Exception as exc:  # noqa: BLE001 - fastavro raises many unrelated types for damaged bytes
             raise InputError(f"value: cannot be decoded with schema id {schema_id} ({type(exc).__name__}: {exc})") from None
         if not isinstance(record, dict):
             raise InputError(f"value: schema id {schema_id} decodes to {type(record).__name__}, not a record")
         return record
 
-    def _check_schema(self, schema_id: int) -> None:
+    def _writer_schema(self, schema_id: int) -> Any:
         import fastavro
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -107,7 +113,6 @@ class AvroDecoder:
         except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors (httpx2), refused or timed out
             raise SourceUnavailable(f"ingest.kafka.schema_registry_url: {address} cannot be read ({exc})") from None
         try:
-            fastavro.parse_schema(json.loads(schema.schema_str))
+            return fastavro.parse_schema(json.loads(schema.schema_str))
         except Exception as exc:  # noqa: BLE001 - fastavro's schema errors are of several types
             raise InputError(f"schema id {schema_id}: the registry's schema cannot be used ({exc})") from None
-        self._usable.add(schema_id)
