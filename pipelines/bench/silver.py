@@ -33,7 +33,7 @@ import typer
 
 from conf.errors import InputError, LakehouseError
 from conf.settings import Settings, load_settings
-from conf.tables import ASPECT_SNAPSHOTS, ASPECT_STATE, ENTITY_CHANGE_EVENTS, LANDED_FILES, table_spec
+from conf.tables import ASPECT_SNAPSHOTS, ASPECT_STATE, ENTITY_CHANGE_EVENTS, table_spec
 from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
 from pipelines.bench.silver_remote import (
     CLUSTER_ENVIRONMENT,
@@ -333,7 +333,8 @@ def _part_files(batch_dir: Path) -> list[Path]:
 
 
 def read_mcl_files(spark: SparkSession, files: list[Path], batch_id: str, default_actor: str) -> DataFrame:
-    """Bench loader: DataHub MCL/MCP JSON lines -> rows in bronze.aspect_snapshots' columns (one batch).
+    """The classic engine's loader (plain Parquet, no Delta to land into): DataHub MCL/MCP JSON lines -> rows in
+    bronze.aspect_snapshots' columns (one batch).
 
     Line numbers are file-order ordinals (monotonically increasing, not contiguous), which keeps the read
     parallel; the project's landing records exact line numbers.
@@ -371,29 +372,9 @@ def read_mcl_files(spark: SparkSession, files: list[Path], batch_id: str, defaul
     return rows_df.select(*table_spec(ASPECT_SNAPSHOTS).column_names)
 
 
-def _land_own(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> None:
-    from pyspark.sql import functions as F
-
-    from pipelines.runtime.io import append
-
-    for index, batch_dir in enumerate(batch_dirs):
-        batch_id = f"bench-{index:05d}"
-        files = _part_files(batch_dir)
-        append(read_mcl_files(spark, files, batch_id, settings.ingest.default_actor), settings, ASPECT_SNAPSHOTS)
-        landed_df = spark.createDataFrame(
-            [(batch_id, str(p), None, "mcl", None, None, 0, 0) for p in files],
-            "batch_id string, source_file string, content_hash string, kind string, records_read bigint, "
-            "records_landed bigint, records_quarantined bigint, duplicates_skipped bigint",
-        ).withColumn("landed_at", F.current_timestamp()).withColumn("land_date", F.current_date())
-        append(landed_df, settings, LANDED_FILES)
-
-
 def _land(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> str:
-    try:
-        from pipelines.batch.landing import land_paths
-    except ImportError:
-        _land_own(spark, settings, batch_dirs)
-        return "bench loader"
+    from pipelines.batch.landing import land_paths
+
     for batch_dir in batch_dirs:
         land_paths(spark, settings, [batch_dir])
     return "pipelines.batch.landing"
