@@ -18,6 +18,7 @@ from conf.settings_sections import (
     KAFKA_FORMATS,
     KAFKA_SASL_MECHANISMS,
     KAFKA_SECRET_PROPERTIES,
+    KAFKA_SECURITY_PROPERTIES,
     KAFKA_SECURITY_PROTOCOLS,
     KAFKA_START_AT,
     KAFKA_TOPIC_KINDS,
@@ -210,6 +211,8 @@ def _check_kafka(kafka: KafkaSettings, ok) -> list[str]:
             problems.append(
                 f"ingest.kafka.client.{name}: a secret is not a setting; give its file or variable in ingest.kafka.security"
             )
+        for name in sorted(set(kafka.client) & set(KAFKA_SECURITY_PROPERTIES)):
+            problems.append(f"ingest.kafka.client.{name}: set ingest.kafka.security.{KAFKA_SECURITY_PROPERTIES[name]} instead")
     if ok("ingest.kafka.security"):
         problems.extend(_check_kafka_security(kafka.security))
     if ok("ingest.kafka.registry_auth"):

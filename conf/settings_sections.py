@@ -75,6 +75,13 @@ KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER
 # librdkafka properties that hold secrets: they come from files or the environment, never from settings.
 KAFKA_SECRET_PROPERTIES = ("sasl.password", "sasl.oauthbearer.client.secret", "ssl.key.password", "ssl.key.pem",
                            "ssl.keystore.password", "sasl.oauthbearer.config")  # fmt: skip
+# librdkafka properties that ingest.kafka.security sets, with the key that sets each.
+KAFKA_SECURITY_PROPERTIES = {
+    "security.protocol": "protocol", "sasl.mechanism": "sasl_mechanism", "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "username", "sasl.oauthbearer.client.id": "username", "sasl.oauthbearer.method": "sasl_mechanism",
+    "sasl.oauthbearer.token.endpoint.url": "oauth_token_endpoint", "sasl.oauthbearer.scope": "oauth_scope",
+    "ssl.ca.location": "tls_ca_file", "ssl.certificate.location": "tls_cert_file", "ssl.key.location": "tls_key_file",
+}  # fmt: skip
 # A topic's messages are MCL records or usage events; `none` leaves a (default) topic out.
 KAFKA_TOPIC_KINDS = ("mcl", "usage", "none")
 # DataHub's topics: aspect changes (versioned and timeseries) and usage events.

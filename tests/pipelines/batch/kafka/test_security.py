@@ -134,6 +134,8 @@ def test_sasl_and_tls_settings_become_the_consumers_properties_with_the_secret_f
     ("sets", "named"),
     [
         (["ingest.kafka.client.sasl.password=x"], "ingest.kafka.client.sasl.password: a secret is not a setting"),
+        (["ingest.kafka.client.security.protocol=SASL_SSL"],
+         "ingest.kafka.client.security.protocol: set ingest.kafka.security.protocol instead"),
         (["ingest.kafka.security.protocol=sasl"], "ingest.kafka.security.protocol: 'sasl' is not one of"),
         (["ingest.kafka.security.sasl_mechanism=PLAIN"], "ingest.kafka.security.sasl_mechanism: 'PLAIN' needs protocol"),
         (["ingest.kafka.security.protocol=sasl_ssl", "ingest.kafka.security.sasl_mechanism=GSSAPI"],
