@@ -15,9 +15,10 @@ from pyspark.sql import functions as F
 
 from bronze.pseudonyms import PSEUDONYM_PREFIX, pseudonym_of
 from conf.settings import Settings
-from conf.tables import table_spec
+from conf.tables import table_location, table_spec
 from pipelines.privacy.keystore import KeyStore, decrypt_identity, encrypt_identity
 from pipelines.runtime.io import append, read_table
+from pipelines.runtime.storage import delta_storage_options, table_exists
 
 IDENTITIES_TABLE = "ops.identities"
 ERASED_SUBJECT = "erased subject"
@@ -36,6 +37,43 @@ def record_identities(
         identities: (kind, identity, owner identity) triples: kind person, ip or user-agent; the owner is
             the person urn whose key encrypts it (a person owns itself).
     """
+    wanted = _wanted(keys, identities)
+    if not wanted:
+        return 0
+    stored_df = read_table(spark, settings, IDENTITIES_TABLE).filter(F.col("pseudonym").isin(sorted({p for p, _ in wanted})))
+    stored = {(r.pseudonym, r.owner) for r in stored_df.select("pseudonym", "owner").collect()}
+    rows = _sealed_rows(keys, wanted, stored)
+    if rows:
+        append(spark.createDataFrame(rows, table_spec(IDENTITIES_TABLE).columns), settings, IDENTITIES_TABLE)
+    return len(rows)
+
+
+def record_identities_without_engine(settings: Settings, keys: KeyStore, identities: Iterable[tuple[str, str, str]]) -> int:
+    """`record_identities` with delta-rs, for a process without a session (the API's access log flush)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    wanted = _wanted(keys, identities)
+    if not wanted:
+        return 0
+    location = str(table_location(settings, IDENTITIES_TABLE))
+    options = delta_storage_options(location)
+    stored: set[tuple[str, str]] = set()
+    if table_exists(location):
+        table = DeltaTable(location, storage_options=options).to_pyarrow_table(columns=["pseudonym", "owner"])
+        stored = {(r["pseudonym"], r["owner"]) for r in table.to_pylist()}
+    rows = _sealed_rows(keys, wanted, stored)
+    if rows:
+        schema = pa.schema([("pseudonym", pa.string()), ("kind", pa.string()), ("owner", pa.string()),
+                            ("ciphertext", pa.string()), ("recorded_at", pa.timestamp("us", tz="UTC"))])  # fmt: skip
+        names = table_spec(IDENTITIES_TABLE).column_names
+        write_deltalake(location, pa.Table.from_pylist([dict(zip(names, row)) for row in rows], schema=schema),
+                        mode="append", storage_options=options)  # fmt: skip
+    return len(rows)
+
+
+def _wanted(keys: KeyStore, identities: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(pseudonym, owner pseudonym) -> (kind, identity) of the identities not pseudonymous already."""
     secret = keys.pseudonym_secret()
     wanted: dict[tuple[str, str], tuple[str, str]] = {}
     for kind, identity, owner in identities:
@@ -43,20 +81,20 @@ def record_identities(
             continue  # already a pseudonym (a record landed again)
         pseudonym = pseudonym_of(identity, secret, IDENTITY_PREFIXES[kind])
         wanted[(pseudonym, pseudonym_of(owner, secret))] = (kind, identity)
-    if not wanted:
-        return 0
-    stored_df = read_table(spark, settings, IDENTITIES_TABLE).filter(F.col("pseudonym").isin(sorted({p for p, _ in wanted})))
-    stored = {(r.pseudonym, r.owner) for r in stored_df.select("pseudonym", "owner").collect()}
+    return wanted
+
+
+def _sealed_rows(
+    keys: KeyStore, wanted: Mapping[tuple[str, str], tuple[str, str]], stored: set[tuple[str, str]]
+) -> list[tuple]:
+    """The ops.identities rows of the wanted identities not stored yet, each encrypted under its owner's key."""
     now = datetime.now(timezone.utc)
     rows = []
     for (pseudonym, owner), (kind, identity) in sorted(wanted.items()):
-        if (pseudonym, owner) in stored:
-            continue
-        key = keys.person_key(owner, create=True)
-        rows.append((pseudonym, kind, owner, encrypt_identity(key, pseudonym, identity), now))
-    if rows:
-        append(spark.createDataFrame(rows, table_spec(IDENTITIES_TABLE).columns), settings, IDENTITIES_TABLE)
-    return len(rows)
+        if (pseudonym, owner) not in stored:
+            key = keys.person_key(owner, create=True)
+            rows.append((pseudonym, kind, owner, encrypt_identity(key, pseudonym, identity), now))
+    return rows
 
 
 def identities_of_staged(staged_df: DataFrame, family: str) -> DataFrame:

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conf.settings import Settings
 from conf.tables import ACCESS_LOG, table_location, table_spec
 from gold.scopes import Principal
+from pipelines.privacy.readers import pseudonymous_access_rows
 from pipelines.runtime.storage import delta_storage_options, table_exists
 
 ACCESS_TABLE = ACCESS_LOG
@@ -144,6 +145,7 @@ class AccessLogWriter:
         link: Callable[[str, pa.Table, int], None] | None = None,
         on_flush: Callable[[], None] | None = None,
     ):
+        self._settings = settings
         self._location = str(table_location(settings, ACCESS_TABLE))
         self._options = delta_storage_options(self._location)
         self._interval = settings.access_log.flush_seconds
@@ -209,6 +211,8 @@ class AccessLogWriter:
 
         batch_id = f"access-{int(time.time() * 1000)}-{secrets.token_hex(4)}"
         rows = [{**(r() if callable(r) else r), "batch_id": batch_id} for r in records]
+        # The readers are people too: stored as pseudonyms when privacy.pseudonymise is on.
+        rows = pseudonymous_access_rows(self._settings, rows)
         table = pa.Table.from_pylist(rows, schema=arrow_schema())
         if self._table is None and table_exists(self._location):
             self._table = DeltaTable(self._location, storage_options=self._options)

@@ -167,4 +167,7 @@ def test_the_api_shows_identities_to_sensitive_readers_and_pseudonyms_to_others(
         process.wait(timeout=30)
     # The access log recorded the searches by pseudonym: neither erased person is in any file; verify passes.
     assert files_holding(home, [ERASED, KEPT]) == []
+    # The readers are stored as pseudonyms too (their tokens' actors, the loopback address they came from).
+    access_log = home / "ops" / "access_log"
+    assert list(access_log.rglob("*.parquet")) and files_holding(access_log, ["urn:li:corpuser:auditor", "127.0.0.1"]) == []
     assert "OK" in lakehouse(home, "verify").stdout
