@@ -49,6 +49,24 @@ def parse_time_ms(value: str, name: str) -> int:
     return millis
 
 
+def whole_number(text: str) -> int | None:
+    """The value of a text of ASCII digits (surrounding blanks aside); None for any other text."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def parse_whole_number(value: str, name: str, low: int, high: int) -> int:
+    """Parse a whole number from `low` to `high` given as text (ASCII digits only).
+
+    Raises:
+        InputError: naming the field and the value.
+    """
+    number = whole_number(value)
+    if number is None or not low <= number <= high:
+        raise InputError(f"{name}: {value!r} is not a whole number from {low} to {high}")
+    return number
+
+
 def parse_json_object(value: str, name: str) -> dict[str, Any]:
     """Parse a JSON object given as an option's value.
 

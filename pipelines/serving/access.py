@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from conf.errors import AuthError, InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
+from conf.values import parse_whole_number, whole_number
 from gold.scopes import ADMIN, UNSCOPED, Principal, Scope, parse_scope, scope_within, visible_events
 from gold.search_request import SearchRequest
 from pipelines.runtime.storage import delta_storage_options, table_exists
@@ -152,13 +153,13 @@ def parse_access_query(params: Mapping[str, str]) -> dict[str, Any]:
     query: dict[str, Any] = {name: (params.get(name) or "").strip() or None for name in ("principal", "endpoint", "outcome")}
     for name in ("since", "until"):
         text = (params.get(name) or "").strip()
-        if text and not (text.isascii() and text.isdigit()):
+        query[name] = whole_number(text) if text else None
+        if text and query[name] is None:
             raise RequestError(f"{name}: {text!r} is not epoch milliseconds")
-        query[name] = int(text) if text else None
-    size_text = (params.get("size") or "100").strip()
-    if not (size_text.isascii() and size_text.isdigit()) or not 1 <= int(size_text) <= MAX_ACCESS_PAGE:
-        raise RequestError(f"size: {size_text!r} is not a whole number from 1 to {MAX_ACCESS_PAGE}")
-    query["size"] = int(size_text)
+    try:
+        query["size"] = parse_whole_number((params.get("size") or "100").strip(), "size", 1, MAX_ACCESS_PAGE)
+    except InputError as exc:
+        raise RequestError(str(exc)) from None
     return query
 
 

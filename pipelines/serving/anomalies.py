@@ -19,7 +19,7 @@ from conf.settings import Settings
 from conf.tables import ACTOR_ANOMALIES, table_location
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from gold.serving_contract import BUCKET_MS
-from conf.values import parse_time_ms
+from conf.values import parse_time_ms, parse_whole_number
 from pipelines.serving.access_log import note_result
 from pipelines.serving.auth import AUDIT_READ
 from pipelines.serving.tokens import TokenVerifier
@@ -53,10 +53,10 @@ def parse_limit(params: Mapping[str, str], default: int, maximum: int) -> int:
     Raises:
         RequestError: for a value that is not a whole number from 1 to `maximum`.
     """
-    raw = params.get("limit") or str(default)
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
-        raise RequestError(f"limit: {raw!r} is not a whole number from 1 to {maximum}")
-    return int(raw)
+    try:
+        return parse_whole_number(params.get("limit") or str(default), "limit", 1, maximum)
+    except InputError as exc:
+        raise RequestError(str(exc)) from None
 
 
 @dataclass(frozen=True)

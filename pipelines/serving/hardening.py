@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
+from conf.values import whole_number
 from pipelines.serving.admission import Admission, OverloadedError
 from pipelines.serving.rate_limit import RateLimitedError
 
@@ -54,8 +55,8 @@ async def read_body(request: Request, limit: int) -> bytes:
         RequestError: when the client goes away before the end of the body.
     """
     too_large = f"body: larger than the limit of {limit} bytes (serve.max_body_bytes)"
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    declared = whole_number(request.headers.get("content-length", ""))
+    if declared is not None and declared > limit:
         raise PayloadTooLargeError(too_large)
     chunks: list[bytes] = []
     size = 0

@@ -7,6 +7,8 @@ import hmac
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 
+from conf.values import whole_number
+
 SIGNATURE_HEADER = "X-Lakehouse-Signature"
 TIMESTAMP_HEADER = "X-Lakehouse-Timestamp"
 # Statuses that mean "try again later" although they are 4xx: request timeout and rate limiting.
@@ -42,8 +44,8 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     if value is None or not value.strip():
         return None
     text = value.strip()
-    if text.isdigit():
-        return float(int(text))
+    if (seconds := whole_number(text)) is not None:
+        return float(seconds)
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):

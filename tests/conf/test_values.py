@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conf.errors import InputError
-from conf.values import parse_json_object, parse_time_ms, port_problem
+from conf.values import parse_json_object, parse_time_ms, parse_whole_number, port_problem, whole_number
 
 
 @pytest.mark.parametrize(
@@ -64,3 +64,14 @@ def test_json_objects_name_the_option_when_they_are_not_one():
 )
 def test_a_port_is_a_whole_number_in_range_and_a_problem_names_the_setting(port, zero_allowed, problem):
     assert port_problem("api.port", port, zero_allowed) == problem
+
+
+@pytest.mark.parametrize("text", ["²", "-1", "1.5", "", "12a", "١٢"])
+def test_a_whole_number_is_ascii_digits_only(text):
+    assert whole_number(text) is None
+    with pytest.raises(InputError, match=r"^limit: .* is not a whole number from 1 to 10$"):
+        parse_whole_number(text, "limit", 1, 10)
+
+
+def test_a_whole_number_in_range_parses():
+    assert whole_number(" 42 ") == 42 and parse_whole_number("10", "limit", 1, 10) == 10

@@ -91,6 +91,7 @@ def test_the_same_auth_as_search(api):
     [
         ({"limit": "0"}, "limit"),
         ({"limit": "5000"}, "limit"),
+        ({"limit": "²"}, "limit"),
         ({"granularity": "week"}, "granularity"),
         ({"since": "yesterday"}, "since"),
         ({"since": "2026-01-10", "until": "2026-01-02"}, "since"),
