@@ -81,22 +81,27 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
     """
     ip = to_pseudonym(F.col("source_ip"), secret, "ip-")
     agent = to_pseudonym(F.col("user_agent"), secret, "ua-")
-    document = _replace_value(_replace_value(with_pseudonymous_text(F.col("raw_document"), secret), F.col("source_ip"), ip),
-                              F.col("user_agent"), agent)  # fmt: skip
+
+    def pseudonymous_document(name: str) -> Column:
+        text = with_pseudonymous_text(F.col(name), secret)
+        return _replace_value(_replace_value(text, F.col("source_ip"), ip), F.col("user_agent"), agent)
+
+    # A quarantined record keeps its text and a reason quoting it: both are pseudonymised as the document.
     pseudonymous_df = staged_df.withColumns({
         "actor_urn": with_pseudonymous_text(F.col("actor_urn"), secret),
         "entity_urn": with_pseudonymous_text(F.col("entity_urn"), secret),
-        "raw_document": document,
+        "raw_document": pseudonymous_document("raw_document"),
         "source_ip": ip,
         "user_agent": agent,
-        "raw_text": with_pseudonymous_text(F.col("raw_text"), secret),
+        "raw_text": pseudonymous_document("raw_text"),
+        "reason": pseudonymous_document("reason"),
     })  # fmt: skip
     return _with_record_hash(pseudonymous_df, USAGE_HASH_FIELDS)
 
 
 def pseudonymise_snapshots(staged_df: DataFrame, secret: bytes) -> DataFrame:
     """Staged aspect snapshot rows with every person urn in every text field pseudonymous (hash recomputed)."""
-    columns = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text")
+    columns = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text", "reason")
     pseudonymous_df = staged_df.withColumns({name: with_pseudonymous_text(F.col(name), secret) for name in columns})
     return _with_record_hash(pseudonymous_df, SNAPSHOT_HASH_FIELDS)
 

@@ -23,6 +23,9 @@ USAGE = [
      "userAgent": ERASED_AGENT, "loginSource": "SSO_LOGIN"},
     {"type": "LogInEvent", "actorUrn": KEPT, "timestamp": 1705386797005, "sourceIP": "198.51.100.9",
      "userAgent": "curl/8.1", "loginSource": "SSO_LOGIN"},
+    # Quarantined: its reason quotes the record, person, address and agent included.
+    {"type": "NoSuchEvent", "actorUrn": ERASED, "timestamp": 1705386798005, "sourceIP": ERASED_IP,
+     "userAgent": ERASED_AGENT},
 ]  # fmt: skip
 
 
