@@ -112,12 +112,6 @@ def _with_record_hash(staged_df: DataFrame, hash_fields: Iterable[str]) -> DataF
     )
 
 
-def to_identities(staged_df: DataFrame, columns: Iterable[str]) -> DataFrame:
-    """The distinct person urns (not pseudonyms) the given text columns of the rows hold, as column `identity`."""
-    urns = F.flatten(F.array(*[to_person_urns(F.col(name)) for name in columns]))
-    return staged_df.select(F.explode(urns).alias("identity")).distinct()
-
-
 # Columns that hold a source IP or a user agent, and the raw documents that repeat them.
 _IP_COLUMNS = ("source_ip",)
 _AGENT_COLUMNS = ("user_agent",)

@@ -118,31 +118,6 @@ def identities_of_lines(lines_df: DataFrame, family: str) -> DataFrame:
     return people_df.unionByName(pairs[0]).unionByName(pairs[1]).distinct()
 
 
-def identities_of_staged(staged_df: DataFrame, family: str) -> DataFrame:
-    """The (kind, identity, owner) triples of staged rows before pseudonymisation, distinct."""
-    from bronze.pseudonyms import to_person_urns
-
-    person_columns = ["entity_urn", "raw_text"]
-    if family == "bronze.usage_events":
-        person_columns += ["actor_urn", "raw_document"]
-    else:
-        person_columns += ["created_actor", "aspect_json", "system_metadata"]
-    urns = F.flatten(F.array(*[to_person_urns(F.col(name)) for name in person_columns]))
-    people_df = staged_df.select(F.explode(urns).alias("identity")).select(
-        F.lit("person").alias("kind"), "identity", F.col("identity").alias("owner")
-    )
-    if family != "bronze.usage_events":
-        return people_df.distinct()
-    owner = F.col("actor_urn")
-    ips_df = staged_df.filter(F.col("source_ip").isNotNull() & owner.isNotNull()).select(
-        F.lit("ip").alias("kind"), F.col("source_ip").alias("identity"), owner.alias("owner")
-    )
-    agents_df = staged_df.filter(F.col("user_agent").isNotNull() & owner.isNotNull()).select(
-        F.lit("user-agent").alias("kind"), F.col("user_agent").alias("identity"), owner.alias("owner")
-    )
-    return people_df.unionByName(ips_df).unionByName(agents_df).distinct()
-
-
 def resolve_identities(
     spark: SparkSession, settings: Settings, keys: KeyStore, pseudonyms: Iterable[str]
 ) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.pipelines.batch.test_erasure import ERASED, ERASED_AGENT, ERASED_IP, KEPT, USAGE, files_holding
+from tests.pipelines.serving.test_erasure import ERASED, ERASED_AGENT, ERASED_IP, KEPT, USAGE, files_holding
 from tests.pipelines.cli.test_cli import run_cli
 
 CLEAR = ("--set", "mlflow.enabled=false")

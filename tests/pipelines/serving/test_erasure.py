@@ -1,4 +1,5 @@
-"""Erasure with pseudonymisation on: the identity is found in no file of any table version, verify passes,
+"""Erasure (`lakehouse erase`, POST /api/v1/privacy/erasures) with pseudonymisation on: the identity is found
+in no file of any table version, verify passes,
 the erased person's events stay searchable under their pseudonym, and a second person stays readable."""
 
 from __future__ import annotations
