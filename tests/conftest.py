@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from conf.settings import Settings, load_settings
 from pipelines.runtime.catalog import ensure_tables
 from pipelines.runtime.engine import jvm_connect_server, open_session
+from pipelines.runtime.plan_sizes import PlanSizes
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -20,10 +21,16 @@ FIXTURES = SHARED / "fixtures" / "datahub"
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+def plan_sizes() -> PlanSizes:
+    """The recorder of every request the `spark` session sends (clear it before measuring)."""
+    return PlanSizes()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory, plan_sizes: PlanSizes) -> Iterator[SparkSession]:
     """The embedded engine: Sail in-process, PySpark Connect client; one for the whole run."""
     settings = load_settings("local", home=tmp_path_factory.mktemp("session-home"), env={})
-    with open_session(settings, register_tables=False) as session:
+    with open_session(settings, register_tables=False, plan_sizes=plan_sizes) as session:
         yield session
 
 

@@ -163,8 +163,20 @@ def _actor_predicate(column: str, actors: Collection[str | None]) -> str:
     return exp.or_(*conditions).sql(dialect="spark") if conditions else "FALSE"
 
 
-def _date_list(days: list[date]) -> str:
-    return ", ".join(f"DATE'{day.isoformat()}'" for day in days)
+def days_condition(column: str, days: Collection[date]) -> str:
+    """SQL: `column` is one of `days`, as one BETWEEN per run of consecutive days.
+
+    A batch's days are mostly consecutive, so the condition stays a few ranges long however many days a
+    batch spans (a list of every day grew the plan with the batch: docs/scaling.md).
+    """
+    ranges: list[list[date]] = []
+    for day in sorted(set(days)):
+        if ranges and (day - ranges[-1][1]).days == 1:
+            ranges[-1][1] = day
+        else:
+            ranges.append([day, day])
+    spans = [f"{column} BETWEEN DATE'{low.isoformat()}' AND DATE'{high.isoformat()}'" for low, high in ranges]
+    return f"({' OR '.join(spans)})" if spans else "FALSE"
 
 
 def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFrame, days: list[date]) -> bool:
@@ -196,7 +208,7 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
     preferred = f"({rank_s} < {rank_t} OR ({rank_s} = {rank_t} AND s.source_id < t.source_id))"
     stored_df = (
         read_table(spark, settings, AUDIT_TABLE)
-        .filter(F.col("event_date").isin([F.lit(day.isoformat()).cast("date") for day in days]))
+        .filter(F.expr(days_condition("event_date", days)))
         .select("event_date", "event_id")
     )
     if not any_stored(audit_df, stored_df, ["event_date", "event_id"]):
@@ -209,7 +221,7 @@ def merge_audit_events(spark: SparkSession, settings: Settings, audit_df: DataFr
         source_df,
         lambda source: (
             f"MERGE INTO {target} AS t USING {source} AS s "
-            f"ON t.event_date IN ({_date_list(days)}) AND t.event_date = s.event_date AND t.event_id = s.event_id "
+            f"ON {days_condition('t.event_date', days)} AND t.event_date = s.event_date AND t.event_id = s.event_id "
             f"WHEN MATCHED AND {preferred} THEN UPDATE SET {updates} "
             f"WHEN NOT MATCHED THEN {insert_row(AUDIT_TABLE)}"
         ),
@@ -241,8 +253,7 @@ def refresh_actor_activity(
     """
     if not days:
         return
-    day_values = [F.lit(day.isoformat()).cast("date") for day in days]
-    audit_df = read_table(spark, settings, AUDIT_TABLE).filter(F.col("event_date").isin(day_values))
+    audit_df = read_table(spark, settings, AUDIT_TABLE).filter(F.expr(days_condition("event_date", days)))
     published_df = (
         read_table(spark, settings, STAGE_PROGRESS).filter(F.col("stage") == F.lit(STAGE)).select("batch_id")
     )
@@ -250,10 +261,10 @@ def refresh_actor_activity(
         published_df = published_df.unionByName(spark.createDataFrame([(b,) for b in batch_ids], "batch_id string"))
     changes_df = (
         read_table(spark, settings, ENTITY_CHANGE_EVENTS)
-        .filter(F.col("event_date").isin(day_values))
+        .filter(F.expr(days_condition("event_date", days)))
         .join(published_df.distinct(), "batch_id", "left_semi")
     )
-    predicate = f"activity_date IN ({_date_list(days)})"
+    predicate = days_condition("activity_date", days)
     if actors is not None:
         audit_df = audit_df.filter(F.expr(_actor_predicate("actor_urn", actors)))
         changes_df = changes_df.filter(F.expr(_actor_predicate("actor", actors)))

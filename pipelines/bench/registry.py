@@ -25,6 +25,7 @@ BENCH_MODULES = (
     "pipelines.bench.metrics",
     "pipelines.bench.sql_server",
     "pipelines.bench.life",
+    "pipelines.bench.plans",
 )
 
 

@@ -29,6 +29,9 @@ GLOB_CHARACTERS = re.compile(r"[*?\[\]{}\\]")
 # Larger files are hashed in Python: each read partition a file spans holds all of its bytes (see above).
 MAX_ENGINE_HASH_BYTES = 512 << 20
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+# Files per hashing read: each is a path in the read's plan, so a batch of many files is read in several
+# reads, each plan the size of one of this many files (docs/scaling.md: plans that do not grow).
+MAX_FILES_PER_HASH_READ = 64
 # A path as engines spell it, to its key: an optional scheme, an optional //authority, leading slashes.
 _PATH_PREFIX = r"^([A-Za-z][A-Za-z0-9+.-]*:)?(//[^/]*)?/*"
 
@@ -48,14 +51,14 @@ def engine_path_key(path: Column) -> Column:
     return F.regexp_replace(path, _PATH_PREFIX, "")
 
 
-def read_groups(paths: Sequence[Location]) -> list[list[Location]]:
-    """Split files into groups of distinct keys, in order: each group is one engine read."""
+def read_groups(paths: Sequence[Location], max_files: int = MAX_FILES_PER_HASH_READ) -> list[list[Location]]:
+    """Split files into groups of distinct keys and at most `max_files` files, in order: each group is one engine read."""
     groups: list[list[Location]] = []
     keys: list[set[str]] = []
     for path in paths:
         key = path_key(path)
         for group, seen in zip(groups, keys):
-            if key not in seen:
+            if key not in seen and len(group) < max_files:
                 group.append(path)
                 seen.add(key)
                 break

@@ -178,3 +178,19 @@ def test_a_batch_of_new_events_recomputes_its_actors_days_and_keeps_the_other_ro
     expected_df = direct_activity_count(read_table(spark, lakehouse, "gold.audit_events"))
     actual_df = read_table(spark, lakehouse, "gold.actor_activity_daily").select(*expected_df.columns)
     assert_df_equality(actual_df, expected_df, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_batch_days_are_named_by_their_runs_of_consecutive_days():
+    from datetime import date, timedelta
+
+    from pipelines.batch.publish_audit import days_condition
+
+    first = date(2026, 2, 27)
+    days = [first + timedelta(days=n) for n in (0, 1, 2, 3, 5, 9, 10)] + [first]
+    assert days_condition("d", days) == (
+        "(d BETWEEN DATE'2026-02-27' AND DATE'2026-03-02' OR d BETWEEN DATE'2026-03-04' AND DATE'2026-03-04'"
+        " OR d BETWEEN DATE'2026-03-08' AND DATE'2026-03-09')"
+    )
+    a_year = [first + timedelta(days=n) for n in range(366)]
+    assert days_condition("d", a_year) == "(d BETWEEN DATE'2026-02-27' AND DATE'2027-02-27')"
+    assert days_condition("d", []) == "FALSE"
