@@ -116,6 +116,7 @@ def _with_record_hash(staged_df: DataFrame, hash_fields: Iterable[str]) -> DataF
 _IP_COLUMNS = ("source_ip",)
 _AGENT_COLUMNS = ("user_agent",)
 _RAW_COLUMNS = ("raw_document", "raw_event")
+_QUARANTINED_TEXT = "raw_text"
 # OpenMetadata's user name: the id part of an actor urn (`jdoe`), repeated inside its JSON documents.
 _USER_NAME_COLUMN = "user_name"
 _USER_NAME_DOCUMENTS = ("change_description", "entity")
@@ -151,6 +152,13 @@ def with_pseudonymous_columns(df: DataFrame, secret: bytes, keep: Iterable[str] 
         elif kind == "map<string,string>":
             values = F.transform(F.map_values(F.col(name)), lambda value: with_pseudonymous_text(value, secret))
             changes[name] = F.when(F.col(name).isNull(), F.col(name)).otherwise(F.map_from_arrays(F.map_keys(F.col(name)), values))
+    if _QUARANTINED_TEXT in changes:
+        # A quarantined record has no typed columns: its source IP and user agent are read from its text.
+        for path, prefix in (("$.sourceIP", "ip-"), ("$.userAgent", "ua-")):
+            value = F.get_json_object(F.col(_QUARANTINED_TEXT), path)
+            for name in (_QUARANTINED_TEXT, "reason"):
+                if name in changes:
+                    changes[name] = _replace_value(changes[name], value, to_pseudonym(value, secret, prefix))
     for raw in _RAW_COLUMNS:
         if raw in changes:
             for column, prefix in [(c, "ip-") for c in _IP_COLUMNS] + [(c, "ua-") for c in _AGENT_COLUMNS]:
