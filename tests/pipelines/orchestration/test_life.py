@@ -1,8 +1,8 @@
 """A home's life: several batches of realistic size, one at a time, end where one run over all of them ends.
 
-The input is the project's own generated history (about 30k records a batch: aspect versions with
+The input is the project's own generated history (about 28k records a batch: aspect versions with
 domains, soft and hard deletes, duplicates and late versions, usage events, action requests) plus PATCH
-proposals written by DataHub's SDK. Four batches cross every way refine writes the state: the first is
+proposals written by DataHub's SDK. Three batches cross every way refine writes the state: the first is
 appended, later large ones are MERGEd (deletion vectors in silver.aspect_state from then on), and a
 watcher's micro-batches are logged and folded. After every run `lakehouse verify` passes.
 """
@@ -29,9 +29,9 @@ from tests.pipelines.batch.datahub_producers import patch_proposals
 
 pytestmark = pytest.mark.slow
 
-BATCHES = 4
-# Files per watcher micro-batch: the four batches' 56 files make 7 micro-batches of about 18k records.
-MICRO_BATCH_FILES = 8
+BATCHES = 3
+# Files per watcher micro-batch: the three batches' 42 files make 5 micro-batches of about 17k records.
+MICRO_BATCH_FILES = 10
 # What identifies each table's rows independently of how the input was cut into batches: batch ids,
 # write times and the prev_* columns of the state (the row a batch replaced) depend on the cut.
 IDENTITIES = {
@@ -47,13 +47,13 @@ IDENTITIES = {
 
 @pytest.fixture(scope="module")
 def life_inputs(tmp_path_factory) -> list[Path]:
-    """Four batch folders of generated history, each with PATCH proposals on some of its MCP-written datasets.
+    """Three batch folders of generated history, each with PATCH proposals on some of its MCP-written datasets.
 
     The patches go to datasets whose history is MCP lines, as DataHub's SDK writes proposals: unversioned,
     ordered by time (docs/change-events.md: land one serialization of a history per key).
     """
     out = tmp_path_factory.mktemp("life-inputs")
-    generate_history(out, entities=6000, seed=53, batches=BATCHES, mcp_share=0.1, file_sink_share=0.05, workers=2)
+    generate_history(out, entities=4000, seed=53, batches=BATCHES, mcp_share=0.1, file_sink_share=0.05, workers=2)
     folders = sorted(out.glob("batch-*"))
     for index, folder in enumerate(folders):
         # Each patch comes right after its dataset's newest record of the batch: no version of the next batch
@@ -131,7 +131,7 @@ def test_batches_run_one_at_a_time_end_with_the_tables_of_one_run(spark, one_run
     home = batch_by_batch_home
     expected = identities(spark, one_run_home)
     actual = identities(spark, home)
-    assert len(expected["silver.entity_change_events"]) > 50_000, "the life's input derived too few events"
+    assert len(expected["silver.entity_change_events"]) > 30_000, "the life's input derived too few events"
     for key in IDENTITIES:
         assert actual[key] == expected[key], f"{key} differs between batch-by-batch runs and one run"
 
@@ -157,7 +157,7 @@ def test_a_watcher_taking_the_same_input_in_micro_batches_across_folds_ends_with
     settings = dataclasses.replace(
         settings,
         mlflow=dataclasses.replace(settings.mlflow, enabled=False),
-        refine=dataclasses.replace(settings.refine, state_log_max_rows=15_000),
+        refine=dataclasses.replace(settings.refine, state_log_max_rows=9_000),
     )
     register_fresh_tables(spark, settings)
     watcher = Watcher(settings, StopSignal())
