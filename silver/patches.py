@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conf.errors import InputError
+from conf.values import whole_number
 
 # DataHub's system actor (com.linkedin.metadata.Constants.SYSTEM_ACTOR): the actor of a default's stamps.
 SYSTEM_ACTOR = "urn:li:corpuser:__datahub_system"
@@ -406,8 +407,8 @@ def _get(document: Any, tokens: list[str], where: str, path: Any) -> Any:
     for token in tokens:
         if isinstance(node, dict) and token in node:
             node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
+        elif isinstance(node, list) and (position := whole_number(token)) is not None and position < len(node):
+            node = node[position]
         else:
             raise PatchError(f"{where}.path: {path!r} does not exist")
     return node
@@ -415,9 +416,10 @@ def _get(document: Any, tokens: list[str], where: str, path: Any) -> Any:
 
 def _index(items: list, token: str, where: str, path: str, *, allow_end: bool) -> int:
     limit = len(items) if allow_end else len(items) - 1
-    if not token.isdigit() or int(token) > limit:
+    position = whole_number(token)
+    if position is None or position > limit:
         raise PatchError(f"{where}.path: {path!r} names no item of a list of {len(items)}")
-    return int(token)
+    return position
 
 
 def _shown(value: Any, limit: int = 80) -> str:

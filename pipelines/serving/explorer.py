@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from gold.scopes import Principal
-from conf.values import parse_time_ms
+from conf.values import parse_time_ms, whole_number
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
 from pipelines.serving.as_of import read_aspects_as_of
@@ -75,16 +75,18 @@ def parse_change_query(params: Mapping[str, str]) -> ChangeQuery:
     """
     since, until = parse_window(params)
     raw_size = params.get("size") or str(DEFAULT_PAGE)
-    if not raw_size.isdigit() or not 1 <= int(raw_size) <= MAX_PAGE:
+    size = whole_number(raw_size)
+    if size is None or not 1 <= size <= MAX_PAGE:
         raise RequestError(f"size: {raw_size!r} is not a whole number from 1 to {MAX_PAGE}")
     after = None
     if params.get("after"):
         time_text, _, event_id = params["after"].partition(":")
-        if not time_text.isdigit() or not event_id:
+        after_ms = whole_number(time_text)
+        if after_ms is None or not event_id:
             raise RequestError(f"after: {params['after']!r} is not a cursor (the nextCursor of the previous page)")
-        after = (int(time_text), event_id)
+        after = (after_ms, event_id)
     text = {name: (params.get(name) or "").strip() or None for name in ("actor", "entity", "category", "operation")}
-    return ChangeQuery(**text, since_ms=since, until_ms=until, size=int(raw_size), after=after)
+    return ChangeQuery(**text, since_ms=since, until_ms=until, size=size, after=after)
 
 
 def check_parameters(params: Mapping[str, str], known: tuple[str, ...]) -> None:

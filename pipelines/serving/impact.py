@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
-from conf.values import parse_time_ms
+from conf.values import parse_time_ms, whole_number
 from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, EdgeIndex, ImpactRow, LineageGraph, graph_at, impact
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
@@ -58,9 +58,10 @@ def parse_walk(params: Mapping[str, str]) -> tuple[str, str, int]:
     if direction not in DIRECTIONS:
         raise RequestError(f"direction: {direction!r} is not one of {', '.join(DIRECTIONS)}")
     raw_depth = params.get("depth") or str(DEFAULT_DEPTH)
-    if not raw_depth.isdigit() or int(raw_depth) > 10:
+    depth = whole_number(raw_depth)
+    if depth is None or depth > 10:
         raise RequestError(f"depth: {raw_depth!r} is not a whole number from 0 to 10")
-    return urn, direction, int(raw_depth)
+    return urn, direction, depth
 
 
 def parse_impact_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str, int, int, int]:

@@ -155,6 +155,11 @@ def test_plain_json_patch_operations_on_lists_and_objects():
         ("upstreamLineage", None, [{"op": "add", "path": "/fineGrainedLineages/NONE/f/NONE/u", "value": 1.0}],
          "aspect.value.patch[0].path: '/fineGrainedLineages/NONE/f/NONE/u' patches fineGrainedLineages"),
         ("globalTags", None, {"patch": "nope"}, "aspect.value: "),
+        # '²' is a digit to str.isdigit() but no number to int(): a position that names no item.
+        ("datasetProperties", {"lst": [[1], [2]]}, [{"op": "replace", "path": "/lst/\u00b2", "value": 3}],
+         "aspect.value.patch[0].path: '/lst/\u00b2' does not exist"),
+        ("datasetProperties", {"lst": [[1], [2]]}, [{"op": "add", "path": "/lst/\u00b2", "value": 3}],
+         "aspect.value.patch[0].path: '/lst/\u00b2' names no item of a list of 2"),
     ],
 )
 def test_a_patch_that_cannot_be_applied_raises_naming_the_field_and_value(aspect_name, current, patch, reason):

@@ -357,6 +357,8 @@ def test_security_and_cache_headers(explorer):
         ("/api/v1/activity/actor", {}, "actor: missing"),
         ("/api/v1/changes", {"size": "1001"}, "size: '1001' is not a whole number from 1 to 1000"),
         ("/api/v1/changes", {"after": "yesterday"}, "after: 'yesterday' is not a cursor"),
+        ("/api/v1/changes", {"size": "\u00b2"}, "size: '\u00b2' is not a whole number from 1 to 1000"),
+        ("/api/v1/changes", {"after": "\u00b2:e1"}, "after: '\u00b2:e1' is not a cursor"),
     ],
 )
 def test_bad_parameters_are_400_naming_the_parameter(explorer, path, params, message):

@@ -77,6 +77,7 @@ def test_a_scope_shows_and_counts_only_its_entities_and_hides_the_hops_outside_i
     [
         ({"urn": B, "direction": "sideways"}, "direction: 'sideways'"),
         ({"urn": B, "depth": "11"}, "depth: '11'"),
+        ({"urn": B, "depth": "\u00b2"}, "depth: '\u00b2' is not a whole number"),  # a digit to str.isdigit()
         ({"urn": "orders"}, "urn: 'orders'"),
         ({"urn": B, "size": "3"}, "size: unknown parameter"),
         ({"urn": B, "since": "10000", "until": "5"}, "since: '10000'"),
