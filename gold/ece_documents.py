@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from conf.values import whole_number
+
 _BOOLEAN_PARAMS = ("nullable",)
 _NUMBER_PARAMS = ("decommissionTime",)
 
@@ -22,8 +24,8 @@ def typed_parameters(parameters: Mapping[str, str] | None) -> dict[str, Any]:
             continue
         if name in _BOOLEAN_PARAMS:
             typed[name] = value.lower() == "true"
-        elif name in _NUMBER_PARAMS and value.lstrip("-").isdigit():
-            typed[name] = int(value)
+        elif name in _NUMBER_PARAMS and (number := whole_number(value.removeprefix("-"))) is not None:
+            typed[name] = -number if value.startswith("-") else number
         else:
             typed[name] = value
     return typed
