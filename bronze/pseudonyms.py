@@ -11,28 +11,15 @@ padded and XORed with the two pads), so no Python runs per row.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Iterable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from bronze.pseudonym_rules import PERSON_PREFIX, PERSON_URN_PATTERN, PSEUDONYM_HEX, PSEUDONYM_PREFIX
 from bronze.records import SNAPSHOT_HASH_FIELDS, USAGE_HASH_FIELDS, record_hash
 
-PERSON_PREFIX = "urn:li:corpuser:"
-PSEUDONYM_PREFIX = PERSON_PREFIX + "p-"
-PSEUDONYM_HEX = 24
-# A person urn inside any text: up to the first character that ends a urn in JSON or a list.
-PERSON_URN_PATTERN = r"urn:li:corpuser:[^\s\"',\\)\]}]+"
 _BLOCK = 64
-
-
-def pseudonym_of(identity: str, secret: bytes, prefix: str = PSEUDONYM_PREFIX) -> str:
-    """The pseudonym of one identity (what `to_pseudonym` computes in the engine), e.g. for a search by actor."""
-    if identity.startswith(PSEUDONYM_PREFIX):
-        return identity
-    digest = hmac.new(secret, identity.encode("utf-8"), hashlib.sha256).hexdigest()
-    return prefix + digest[:PSEUDONYM_HEX]
 
 
 def _hmac_hex(value: Column, secret: bytes) -> Column:

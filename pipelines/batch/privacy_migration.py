@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bronze.pseudonyms import PERSON_PREFIX, to_person_urns, with_pseudonymous_columns
+from bronze.pseudonym_rules import PERSON_PREFIX
+from bronze.pseudonyms import to_person_urns, with_pseudonymous_columns
 from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import TABLES, table_name, table_spec

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from bronze.pseudonyms import PERSON_PREFIX, PSEUDONYM_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_PREFIX, pseudonym_of
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.privacy.identities import IDENTITIES_TABLE, resolve_rows

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
-from bronze.pseudonyms import PSEUDONYM_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PSEUDONYM_PREFIX, pseudonym_of
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from pipelines.privacy.keystore import KeyStore, decrypt_identity, encrypt_identity
-from pipelines.runtime.io import append, read_table
 from pipelines.runtime.storage import delta_storage_options, table_exists
+
+if TYPE_CHECKING:  # the engine is imported by the functions that use it: the API's workers run without one
+    from pyspark.sql import DataFrame, SparkSession
 
 IDENTITIES_TABLE = "ops.identities"
 ERASED_SUBJECT = "erased subject"
@@ -37,6 +37,10 @@ def record_identities(
         identities: (kind, identity, owner identity) triples: kind person, ip or user-agent; the owner is
             the person urn whose key encrypts it (a person owns itself).
     """
+    from pyspark.sql import functions as F
+
+    from pipelines.runtime.io import append, read_table
+
     wanted = _wanted(keys, identities)
     if not wanted:
         return 0
@@ -102,6 +106,8 @@ def identities_of_lines(lines_df: DataFrame, family: str) -> DataFrame:
 
     Every person urn in a line is one; a usage document's source IP and user agent are owned by its actor.
     """
+    from pyspark.sql import functions as F
+
     from bronze.pseudonyms import to_person_urns
 
     people_df = lines_df.select(F.explode(to_person_urns(F.col("value"))).alias("identity")).select(
@@ -125,6 +131,10 @@ def resolve_identities(
 
     A pseudonym no identity row names (a value landed before pseudonymisation, say) is left out.
     """
+    from pyspark.sql import functions as F
+
+    from pipelines.runtime.io import read_table
+
     wanted = sorted({p for p in pseudonyms if p})
     if not wanted:
         return {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bronze.pseudonyms import PERSON_PREFIX, PSEUDONYM_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_PREFIX, pseudonym_of
 from conf.settings import Settings
 from pipelines.privacy.identities import record_identities_without_engine
 from pipelines.privacy.keystore import key_store_for

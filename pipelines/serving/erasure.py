@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from bronze.pseudonyms import PERSON_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PERSON_PREFIX, pseudonym_of
 from conf.errors import ConfigError, InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location, table_spec

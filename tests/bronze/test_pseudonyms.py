@@ -8,7 +8,8 @@ import hmac
 import pytest
 from pyspark.sql import functions as F
 
-from bronze.pseudonyms import pseudonym_of, to_pseudonym, with_pseudonymous_text
+from bronze.pseudonym_rules import pseudonym_of
+from bronze.pseudonyms import to_pseudonym, with_pseudonymous_text
 
 pytestmark = pytest.mark.pure
 

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Place a legal hold on an actor or an entity: retention keeps their batches, erasure refuses the actor."""
         from pipelines.batch.legal_holds import add_hold
-        from bronze.pseudonyms import PERSON_PREFIX, pseudonym_of
+        from bronze.pseudonym_rules import PERSON_PREFIX, pseudonym_of
         from pipelines.privacy.keystore import key_store_for
 
         if (actor is None) == (entity is None):
