@@ -201,11 +201,11 @@ def _connect_session(settings: Settings, plan_sizes: PlanSizes | None) -> Iterat
 
 def _connect_to(url: str, plan_sizes: PlanSizes | None) -> SparkSession:
     """A new Spark Connect session on `url`, its requests measured by `plan_sizes` when given."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql.connect.client import DefaultChannelBuilder
-
     if plan_sizes is None:
+        from pyspark.sql import SparkSession
+
         return SparkSession.builder.remote(url).create()
+    from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     channel = DefaultChannelBuilder(url)

@@ -9,15 +9,11 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from gold.scopes import parse_scope
-from pipelines.batch.publish_lineage import publish_lineage
-from pipelines.runtime.io import append
-from pipelines.serving.api import create_app, serving
 from pipelines.serving.impact import GRAPH_PATH
-from pipelines.serving.tokens import create_token
-from tests.gold.test_openmetadata import SILVER_COLUMNS, ece
-from tests.pipelines.batch.test_publish_lineage import A, ANN, B, BOB, CHART, JOB, refined_batch
+from tests.gold.test_openmetadata import ece
+from tests.pipelines.batch.test_publish_lineage import A, ANN, B, BOB, CHART, JOB
 from tests.pipelines.serving.test_explorer import IMAGES, _open, _wait, browser  # noqa: F401 (the browser fixture)
+from tests.pipelines.serving.test_impact_api import served_lineage
 from tests.silver.bronze_rows import mcl
 
 pytestmark = pytest.mark.slow
@@ -41,14 +37,7 @@ EVENTS = [
 
 @pytest.fixture(scope="module")
 def impact_site(spark, lakehouse):
-    refined_batch(spark, lakehouse, "lineage", LINEAGE, 0)
-    publish_lineage(spark, lakehouse)
-    append(spark.createDataFrame(EVENTS, SILVER_COLUMNS), lakehouse, "silver.entity_change_events")
-    tokens = {
-        "all": create_token(lakehouse, ANN, ["audit-read"])[0],
-        "datasets": create_token(lakehouse, ANN, ["audit-read"], scope=parse_scope(["entity-type=dataset"]))[0],
-    }
-    with serving(create_app(lakehouse, spark)) as base_url:
+    with served_lineage(spark, lakehouse, LINEAGE, EVENTS) as (base_url, tokens):
         yield {"url": base_url, "tokens": tokens}
 
 

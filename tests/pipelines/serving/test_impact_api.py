@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
@@ -28,16 +31,26 @@ EVENTS = [
 WINDOW = {"since": "0", "until": "10000"}
 
 
-@pytest.fixture(scope="module")
-def api(spark, lakehouse):
-    refined_batch(spark, lakehouse, "lineage", LINEAGE, 0)
+@contextlib.contextmanager
+def served_lineage(spark, lakehouse, lineage: list, events: list) -> Iterator[tuple[str, dict[str, str]]]:
+    """Land and publish `lineage`, add the change `events`, and serve the home: (base URL, tokens).
+
+    Tokens: `all` reads everything, `datasets` is scoped to datasets.
+    """
+    refined_batch(spark, lakehouse, "lineage", lineage, 0)
     publish_lineage(spark, lakehouse)
-    append(spark.createDataFrame(EVENTS, SILVER_COLUMNS), lakehouse, "silver.entity_change_events")
+    append(spark.createDataFrame(events, SILVER_COLUMNS), lakehouse, "silver.entity_change_events")
     tokens = {
         "all": create_token(lakehouse, ANN, ["audit-read"])[0],
         "datasets": create_token(lakehouse, ANN, ["audit-read"], scope=parse_scope(["entity-type=dataset"]))[0],
     }
     with serving(create_app(lakehouse, spark)) as base_url:
+        yield base_url, tokens
+
+
+@pytest.fixture(scope="module")
+def api(spark, lakehouse):
+    with served_lineage(spark, lakehouse, LINEAGE, EVENTS) as (base_url, tokens):
         with httpx.Client(base_url=base_url, timeout=60) as client:
             yield client, tokens
 
