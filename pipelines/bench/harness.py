@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from conf.settings import Settings, load_settings
+
 
 @dataclass
 class Measurement:
@@ -100,3 +102,8 @@ def write_result(out_dir: Path, name: str, payload: Mapping[str, Any]) -> Path:
     path = out_dir / f"{name}-{stamp}.json"
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
     return path
+
+
+def bench_settings(home: Path) -> Settings:
+    """Local settings for a measured home, without model tracking (it adds work no benchmark measures)."""
+    return load_settings("local", home, None, env={}, overrides=("mlflow.enabled=false",))

@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 
-from pipelines.bench.harness import latency_summary, measure, write_result
+from pipelines.bench.harness import bench_settings, latency_summary, measure, write_result
 from pipelines.cli.console import console
 
 DAY_MS = 86_400_000
@@ -64,7 +64,6 @@ def run_impact_bench(
     work: Path | None = None,
 ) -> dict[str, Any]:
     """Build the home, time the queries and the micro-batch publish; return the figures."""
-    from conf.settings import load_settings
     from datagen.lineage import lineage_history
     from gold.impact import ChangeEvent, impact
     from pipelines.orchestration.jobs import run_job
@@ -76,7 +75,7 @@ def run_impact_bench(
     scratch = Path(tempfile.mkdtemp(prefix="bench-impact-")) if work is None else work
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        settings = load_settings("local", home=scratch / "home", env={}, overrides=["mlflow.enabled=false"])
+        settings = bench_settings(scratch / "home")
         records = entities + changes + batch_changes
         counts = {"datasets": entities * 7 // 10, "jobs": entities // 10, "charts": entities * 3 // 20,
                   "dashboards": entities - entities * 7 // 10 - entities // 10 - entities * 3 // 20}  # fmt: skip

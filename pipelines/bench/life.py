@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from conf.settings import Settings, load_settings
+from conf.settings import Settings
 from conf.tables import ACTOR_ACTIVITY_DAILY, ASPECT_SNAPSHOTS, ASPECT_STATE, AUDIT_EVENTS, ENTITY_CHANGE_EVENTS, OPENMETADATA_CHANGE_EVENTS, USAGE_EVENTS
-from pipelines.bench.harness import measure, write_result
+from pipelines.bench.harness import bench_settings, measure, write_result
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,7 +86,7 @@ def run_life_bench(
             file_sink_share=file_sink_share, overwrite=True,
         )  # fmt: skip
         folders = sorted((scratch / "input").glob("batch-*"))
-        life = _settings(scratch / "life")
+        life = bench_settings(scratch / "life")
         batch_runs = []
         with open_session(life) as spark:
             for folder in folders:
@@ -99,7 +99,7 @@ def run_life_bench(
                 batch_runs.append({"batch": folder.name, **run.__dict__, "verify_s": verified.wall_s,
                                    "stages_s": {r.stage: r.seconds for r in summary.stages}})  # fmt: skip
             life_hashes = identity_hashes(spark, life)
-        one = _settings(scratch / "one-run")
+        one = bench_settings(scratch / "one-run")
         with open_session(one) as spark:
             with measure() as one_run:
                 run_job(one, paths=folders, spark=spark)
@@ -121,8 +121,6 @@ def run_life_bench(
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _settings(home: Path) -> Settings:
-    return load_settings(None, home, None, env={}, overrides=("mlflow.enabled=false",))
 
 
 def identity_hashes(spark: SparkSession, settings: Settings) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from conf.settings import Settings, load_settings
+from conf.settings import Settings
+from conf.values import whole_number
+from pipelines.bench.harness import bench_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,10 +68,10 @@ def register(bench_app: typer.Typer) -> None:
 
 
 def _parse_sizes(text: str) -> list[int]:
-    try:
-        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a comma-separated list of whole numbers", param_hint="--versions") from None
+    numbers = [whole_number(part) for part in text.split(",") if part.strip()]
+    if None in numbers:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of whole numbers", param_hint="--versions")
+    sizes = sorted(set(numbers))
     if len(sizes) < 2 or sizes[0] < 1000:
         raise typer.BadParameter(f"{text!r}: give at least two sizes of at least 1000 versions", param_hint="--versions")
     return sizes
@@ -88,11 +90,6 @@ def generate_cut_history(out: Path, versions: int, *, seed: int) -> Path:
         workers=2, overwrite=True,
     )  # fmt: skip
     return out
-
-
-def bench_settings(home: Path) -> Settings:
-    """Local settings for a measured home (no model tracking: it adds no pipeline request worth measuring)."""
-    return load_settings(None, home, None, env={}, overrides=("mlflow.enabled=false",))
 
 
 def run_recorded(recorder: PlanSizes, settings: Settings, inputs: Path, spark: SparkSession) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.bench.plans import bench_settings, generate_cut_history, run_recorded
+from pipelines.bench.harness import bench_settings
+from pipelines.bench.plans import generate_cut_history, run_recorded
 from tests.conftest import register_fresh_tables
 
 pytestmark = pytest.mark.slow
