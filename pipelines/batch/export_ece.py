@@ -20,6 +20,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import ENTITY_CHANGE_EVENTS
 from gold.ece_documents import ece_document
+from pipelines.privacy.display import json_lines_with_identities
 from pipelines.runtime.io import read_table, write_lines
 
 EVENTS_TABLE = ENTITY_CHANGE_EVENTS
@@ -70,4 +71,6 @@ def write_ece_jsonl(
     Raises:
         InputError: when since_ms is after until_ms, or `out` cannot be written.
     """
-    return write_lines(Path(out), iter_ece_lines(select_events(spark, settings, since_ms, until_ms)))
+    lines = iter_ece_lines(select_events(spark, settings, since_ms, until_ms))
+    # The exporting operator runs with the home's key store: people are written as who they are.
+    return write_lines(Path(out), json_lines_with_identities(settings, lines))

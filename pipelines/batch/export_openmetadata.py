@@ -18,6 +18,7 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import OPENMETADATA_CHANGE_EVENTS
 from gold.openmetadata import event_filter_predicate, to_change_event_json
+from pipelines.privacy.display import json_lines_with_identities
 from pipelines.runtime.io import read_table, write_lines
 
 CHANGE_EVENTS_TABLE = OPENMETADATA_CHANGE_EVENTS
@@ -75,4 +76,5 @@ def write_openmetadata_jsonl(
         RequestError: for an eventFilter the spec does not allow.
     """
     lines_df = to_change_event_json(select_change_events(spark, settings, since_ms, until_ms, event_filter))
-    return write_lines(Path(out), (row.value for row in lines_df.toLocalIterator()))
+    # The exporting operator runs with the home's key store: people are written as who they are.
+    return write_lines(Path(out), json_lines_with_identities(settings, (row.value for row in lines_df.toLocalIterator())))

@@ -1,74 +1,177 @@
-"""Pseudonyms on the way in and identities on the way out of a search, without an engine.
+"""Pseudonyms on the way in and identities on the way out, without an engine: the one resolution rule.
 
-A search that names a person (`actorUrns: ["urn:li:corpuser:jdoe"]`) is turned into one by pseudonym;
-the events it returns show each person, source IP and user agent as who they are to a caller allowed
-to see identities, or as an erased subject once the person was erased (the pseudonym stays beside it).
+A request that names a person (`actorUrns: ["urn:li:corpuser:jdoe"]`, `?actor=`) is turned into one by
+pseudonym; what a surface returns shows each person, source IP and user agent as who they are to a caller
+allowed to see identities. A field that holds a pseudonym alone shows the identity, the pseudonym kept
+beside it as `<field>Pseudonym`, and an erased person as an erased subject; a pseudonym inside other text
+(a JSON value, an urn, a summary) is replaced by its identity, and stays as it is once its person was
+erased. Formats with a fixed shape (exports, webhooks, reports) take the text rule alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
-from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_HEX, PSEUDONYM_PREFIX, pseudonym_of
 from conf.settings import Settings
 from conf.tables import table_location
-from pipelines.privacy.identities import IDENTITIES_TABLE, resolve_rows
+from pipelines.privacy.identities import ERASED_SUBJECT, IDENTITIES_TABLE, resolve_rows
 from pipelines.privacy.keystore import key_store_for
+from pipelines.runtime.storage import delta_storage_options, table_exists
 
-# Fields of a search's events that hold a pseudonym, and the field the identity is shown in.
-_EVENT_FIELDS = ("actorUrn", "sourceIP", "userAgent")
 _BODY_PERSON_FIELDS = ("actorUrns",)
+# A pseudonym wherever it stands: a person's urn, a source IP's or a user agent's, or the id part of a
+# person's urn alone (OpenMetadata's user names).
+PSEUDONYM_PATTERN = re.compile(
+    rf"{re.escape(PSEUDONYM_PREFIX)}[0-9a-f]{{{PSEUDONYM_HEX}}}|\b(?:ip|ua|p)-[0-9a-f]{{{PSEUDONYM_HEX}}}\b"
+)
+_PERSON_ID = PSEUDONYM_PREFIX[len(PERSON_PREFIX) :]
+SHOWN_ROWS_PER_READ = 1000
+
+
+def person_pseudonym(settings: Settings, urn: str | None) -> str | None:
+    """The pseudonym a person urn is stored as (any other value, or privacy off: the value as given)."""
+    if not urn or not settings.privacy.pseudonymise or not urn.startswith(PERSON_PREFIX):
+        return urn
+    return pseudonym_of(urn, key_store_for(settings).pseudonym_secret())
 
 
 def pseudonymous_body(settings: Settings, body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The search body with every person urn it filters on replaced by its pseudonym (as stored)."""
     if body is None or not settings.privacy.pseudonymise:
         return body
-    secret = key_store_for(settings).pseudonym_secret()
     changed = dict(body)
     for field in _BODY_PERSON_FIELDS:
         values = changed.get(field)
         if isinstance(values, list):
-            changed[field] = [pseudonym_of(v, secret) if isinstance(v, str) and v.startswith(PERSON_PREFIX) else v for v in values]
+            changed[field] = [person_pseudonym(settings, v) if isinstance(v, str) else v for v in values]
     return changed
 
 
-def with_identities(settings: Settings, result: dict[str, Any]) -> dict[str, Any]:
-    """A search response whose events show identities (`actorUrn` etc.), each pseudonym kept as `<field>Pseudonym`."""
-    events = result.get("usageEvents") or []
-    if not settings.privacy.pseudonymise or not events:
-        return result
-    wanted = {e[f] for e in events for f in _EVENT_FIELDS if isinstance(e.get(f), str)}
-    resolved = read_identities(settings, wanted)
-    shown = []
-    for event in events:
-        event = dict(event)
-        for field in _EVENT_FIELDS:
-            value = event.get(field)
-            if value in resolved:
-                event[f"{field}Pseudonym"] = value
-                event[field] = resolved[value]
-        shown.append(event)
-    return {**result, "usageEvents": shown}
+def pseudonyms_in(value: Any) -> set[str]:
+    """Every pseudonym in a JSON-like value (dicts, lists, strings), keys aside."""
+    if isinstance(value, str):
+        return {_stored_form(found) for found in PSEUDONYM_PATTERN.findall(value)}
+    if isinstance(value, Mapping):
+        return set().union(*(pseudonyms_in(v) for v in value.values())) if value else set()
+    if isinstance(value, (list, tuple)):
+        return set().union(*(pseudonyms_in(v) for v in value)) if value else set()
+    return set()
 
 
-def shown_to(settings: Settings, result: dict[str, Any], principal: Any) -> dict[str, Any]:
-    """A search response as a principal may see it: identities for one that sees sensitive fields, else pseudonyms."""
-    return with_identities(settings, result) if principal.sees_sensitive else result
+def _stored_form(pseudonym: str) -> str:
+    """The pseudonym as ops.identities names it (a person's id part alone becomes its urn)."""
+    return PERSON_PREFIX + pseudonym if pseudonym.startswith(_PERSON_ID) else pseudonym
 
 
-def read_identities(settings: Settings, pseudonyms: set[str]) -> dict[str, str]:
+def read_identities(settings: Settings, pseudonyms: Iterable[str]) -> dict[str, str]:
     """pseudonym -> identity (or the erased subject) read from ops.identities with delta-rs."""
-    wanted = sorted(p for p in pseudonyms if p.startswith((PSEUDONYM_PREFIX, "ip-", "ua-")))
-    if not wanted:
+    wanted = sorted({p for p in pseudonyms if PSEUDONYM_PATTERN.fullmatch(p)})
+    location = table_location(settings, IDENTITIES_TABLE)
+    if not wanted or not table_exists(location):
         return {}
-    table = DeltaTable(str(table_location(settings, IDENTITIES_TABLE))).to_pyarrow_table(
-        columns=["pseudonym", "owner", "ciphertext"]
-    )
-    rows = table.filter(pc.is_in(table.column("pseudonym"), value_set=pa.array(wanted))).to_pylist()
+    dataset = DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
+    rows = dataset.to_table(columns=["pseudonym", "owner", "ciphertext"], filter=ds.field("pseudonym").isin(wanted))
+    return resolve_rows(rows.to_pylist(), key_store_for(settings))
+
+
+def read_every_identity(settings: Settings) -> dict[str, str]:
+    """pseudonym -> identity (or the erased subject) of every identity recorded (the BI replica's copy)."""
+    location = table_location(settings, IDENTITIES_TABLE)
+    if not table_exists(location):
+        return {}
+    table = DeltaTable(str(location), storage_options=delta_storage_options(location))
+    rows = table.to_pyarrow_table(columns=["pseudonym", "owner", "ciphertext"]).to_pylist()
     return resolve_rows(rows, key_store_for(settings))
+
+
+def show_identities(value: Any, resolved: Mapping[str, str], annotate: bool = True) -> Any:
+    """`value` with the identities of `resolved` in place of their pseudonyms.
+
+    Args:
+        value: a JSON-like value (dicts, lists, strings).
+        resolved: pseudonym -> identity or ERASED_SUBJECT (`read_identities`).
+        annotate: a dict field holding a pseudonym alone shows its identity or the erased subject and gets
+            `<field>Pseudonym`; False: only the text rule (fixed formats).
+    """
+    if isinstance(value, str):
+        # A JSON document held as text (a raw event) gets its identities escaped as JSON strings require.
+        in_json = value.startswith(("{", "["))
+        return PSEUDONYM_PATTERN.sub(lambda m: _identity_in_text(m.group(0), resolved, in_json), value)
+    if isinstance(value, Mapping):
+        shown: dict[str, Any] = {}
+        for key, item in value.items():
+            if annotate and isinstance(item, str) and PSEUDONYM_PATTERN.fullmatch(item) and _stored_form(item) in resolved:
+                identity = resolved[_stored_form(item)]
+                shown[key] = identity if item == _stored_form(item) or identity == ERASED_SUBJECT else _id_part(identity)
+                shown[f"{key}Pseudonym"] = item
+            else:
+                shown.setdefault(key, show_identities(item, resolved, annotate))
+        return shown
+    if isinstance(value, (list, tuple)):
+        return [show_identities(item, resolved, annotate) for item in value]
+    return value
+
+
+def _identity_in_text(pseudonym: str, resolved: Mapping[str, str], in_json: bool = False) -> str:
+    identity = resolved.get(_stored_form(pseudonym))
+    if identity is None or identity == ERASED_SUBJECT:
+        return pseudonym
+    shown = identity if pseudonym == _stored_form(pseudonym) else _id_part(identity)
+    return json.dumps(shown, ensure_ascii=False)[1:-1] if in_json else shown
+
+
+def _id_part(identity: str) -> str:
+    """A person urn's id part (how OpenMetadata names a user); any other identity as it is."""
+    return identity[len(PERSON_PREFIX) :] if identity.startswith(PERSON_PREFIX) else identity
+
+
+def with_identities(settings: Settings, value: Any, annotate: bool = True) -> Any:
+    """`value` (a response, a row, a document) as a caller allowed to see identities sees it (as given when off)."""
+    if not settings.privacy.pseudonymise:
+        return value
+    found = pseudonyms_in(value)
+    return show_identities(value, read_identities(settings, found), annotate) if found else value
+
+
+def shown_to(settings: Settings, value: Any, principal: Any) -> Any:
+    """A response as a principal may see it: identities for one that sees sensitive fields, else pseudonyms."""
+    return with_identities(settings, value) if principal.sees_sensitive else value
+
+
+def rows_with_identities(settings: Settings, rows: Iterable[Any], annotate: bool = False) -> Iterator[Any]:
+    """Stream rows with identities shown, reading the identities of SHOWN_ROWS_PER_READ rows at a time."""
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == SHOWN_ROWS_PER_READ:
+            yield from with_identities(settings, chunk, annotate)
+            chunk = []
+    if chunk:
+        yield from with_identities(settings, chunk, annotate)
+
+
+def json_texts_with_identities(settings: Settings, texts: list[str]) -> list[str]:
+    """JSON documents (as text) with identities in place of pseudonyms, escaped as JSON strings require."""
+    if not settings.privacy.pseudonymise:
+        return texts
+    resolved = read_identities(settings, pseudonyms_in(texts))
+    return [PSEUDONYM_PATTERN.sub(lambda m: _identity_in_text(m.group(0), resolved, True), text) for text in texts]
+
+
+def json_lines_with_identities(settings: Settings, lines: Iterable[str]) -> Iterator[str]:
+    """Stream JSON lines with identities in place of pseudonyms (SHOWN_ROWS_PER_READ lines per read)."""
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == SHOWN_ROWS_PER_READ:
+            yield from json_texts_with_identities(settings, chunk)
+            chunk = []
+    if chunk:
+        yield from json_texts_with_identities(settings, chunk)

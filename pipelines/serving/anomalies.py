@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import ACTOR_ANOMALIES, table_location
+from pipelines.privacy.display import person_pseudonym, shown_to
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from gold.serving_contract import BUCKET_MS
 from conf.values import parse_time_ms, parse_whole_number
@@ -141,11 +142,13 @@ def anomalies_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
         f"(hour or day), kind, limit (1..{MAX_LIMIT}, default {DEFAULT_LIMIT}).",
     )
     async def list_anomalies(request: Request) -> JSONResponse:
-        await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
+        principal = await verifier.authenticate_request(request.headers.get("authorization"), AUDIT_READ)
         query = AnomalyQuery.parse(dict(request.query_params))
+        query = replace(query, actor=person_pseudonym(settings, query.actor))
         note_result(asdict(query))
         rows = await run_in_threadpool(read_anomalies, location, query)
         note_result(result_count=len(rows))
-        return JSONResponse({"count": len(rows), "anomalies": rows})
+        shown = await run_in_threadpool(shown_to, settings, {"count": len(rows), "anomalies": rows}, principal)
+        return JSONResponse(shown)
 
     return router

@@ -28,6 +28,7 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from gold.scopes import Principal
 from conf.values import parse_time_ms, whole_number
+from pipelines.privacy.display import person_pseudonym, shown_to
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import AnomalyQuery, parse_limit, parse_window
 from pipelines.serving.as_of import read_aspects_as_of
@@ -152,8 +153,9 @@ def explorer_router(
         note_result(result_count=len(aspects))
         return {"urn": urn, "at": at_ms, "aspects": aspects}
 
-    async def respond(work: Callable[[], Any]) -> JSONResponse:
-        return JSONResponse(jsonable_encoder(await run_in_threadpool(work)))
+    async def respond(work: Callable[[], Any], principal: Principal) -> JSONResponse:
+        # Identities are shown as the audit search shows them (docs/privacy.md).
+        return JSONResponse(jsonable_encoder(await run_in_threadpool(lambda: shown_to(settings, work(), principal))))
 
     @router.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -169,7 +171,7 @@ def explorer_router(
         principal, params = await authenticated(request, ("urn",))
         urn = parse_urn(params)
         note_result({"urn": urn})
-        return await respond(lambda: history(urn, principal))
+        return await respond(lambda: history(urn, principal), principal)
 
     @router.get("/api/v1/timeline/as-of", summary="The aspects of one entity as they were at a time")
     async def timeline_as_of(request: Request) -> JSONResponse:
@@ -182,12 +184,13 @@ def explorer_router(
         except InputError as exc:
             raise RequestError(str(exc)) from None
         note_result({"urn": urn, "at": at_ms})
-        return await respond(lambda: as_of(urn, at_ms, principal))
+        return await respond(lambda: as_of(urn, at_ms, principal), principal)
 
     @router.get("/api/v1/changes", summary="Search change events: actor, entity urn or prefix, category, operation")
     async def changes(request: Request) -> JSONResponse:
         principal, params = await authenticated(request, CHANGE_PARAMETERS)
         query = parse_change_query(params)
+        query = dataclasses.replace(query, actor=person_pseudonym(settings, query.actor))
         note_result(dataclasses.asdict(query))
 
         def search() -> dict[str, Any]:
@@ -195,11 +198,11 @@ def explorer_router(
             note_result(result_count=found["total"])
             return found
 
-        return await respond(search)
+        return await respond(search, principal)
 
     @router.get("/api/v1/activity", summary="Events per day and category, top actors and top entities")
     async def activity_overview(request: Request) -> JSONResponse:
-        _, params = await authenticated(request, ("since", "until", "limit"), aggregates)
+        principal, params = await authenticated(request, ("since", "until", "limit"), aggregates)
         since, until = parse_window(params)
         limit = parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT)
         note_result({"since": since, "until": until, "limit": limit})
@@ -209,14 +212,15 @@ def explorer_router(
             note_result(result_count=len(found["days"]))
             return found
 
-        return await respond(overview)
+        return await respond(overview, principal)
 
     @router.get("/api/v1/activity/actor", summary="One actor: activity per day, entities touched, anomalies")
     async def actor_activity(request: Request) -> JSONResponse:
-        _, params = await authenticated(request, ("actor", "since", "until", "limit"), aggregates)
+        principal, params = await authenticated(request, ("actor", "since", "until", "limit"), aggregates)
         actor = (params.get("actor") or "").strip()
         if not actor:
             raise RequestError("actor: missing (an actor urn, e.g. urn:li:corpuser:alice)")
+        actor = person_pseudonym(settings, actor)
         since, until = parse_window(params)
         limit = parse_limit(params, DEFAULT_LIMIT, MAX_LIMIT)
         anomalies = AnomalyQuery(since_ms=since, until_ms=until, actor=actor, limit=MAX_LIMIT)
@@ -227,7 +231,7 @@ def explorer_router(
             note_result(result_count=len(found["days"]))
             return found
 
-        return await respond(actor_days)
+        return await respond(actor_days, principal)
 
     return router
 

@@ -8,6 +8,7 @@ never the window. The header, the row shape and the formats are `pipelines.audit
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from pipelines.audit_trail.chain_keys import CHAIN_TABLE
 from pipelines.audit_trail.report_format import (
     MEDIA_TYPES, ReportQuery, header_for, parse_report_query, report_bytes, report_filename, report_row,
 )  # fmt: skip
+from pipelines.privacy.display import person_pseudonym, rows_with_identities
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import AccessNote, current_note, note_result
 from pipelines.serving.auth import AUDIT_READ
@@ -125,14 +127,16 @@ def report_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
             query = parse_report_query(dict(request.query_params))
         except InputError as exc:
             raise RequestError(str(exc)) from None
+        asked, query = query, dataclasses.replace(query, actor=person_pseudonym(settings, query.actor))
         note_result({"from": query.from_ms, "to": query.to_ms, "actor": query.actor, "entity": query.entity,
                      "format": query.format})  # fmt: skip
         # Resolved before the body starts, so that a failure is an error status, not a cut download.
         scope = (await run_in_threadpool(change_event_scope, principal.scope, domains)).arrow
         scope_label = ", ".join(principal.scope.to_specs()) or "(all)"
-        header = header_for(query, await run_in_threadpool(chain_head, settings), scope_label)
+        # The header names the filter as the reader asked it; the access log, by pseudonym.
+        header = header_for(asked, await run_in_threadpool(chain_head, settings), scope_label)
         return StreamingResponse(
-            _stream(settings, query, header, scope, current_note()),
+            _stream(settings, query, header, scope, current_note(), principal.sees_sensitive),
             media_type=MEDIA_TYPES[query.format],
             headers={
                 "Content-Disposition": f'attachment; filename="{report_filename(query)}"',
@@ -144,11 +148,18 @@ def report_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
 
 
 def _stream(
-    settings: Settings, query: ReportQuery, header: dict[str, str], scope: ds.Expression | None, note: AccessNote | None
+    settings: Settings,
+    query: ReportQuery,
+    header: dict[str, str],
+    scope: ds.Expression | None,
+    note: AccessNote | None,
+    identities: bool,
 ) -> Iterator[bytes]:
     """The report's bytes (Parquet: through a scratch file removed after); the rows read are counted on `note`
-    (the access record is built after the last byte is sent)."""
+    (the access record is built after the last byte is sent); `identities`: people shown as who they are."""
     rows = read_report_rows(settings, query, scope)
+    if identities:
+        rows = rows_with_identities(settings, rows)
     with tempfile.TemporaryDirectory(prefix="report-") as scratch:
         yield from report_bytes(query, header, _counted(rows, note), Path(scratch) / "report.parquet")
 

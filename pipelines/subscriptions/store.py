@@ -6,6 +6,7 @@ in is `pipelines.subscriptions.stream`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import uuid
@@ -35,6 +36,7 @@ from gold.subscriptions import (
     check_format,
     check_name,
 )
+from pipelines.privacy.display import person_pseudonym
 from pipelines.runtime.io import insert_missing, merge, read_table, retry_commit
 from pipelines.runtime.maintenance import maintenance_for
 from pipelines.subscriptions.targets import check_target, check_url
@@ -184,6 +186,8 @@ def add_subscription(
     check_target(url, settings.subscriptions.allowed_networks)
     check_format(payload_format)
     check_filters(filters)
+    # Events hold people by pseudonym: a person named here is matched, and stored, as one.
+    filters = dataclasses.replace(filters, actors=tuple(person_pseudonym(settings, a) for a in filters.actors))
     if any(s.name == name for s in list_subscriptions(spark, settings)):
         raise InputError(f"name: a subscription named {name!r} already exists (remove it first)")
     start_after = replay_start(spark, settings, since_ms) if since_ms is not None else latest_refined_at(spark, settings)

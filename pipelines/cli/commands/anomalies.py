@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List flagged actor windows, highest score first."""
         from pipelines.batch.anomalies import list_anomalies
+        from pipelines.privacy.display import person_pseudonym, with_identities
 
         state = state_of(ctx)
         with state.session() as spark:
@@ -71,11 +72,13 @@ def register(app: typer.Typer) -> None:
                 spark,
                 state.settings,
                 since_ms=parse_time_ms(since, "--since") if since else None,
-                actor=actor,
+                actor=person_pseudonym(state.settings, actor),
                 granularity=granularity,
                 limit=limit + 1,  # one more tells whether there are more to name --limit for
             )
         more, rows = len(rows) > limit, rows[:limit]
+        # The command runs with the home's key store: its user may see identities.
+        rows = with_identities(state.settings, rows)
         table = [
             {
                 "actor": r["actor"],
