@@ -252,6 +252,44 @@ def change_event_condition(scope: Scope, domain_entities: Sequence[str] | None =
     return condition.transform(on_change_events)
 
 
+def newest_domain_query(audit_table: str, entity_condition: exp.Expression | None = None) -> exp.Select:
+    """Return the query of each entity's domain: the one on its newest audit row (every scoped read's rule).
+
+    Publish sets a row's `domain` from the silver state's `domains` aspect, so the newest row holds the
+    entity's domain as of the last publish: what the audit search filters on, and all a reader of gold
+    can see. Rows of one timestamp: no domain first, then the smallest urn, so a tie never widens a scope
+    and the answer does not depend on file order. One tree for Spark SQL, PostgreSQL and the server's
+    read engine.
+
+    Args:
+        audit_table: the name the engine knows the audit rows by (a table or a view).
+        entity_condition: which rows to read besides (say, the entities of a batch); None: all.
+
+    Returns:
+        SELECT entity_urn, "timestamp", domain: one row per entity with an audit row.
+    """
+    ranked = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[exp.column("entity_urn")],
+        order=exp.Order(expressions=[
+            exp.Ordered(this=exp.column("timestamp", quoted=True), desc=True, nulls_first=False),
+            exp.Ordered(this=exp.column("domain"), desc=False, nulls_first=True),
+        ]),
+    )  # fmt: skip
+    where = exp.column("entity_urn").is_(exp.null()).not_()
+    if entity_condition is not None:
+        where = exp.and_(where, entity_condition)
+    # Quoted: `timestamp` is a keyword of PostgreSQL.
+    columns = [exp.column("entity_urn"), exp.column("timestamp", quoted=True), exp.column("domain")]
+    rows = (
+        exp.select(*columns, exp.alias_(ranked, "recency"))
+        .from_(exp.to_table(audit_table))
+        .where(where)
+    )
+    newest = exp.select(*(column.copy() for column in columns))
+    return newest.from_(rows.subquery("ranked")).where(exp.column("recency").eq(1))
+
+
 @functools.lru_cache(maxsize=256)
 def like_to_regex(pattern: str) -> re.Pattern[str]:
     """The regular expression of a SQL LIKE pattern (`%`, `_`, backslash escapes), matching whole texts."""

@@ -150,7 +150,7 @@ def scope_predicate(scope: Scope) -> Column:
     """The scope rule of the audit search (`gold.scopes.scope_condition`) over silver change events.
 
     The entity is the one whose aspect was written (as in the audit rows); a domain scope needs a
-    `domain` column (`gold.audit.with_entity_domain` on `aspect_entity_urn`).
+    `domain` column: the entity's, by `gold.scopes.newest_domain_query` on `aspect_entity_urn`.
     """
     condition = change_event_condition(scope)
     return F.lit(True) if condition is None else F.expr(condition.sql(dialect="spark"))

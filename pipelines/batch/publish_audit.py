@@ -80,7 +80,8 @@ def publish_audit(spark: SparkSession, settings: Settings, run_id: str | None = 
     entities_df = usage_df.select("entity_urn").unionByName(
         changes_df.select(F.col("aspect_entity_urn").alias("entity_urn"))
     ).filter(F.col("entity_urn").isNotNull())
-    # The entity's domain as the state holds it now: scoped readers of the audit API filter on it.
+    # Each row is stamped with its entity's domain as the state holds it now; every scoped read takes an
+    # entity's domain from its newest row (gold.scopes.newest_domain_query).
     folder = home_of(settings).scratch(STAGE, "entity_domains")
     with staged_entity_domains(spark, settings, entities_df, folder) as domains_df:
         audit_df = to_audit_events(usage_df, changes_df, domains_df)

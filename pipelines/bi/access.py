@@ -37,7 +37,9 @@ from conf.tables import (
     OPENMETADATA_CHANGE_EVENTS,
     table_spec,
 )
-from gold.scopes import SENSITIVE_EVENT_FIELDS, Scope, change_event_condition, scope_condition, scope_from_json, scope_json
+from gold.scopes import (
+    SENSITIVE_EVENT_FIELDS, Scope, change_event_condition, newest_domain_query, scope_condition, scope_from_json, scope_json,
+)  # fmt: skip
 from pipelines.bi.replica import (
     INVOKER_VIEWS_VERSION,
     READER_ROLE,
@@ -53,8 +55,8 @@ from pipelines.bi.lockdown import ACCESS_SCHEMA, VERIFIERS_TABLE, remember_verif
 from pipelines.runtime.views import VIEW_LAYER, load_views
 
 ROLES_TABLE = "bi_roles"
-# Each entity's domain: the one on its newest audit row (ties: no domain first), as the HTTP change search
-# reads it. Kept by the sync as audit rows arrive, so a domain-scoped query looks it up by domain.
+# Each entity's domain (`gold.scopes.newest_domain_query`, as every scoped read decides it). Kept by the
+# sync as audit rows arrive, so a domain-scoped query looks it up by domain.
 ENTITY_DOMAINS = "entity_domains"
 AUDIT_TABLE = AUDIT_EVENTS
 # The HTTP API's sensitive audit fields -> their gold.audit_events columns.
@@ -263,21 +265,18 @@ def refresh_entity_domains(conn: Connection, entity_urns: set[str] | None) -> No
     table = sql.Identifier(ACCESS_SCHEMA, ENTITY_DOMAINS)
     if conn.execute("SELECT to_regclass(%s)", (f"{ACCESS_SCHEMA}.{ENTITY_DOMAINS}",)).fetchone()[0] is None:
         return
-    newest = sql.SQL(
-        'SELECT DISTINCT ON (entity_urn) entity_urn, "timestamp", domain FROM gold.audit_events WHERE {} '
-        'ORDER BY entity_urn, "timestamp" DESC, domain ASC NULLS FIRST'
-    )
     if entity_urns is None:
         # DELETE, not TRUNCATE: a BI session's open transaction may hold this table (through its scope's
         # lookup function), and TRUNCATE would wait for it.
         conn.execute(sql.SQL("DELETE FROM {}").format(table))
-        conn.execute(sql.SQL("INSERT INTO {} {}").format(table, newest.format(sql.SQL("entity_urn IS NOT NULL"))))
+        conn.execute(sql.SQL("INSERT INTO {} {}").format(table, sql.SQL(newest_domain_query(AUDIT_EVENTS).sql("postgres"))))
         return
     urns = sorted(u for u in entity_urns if u is not None)
     if urns:
+        of_entities = exp.column("entity_urn").eq(exp.Anonymous(this="ANY", expressions=[exp.Placeholder()]))
         conn.execute(sql.SQL(
             'INSERT INTO {} {} ON CONFLICT (entity_urn) DO UPDATE SET "timestamp" = EXCLUDED."timestamp", domain = EXCLUDED.domain'
-        ).format(table, newest.format(sql.SQL("entity_urn = ANY(%s)"))), (urns,))  # fmt: skip
+        ).format(table, sql.SQL(newest_domain_query(AUDIT_EVENTS, of_entities).sql("postgres"))), (urns,))  # fmt: skip
 
 
 def prepare_entity_domains(conn: Connection) -> None:

@@ -3,11 +3,11 @@
 The rule is the audit search's (`gold.scopes.change_event_condition`, one sqlglot tree): rendered as
 Spark SQL for the report and the timeline, translated to an Arrow filter for the in-process change search.
 
-Change events carry no domain. An entity's domain is the one publish carried on its newest row of
-gold.audit_events (`domain`, set from the silver state's `domains` aspect when the row was published): it
-is the source the audit search filters on, and reading two columns of one Delta table in-process is
-cheaper than rebuilding the current state (silver.aspect_state with its change log applied) per request.
-Entities never published (no audit row yet) belong to no domain, so a domain scope does not show them.
+Change events carry no domain. An entity's domain is the one on its newest row of gold.audit_events
+(`gold.scopes.newest_domain_query`, the rule of every scoped read): reading three columns of one Delta
+table in-process is cheaper than rebuilding the current state (silver.aspect_state with its change log
+applied) per request. Entities never published (no audit row yet) belong to no domain, so a domain scope
+does not show them.
 """
 
 from __future__ import annotations
@@ -20,17 +20,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from sqlglot import exp
 
 from conf.errors import RequestError
 from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import AUDIT_EVENTS, table_location
-from gold.scopes import Scope, change_event_condition
+from gold.scopes import Scope, change_event_condition, newest_domain_query
 from pipelines.runtime.storage import delta_storage_options, table_exists
 
 AUDIT_TABLE = AUDIT_EVENTS
+# The name the audit rows go by in the in-process query.
+_AUDIT_VIEW = "audit_events"
+# Plain strings: the query engine answers string views, which Arrow's `is_in` does not take.
+_NEWEST_DOMAINS = pa.schema([("entity_urn", pa.string()), ("domain", pa.string())])
 
 
 class OutOfScopeError(RequestError):
@@ -94,7 +98,7 @@ class ChangeEventScope:
 
 
 class EntityDomains:
-    """The entities of given domains, by the newest gold.audit_events row of each (cached per table version).
+    """The entities of given domains by `gold.scopes.newest_domain_query` (cached per table version).
 
     Args:
         settings: the lakehouse settings (the audit table's location).
@@ -107,21 +111,16 @@ class EntityDomains:
 
     def _newest_domains(self) -> pa.Table:
         if not table_exists(self._location):
-            return pa.table({"entity_urn": pa.array([], pa.string()), "domain": pa.array([], pa.string())})
+            return _NEWEST_DOMAINS.empty_table()
         table = DeltaTable(str(self._location), storage_options=delta_storage_options(self._location))
         version = table.version()
         with self._lock:
             if self._cached is not None and self._cached[0] == version:
                 return self._cached[1]
-        rows = table.to_pyarrow_dataset().to_table(
-            columns=["entity_urn", "timestamp", "domain"], filter=pc.is_valid(ds.field("entity_urn"))
-        )
-        # Newest first within each entity; ties by domain (none first, as Spark SQL orders ascending), so
-        # the choice does not depend on file order.
-        ordered = rows.sort_by([("entity_urn", "ascending"), ("timestamp", "descending"), ("domain", "ascending", "at_start")])
-        newest = ordered.group_by("entity_urn", use_threads=False).aggregate(
-            [("domain", "first", pc.ScalarAggregateOptions(skip_nulls=False))]
-        ).rename_columns(["entity_urn", "domain"])
+        # The query engine honours deletion vectors, the plain Arrow reader refuses them.
+        query = newest_domain_query(_AUDIT_VIEW).sql(dialect="postgres")
+        rows = pa.table(QueryBuilder().register(_AUDIT_VIEW, table).execute(query).read_all())
+        newest = rows.select(["entity_urn", "domain"]).cast(_NEWEST_DOMAINS)
         with self._lock:
             self._cached = (version, newest)
         return newest

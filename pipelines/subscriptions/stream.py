@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from conf.settings import Settings
 from conf.tables import (
+    AUDIT_EVENTS,
     ENTITY_CHANGE_EVENTS,
     OPENMETADATA_CHANGE_EVENTS,
     STAGE_PROGRESS,
@@ -29,8 +30,8 @@ from conf.tables import (
     table_spec,
 )
 from gold.openmetadata import to_change_event_json
+from gold.scopes import newest_domain_query
 from gold.subscriptions import filter_change_events, filter_openmetadata_events
-from pipelines.runtime.home import home_of
 from pipelines.runtime.io import append, insert_missing, read_table, retry_commit
 from pipelines.subscriptions.store import AUDIT_GATE, OPENMETADATA_GATE, Subscription, as_utc
 
@@ -175,28 +176,30 @@ def selected_events(
 ) -> Iterator[DataFrame]:
     """The events of `batch_ids` a subscription selects, in delivery order (ChangeEvents for openmetadata).
 
-    A domain-scoped subscription stages its entities' domains for the block (`staged_entity_domains`):
-    read the rows inside it.
+    A domain-scoped subscription reads its entities' domains by `gold.scopes.newest_domain_query`, as
+    every scoped read does, from a view of their audit rows dropped when the block ends: read the rows
+    inside it.
     """
-    from pipelines.runtime.state_store import staged_entity_domains
-
     events_df = read_table(spark, settings, ENTITY_CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
     change_events_df = read_table(spark, settings, OPENMETADATA_CHANGE_EVENTS).filter(F.col("batch_id").isin(list(batch_ids)))
-    with contextlib.ExitStack() as stack:
-        if subscription.filters.scope.domains:
-            # The domain of the entity whose aspect each change event wrote, as the state holds it now.
-            entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(
-                F.col("entity_urn").isNotNull()
-            )
-            folder = home_of(settings).scratch("subscriptions", subscription.subscription_id, "entity_domains")
-            domains_df = stack.enter_context(staged_entity_domains(spark, settings, entities_df, folder))
-            events_df = events_df.join(
-                domains_df.withColumnRenamed("entity_urn", "aspect_entity_urn"), on="aspect_entity_urn", how="left"
-            )
+    view = f"audit_rows_{subscription.subscription_id.replace('-', '')}" if subscription.filters.scope.domains else None
+    if view is not None:
+        # The domain of the entity whose aspect each change event wrote.
+        entities_df = events_df.select(F.col("aspect_entity_urn").alias("entity_urn")).filter(F.col("entity_urn").isNotNull())
+        audit_df = read_table(spark, settings, AUDIT_EVENTS).join(entities_df.distinct(), "entity_urn", "left_semi")
+        audit_df.createOrReplaceTempView(view)
+        domains_df = spark.sql(newest_domain_query(view).sql(dialect="spark"))
+        events_df = events_df.join(
+            domains_df.select(F.col("entity_urn").alias("aspect_entity_urn"), "domain"), on="aspect_entity_urn", how="left"
+        )
+    try:
         if subscription.format == "openmetadata":
             yield filter_openmetadata_events(change_events_df, events_df, subscription.filters).orderBy(*OPENMETADATA_ORDER)
         else:
             yield filter_change_events(events_df, change_events_df, subscription.filters).orderBy(*ECE_ORDER)
+    finally:
+        if view is not None:
+            spark.catalog.dropTempView(view)
 
 
 def pending_counts(
