@@ -32,6 +32,7 @@ from conf.tables import (
 from gold.openmetadata import to_change_event_json
 from gold.scopes import newest_domain_query
 from gold.subscriptions import filter_change_events, filter_openmetadata_events
+from pipelines.privacy.display import json_texts_with_identities, with_identities
 from pipelines.runtime.io import append, insert_missing, read_table, retry_commit
 from pipelines.subscriptions.store import AUDIT_GATE, OPENMETADATA_GATE, Subscription, as_utc
 
@@ -227,10 +228,11 @@ def load_items(
     ]
     with selected_events(spark, settings, subscription, [batch_id]) as ordered_df:
         if subscription.format == "openmetadata":
-            values = [r.value for r in to_change_event_json(ordered_df).collect()]
+            # Delivered by the operator's process with the home's key store: people are sent as who they are.
+            values = json_texts_with_identities(settings, [r.value for r in to_change_event_json(ordered_df).collect()])
             keys = ordered_df.select("id", "source_entity_urn").collect()
             return [DeliveryItem(k.id, k.source_entity_urn, v) for k, v in zip(keys, values, strict=True)]
-        rows = [r.asDict() for r in ordered_df.select(*columns).collect()]
+        rows = with_identities(settings, [r.asDict() for r in ordered_df.select(*columns).collect()], annotate=False)
     if subscription.format == "slack":
         return [DeliveryItem(r["event_id"], r["entity_urn"], to_summary_line(r, link_base_url)) for r in rows]
     return [DeliveryItem(r["event_id"], r["entity_urn"], to_ece_item(r["event_id"], ece_document(r), r["batch_id"])) for r in rows]

@@ -1,7 +1,7 @@
 // The activity views: changes per day by category, top actors and entities, one actor's page.
 import { get } from "./api.js";
 import { drawStacked } from "./charts.js";
-import { actionButton, byId, clear, el, row, timeCell } from "./dom.js";
+import { actionButton, byId, clear, el, person, row, timeCell } from "./dom.js";
 
 function dayMs(text) {
   if (!text) return "";
@@ -36,13 +36,15 @@ export async function showActivity(query, open) {
   const other = result.days.map((day) => day.events - Object.values(day.byCategory).reduce((a, b) => a + b, 0));
   if (other.some((value) => value > 0)) series["other events"] = other;
   drawStacked(byId("chart-daily"), labels, series);
-  rankedList(byId("top-actors"), result.topActors, (item) => item.actor, (item) => open.actor(item.actor));
+  // An actor's page is opened by pseudonym when there is one: an erased person has no identity to ask by.
+  rankedList(byId("top-actors"), result.topActors, (item) => person(item.actor, item.actorPseudonym),
+    (item) => open.actor(item.actorPseudonym ?? item.actor));
   rankedList(byId("top-entities"), result.topEntities, (item) => item.entityUrn, (item) => open.timeline(item.entityUrn));
 }
 
 export async function showActor(actor, query, open) {
   const result = await get("/api/v1/activity/actor", { actor, since: dayMs(query.since), until: dayMs(query.until), limit: 20 });
-  byId("actor-name").textContent = actor;
+  byId("actor-name").textContent = person(result.actor, result.actorPseudonym);
   drawStacked(byId("chart-actor"), result.days.map((day) => day.date), stack(result.days, "byType"));
   rankedList(byId("actor-entities"), result.entities, (item) => item.entityUrn, (item) => open.timeline(item.entityUrn));
   const body = byId("actor-anomalies").tBodies[0];

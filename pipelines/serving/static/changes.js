@@ -1,6 +1,6 @@
 // The change-event search: actor, entity urn or prefix, category, operation; pages through nextCursor.
 import { get, getFile } from "./api.js";
-import { byId, clear, download, expandableRows, timeCell, toCsv } from "./dom.js";
+import { byId, clear, download, expandableRows, person, timeCell, toCsv } from "./dom.js";
 
 export const FIELDS = ["actor", "entity", "category", "operation", "since", "until", "size"];
 const CSV_COLUMNS = ["timeUtc", "actor", "operation", "category", "entityUrn", "modifier", "parameters", "aspectName", "eventId"];
@@ -25,7 +25,7 @@ async function fetchPage() {
   state.changes.push(...page.changes);
   const body = byId("changes").tBodies[0];
   for (const change of page.changes) {
-    const values = [timeCell(change.timestamp), change.actor ?? "", change.operation, change.category,
+    const values = [timeCell(change.timestamp), person(change.actor, change.actorPseudonym), change.operation, change.category,
       change.entityUrn, change.modifier ?? "", parameterSummary(change)];
     for (const tr of expandableRows(values, change, 8)) body.appendChild(tr);
   }

@@ -36,6 +36,11 @@ export function urnCell(urn) {
 }
 
 // A table row: text breaks only between words, urns also after their punctuation, long values anywhere.
+// A person is shown as the API names them; an erased person, whose identity is gone, beside their pseudonym.
+export function person(name, pseudonym) {
+  return pseudonym && name === "erased subject" ? `erased subject (${pseudonym})` : name ?? "";
+}
+
 export function row(values) {
   const tr = el("tr");
   for (const value of values) {

@@ -1,6 +1,6 @@
 // The entity timeline: change events in order, aspects as of two points in time, side by side.
 import { get } from "./api.js";
-import { byId, clear, el, row, timeCell } from "./dom.js";
+import { byId, clear, el, person, row, timeCell } from "./dom.js";
 
 function parameters(values) {
   return Object.entries(values || {}).map(([key, value]) => `${key}=${value}`).join("; ");
@@ -11,7 +11,7 @@ export async function showTimeline(urn) {
   const body = byId("timeline-events").tBodies[0];
   clear(body);
   for (const event of result.events) {
-    body.appendChild(row([timeCell(event.event_time), event.actor ?? "", event.category, event.operation,
+    body.appendChild(row([timeCell(event.event_time), person(event.actor, event.actorPseudonym), event.category, event.operation,
       event.modifier ?? "", event.aspect_name ?? "", event.source_version ?? "", parameters(event.parameters)]));
   }
   byId("timeline-count").textContent = `${result.events.length} change events of ${urn}`;
