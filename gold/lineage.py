@@ -303,7 +303,7 @@ def to_lineage_edges(versions_df: DataFrame) -> DataFrame:
     """Every lineage edge of the given entities with the spans it was valid, from their full aspect history.
 
     Args:
-        versions_df: every accepted version (`silver.state.to_pairs` columns: entity_urn, entity_type,
+        versions_df: every accepted version (`silver.sequencing.to_pairs` columns: entity_urn, entity_type,
             aspect_name, order_key, version, created_time, created_actor, new_json) of the lineage
             aspects, `status` and key aspect of each owner it holds, and of the `status` and key aspect
             of the entities at the other end of their edges (only lineage aspects make edges).

@@ -8,7 +8,7 @@ applied, in the order of their lines. Not the landing time: a key, and the chang
 it, must not depend on when or in which batch the record landed, so that a life of batches ends with the ids
 one run over the same input gives. Of two copies of one version, the first in ARRIVAL_ORDER counts.
 
-`silver.state` renders these rules as Spark columns; `order_key` and `patch_arrival` here compute them in
+`silver.sequencing` renders these rules as Spark columns; `order_key` and `patch_arrival` here compute them in
 Python for the serving's as-of reads, which run without a session (tests compare the two).
 """
 

@@ -1,5 +1,5 @@
 """PATCH proposals in a sequenced batch: each applied to the aspect before it, so that every pair and state
-row holds full aspects. Pure DataFrame -> DataFrame transforms over `silver.state.to_sequenced_batch` output.
+row holds full aspects. Pure DataFrame -> DataFrame transforms over `silver.sequencing.to_sequenced_batch` output.
 
 Patches are rare, and applying them is an ordered fold per (entity, aspect): only the keys with an
 accepted PATCH take part. Their accepted versions are collected in order with the aspect before the first
@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, StringType, StructField, StructType
 
 from silver.patches import PATCH, fold_versions
-from silver.state import ACCEPTED
+from silver.sequencing import ACCEPTED
 
 # The disposition of a PATCH that could not be applied: it changes nothing and is quarantined.
 REJECTED = "REJECTED"

@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 from silver.events import to_change_events
 from silver.events.common import with_schema_fields
 from silver.patching import is_patch, with_patches_applied
-from silver.state import ACCEPTED, to_entity_status, to_pairs, to_sequenced_batch, to_skipped_snapshots, to_state_rows
+from silver.sequencing import ACCEPTED, to_pairs, to_sequenced_batch, to_skipped_snapshots
+from silver.state import to_entity_status, to_state_rows
 
 # The steps a caller may keep, by the name `stage` receives.
 STAGED_STEPS = ("sequenced", "patched", "schema_fields", "events", "skipped", "entity_status")

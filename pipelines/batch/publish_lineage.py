@@ -29,7 +29,8 @@ from pipelines.runtime.io import any_stored, append, insert_row, merge, read_tab
 from pipelines.runtime.progress import StageResult, finished_batches, pending_batches, record_progress
 from silver.aspects import is_key_aspect
 from silver.patching import with_patches_applied
-from silver.state import ACCEPTED, to_empty_state, to_sequenced_batch
+from silver.sequencing import ACCEPTED, to_sequenced_batch
+from silver.state import to_empty_state
 
 STAGE = "publish_lineage"
 SOURCE_TABLE = "bronze.aspect_snapshots"
@@ -90,7 +91,7 @@ def lineage_versions(settings: Settings, inputs_df: DataFrame, owners_df: DataFr
         owners_df: `owner_urn` of the entities wanted.
 
     Returns:
-        Sequenced versions (`silver.state.to_sequenced_batch` columns but prev_json, PATCH records applied).
+        Sequenced versions (`silver.sequencing.to_sequenced_batch` columns but prev_json, PATCH records applied).
     """
     owners = owners_df.withColumnRenamed("owner_urn", "entity_urn")
     return _accepted_versions(inputs_df.join(owners, "entity_urn", "left_semi"), settings)

@@ -25,7 +25,8 @@ from pipelines.runtime.progress import committed_batches, finished_batches
 from pipelines.batch.refine import STAGE as REFINE_STAGE
 from silver.patching import with_patches_applied
 from silver.refining import refine_batch
-from silver.state import to_empty_state, to_sequenced_batch
+from silver.sequencing import to_sequenced_batch
+from silver.state import to_empty_state
 
 EVENTS_TABLE = ENTITY_CHANGE_EVENTS
 SNAPSHOTS_TABLE = ASPECT_SNAPSHOTS

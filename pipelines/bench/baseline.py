@@ -72,7 +72,7 @@ def batch_files(batch: Path) -> list[Path]:
 
 
 def order_key(version: int | None, created_time: int | None, is_delete: bool) -> str:
-    """`silver.state.order_key`: `v<version, 19 digits>.<0|1>`, or `t<created ms>.<0|1>` without a version."""
+    """`silver.sequencing.order_key`: `v<version, 19 digits>.<0|1>`, or `t<created ms>.<0|1>` without a version."""
     rank = "1" if is_delete else "0"
     if version is not None:
         return f"v{_pad(version)}.{rank}"

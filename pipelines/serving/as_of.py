@@ -1,7 +1,7 @@
 """An entity's aspects as they were at a time, read in-process (delta-rs + Arrow) from bronze snapshots.
 
 The answer of `pipelines.batch.timeline.aspects_as_of` without a Spark session: the committed snapshots of
-the entity created at or before the time, sequenced as `silver.state.to_sequenced_batch` sequences one
+the entity created at or before the time, sequenced as `silver.sequencing.to_sequenced_batch` sequences one
 batch against an empty state (the ordering key and arrival order of `silver.order_keys`, the first
 landed copy of a version counts, the newest version per aspect), with the PATCH records folded in order
 by `silver.patches.fold_versions`, as `silver.patching.with_patches_applied` folds them. Only the rows of
@@ -35,7 +35,7 @@ ARRIVAL_COLUMNS = tuple("landed_at_us" if column == "landed_at" else column for 
 
 
 def row_order_key(row: dict[str, Any]) -> str:
-    """The ordering key `silver.state` gives a snapshot row (a PATCH's ends with where it stands in its input)."""
+    """The ordering key `silver.sequencing` gives a snapshot row (a PATCH's ends with where it stands in its input)."""
     arrival = patch_arrival(row["line_number"], row["source_file"])
     return order_key(row["version"], row["created_time"], str(row["change_type"]), arrival)
 

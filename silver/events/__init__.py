@@ -126,7 +126,7 @@ def to_change_events(
     """Return the Entity Change Events of aspect version pairs, with ids, in silver.entity_change_events' columns.
 
     Args:
-        pairs_df: one row per accepted aspect version with its predecessor (`silver.state.PAIR_COLUMNS`).
+        pairs_df: one row per accepted aspect version with its predecessor (`silver.sequencing.PAIR_COLUMNS`).
         owner_category: OWNER (ECE V1) or OWNERSHIP: the category name of owner events.
         schema_pairs_df: `with_schema_fields(pairs_df)`, when already computed (e.g. written once by refine).
         aspect_names: every aspect name `pairs_df` holds, when known (e.g. a small batch's): only the

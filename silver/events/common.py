@@ -1,7 +1,7 @@
 """What every change event generator shares: the pair columns it reads and the event columns it returns.
 
 A generator takes a DataFrame of (previous aspect, new aspect) pairs, one row per accepted aspect
-version (`silver.state.PAIR_COLUMNS`). It computes, per pair, an array of small "change items"
+version (`silver.sequencing.PAIR_COLUMNS`). It computes, per pair, an array of small "change items"
 (`item(op, ...)`: what was added, removed or modified), explodes it with `explode_items`, and builds
 the event columns row by row with `to_events`. Heavy expressions stay out of array lambdas: the engines
 plan them once per row shape instead of once per lambda.

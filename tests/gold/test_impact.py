@@ -12,7 +12,8 @@ from datagen.lineage import lineage_history
 from gold.impact import COLUMN_KIND, ChangeEvent, Edge, EdgeIndex, graph_at, impact
 from gold.lineage import to_lineage_edges
 from silver.patching import with_patches_applied
-from silver.state import ACCEPTED, to_empty_state, to_sequenced_batch
+from silver.sequencing import ACCEPTED, to_sequenced_batch
+from silver.state import to_empty_state
 from tests.gold.test_lineage import VERSION_COLUMNS
 from tests.silver.bronze_rows import bronze_df, to_bronze_rows
 

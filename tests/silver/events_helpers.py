@@ -9,7 +9,8 @@ from pyspark.sql import SparkSession
 
 from gold.ece_documents import ece_document
 from silver.events import to_change_events
-from silver.state import to_empty_state, to_pairs, to_sequenced_batch
+from silver.sequencing import to_pairs, to_sequenced_batch
+from silver.state import to_empty_state
 from tests.silver.bronze_rows import bronze_df, to_bronze_rows
 
 

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from silver import order_keys
-from silver.state import order_key, patch_arrival
+from silver.sequencing import order_key, patch_arrival
 
 LANDED = datetime.datetime(2026, 11, 28, 8, 0, 0, 123456, tzinfo=datetime.timezone.utc)
 LANDED_US = 1795852800123456

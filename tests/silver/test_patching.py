@@ -8,16 +8,8 @@ from pyspark.sql import functions as F
 
 from conf.tables import table_spec
 from silver.patching import REJECTED, to_patched_aspects, to_rejected_patches, with_patches_applied
-from silver.state import (
-    ACCEPTED,
-    to_empty_state,
-    to_entity_status,
-    to_pairs,
-    to_pre_batch_state,
-    to_sequenced_batch,
-    to_skipped_snapshots,
-    to_state_rows,
-)
+from silver.sequencing import ACCEPTED, to_pairs, to_sequenced_batch, to_skipped_snapshots
+from silver.state import to_empty_state, to_entity_status, to_pre_batch_state, to_state_rows
 from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows
 
 URN = "urn:li:dataset:(urn:li:dataPlatform:hive,db.orders,PROD)"

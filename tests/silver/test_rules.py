@@ -14,7 +14,8 @@ import pytest
 from conf.errors import InputError
 from gold.ece_documents import ece_document
 from silver.events.owner import to_owner_events
-from silver.state import to_empty_state, to_pairs, to_sequenced_batch, to_skipped_snapshots
+from silver.sequencing import to_pairs, to_sequenced_batch, to_skipped_snapshots
+from silver.state import to_empty_state
 from tests.silver.bronze_rows import bronze_df, mcl, to_bronze_rows
 from tests.silver.events_helpers import change_event_rows
 

@@ -83,7 +83,7 @@ def test_lag_ignore_nulls_skips_nulls_on_the_cluster_runner(tmp_path_factory: py
     """Sail 0.7.2's cluster runner computes `lag(...) IGNORE NULLS` as a plain lag (its local mode is right).
 
     Worked around by `engine.native_lag_ignore_nulls: false` on the connect profile (`last(..., true)` over
-    the preceding rows, `silver.state._lag_ignoring_nulls`), tested against the cluster runner in
+    the preceding rows, `silver.sequencing._lag_ignoring_nulls`), tested against the cluster runner in
     tests/pipelines/runtime/test_remote_engine.py.
     """
     settings = load_settings("local", home=tmp_path_factory.mktemp("defect-home"), env={})

@@ -120,7 +120,8 @@ def test_the_connect_profile_pairs_versions_on_the_cluster_runner_as_the_embedde
     # Sail's cluster runner computes lag(...) IGNORE NULLS as a plain lag once a window spans its workers
     # (the native formulation leaves every predecessor of this batch out there). Later copies of a
     # version, sorted just before its first landed copy, are the nulls the lag must skip.
-    from silver.state import to_empty_state, to_sequenced_batch
+    from silver.sequencing import to_sequenced_batch
+    from silver.state import to_empty_state
 
     records = [
         mcl(f"urn:li:dataset:(urn:li:dataPlatform:hive,db.t{key},PROD)", "globalTags",
