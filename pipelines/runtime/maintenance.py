@@ -119,14 +119,13 @@ class DeltaRsMaintenance:
 
         table = self._table(table_key)
         present = {f.name for f in table.schema().fields}
-        missing = [(n, t) for n, t in table_spec(table_key).column_types if n not in present]
+        missing = _missing_columns(table_key, present)
         if missing:
             table.alter.add_columns([Field(n, PrimitiveType(_DELTA_PRIMITIVES[t]), nullable=True) for n, t in missing])
         return [n for n, _ in missing]
 
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
-        hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours
-        _check_hours(hours)
+        hours = _vacuum_hours(self._settings, retention_hours)
         return list(
             self._table(table_key).vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False)
         )
@@ -141,10 +140,7 @@ class DeltaRsMaintenance:
     ) -> dict[str, Any]:
         from deltalake import ColumnProperties, WriterProperties
 
-        _check_columns(table_key, zorder_by)
-        _check_columns(table_key, delta_encoded, "delta_encoded")
-        _check_row_group_rows(row_group_rows)
-        _check_small_file_mb(small_file_mb)
+        _check_optimize(table_key, zorder_by, row_group_rows, delta_encoded, small_file_mb)
         table = self._table(table_key)
         properties = None
         if row_group_rows or delta_encoded:
@@ -190,14 +186,13 @@ class SqlMaintenance:
     def add_missing_columns(self, table_key: str) -> list[str]:
         name = table_name(self._settings, table_key)
         present = set(self._spark.table(name).columns)
-        missing = [(n, t) for n, t in table_spec(table_key).column_types if n not in present]
+        missing = _missing_columns(table_key, present)
         if missing:
             self._spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({', '.join(f'{n} {t}' for n, t in missing)})")
         return [n for n, _ in missing]
 
     def vacuum(self, table_key: str, retention_hours: int | None = None, dry_run: bool = False) -> list[str]:
-        hours = self._settings.retention.vacuum_hours if retention_hours is None else retention_hours
-        _check_hours(hours)
+        hours = _vacuum_hours(self._settings, retention_hours)
         sql = f"VACUUM {table_name(self._settings, table_key)} RETAIN {hours} HOURS"
         # Only a DRY RUN lists the files; VACUUM itself returns the table's path. So list, then delete.
         # (Databricks lists at most 1,000 files in a DRY RUN: there the count is capped, not the delete.)
@@ -214,10 +209,7 @@ class SqlMaintenance:
         delta_encoded: tuple[str, ...] = (),
         small_file_mb: int | None = None,
     ) -> dict[str, Any]:
-        _check_columns(table_key, zorder_by)
-        _check_columns(table_key, delta_encoded, "delta_encoded")
-        _check_row_group_rows(row_group_rows)
-        _check_small_file_mb(small_file_mb)
+        _check_optimize(table_key, zorder_by, row_group_rows, delta_encoded, small_file_mb)
         sql = f"OPTIMIZE {table_name(self._settings, table_key)}"
         if zorder_by:
             sql += f" ZORDER BY ({', '.join(zorder_by)})"
@@ -269,9 +261,39 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def _check_hours(hours: int) -> None:
+def _vacuum_hours(settings: Settings, retention_hours: int | None) -> int:
+    """The hours VACUUM keeps: the argument, else the settings' `retention.vacuum_hours`.
+
+    Raises:
+        InputError: for hours that are not a whole number >= 0.
+    """
+    hours = settings.retention.vacuum_hours if retention_hours is None else retention_hours
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 0:
         raise InputError(f"retention_hours: {hours!r} must be a whole number of hours >= 0")
+    return hours
+
+
+def _missing_columns(table_key: str, present: set[str]) -> list[tuple[str, str]]:
+    """The declared (name, type) columns of a table that its stored schema lacks."""
+    return [(n, t) for n, t in table_spec(table_key).column_types if n not in present]
+
+
+def _check_optimize(
+    table_key: str,
+    zorder_by: tuple[str, ...],
+    row_group_rows: int | None,
+    delta_encoded: tuple[str, ...],
+    small_file_mb: int | None,
+) -> None:
+    """Check OPTIMIZE's arguments before any backend runs it.
+
+    Raises:
+        InputError: naming the argument and its value.
+    """
+    _check_columns(table_key, zorder_by)
+    _check_columns(table_key, delta_encoded, "delta_encoded")
+    _check_row_group_rows(row_group_rows)
+    _check_small_file_mb(small_file_mb)
 
 
 # Delta's OPTIMIZE compacts the files below minFileSize into files of about maxFileSize.
