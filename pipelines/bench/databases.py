@@ -104,6 +104,28 @@ def _chown(folder: Path, name: str) -> None:
         shutil.chown(folder, entry.pw_uid, entry.pw_gid)
 
 
+def _server_folders(folder: Path, names: tuple[str, ...], owner: str) -> list[Path]:
+    """Create `folder` (readable by the server's user) and the new folders `names` in it, owned by `owner`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)
+    made = [folder / name for name in names]
+    for path in made:
+        path.mkdir()
+        _chown(path, owner)
+    return made
+
+
+def _server_tls(tls: tuple[Path, Path], folder: Path, owner: str) -> tuple[Path, Path]:
+    """Copy a certificate and its key into `folder` for the server (the key readable by `owner` alone)."""
+    cert, key = folder / "server.crt", folder / "server.key"
+    shutil.copyfile(tls[0], cert)
+    shutil.copyfile(tls[1], key)
+    key.chmod(0o600)
+    for path in (cert, key):
+        _chown(path, owner)
+    return cert, key
+
+
 def _wait(connect, process: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     last: Exception | None = None
@@ -134,12 +156,7 @@ def local_postgres(
     import psycopg
 
     bindir = postgres_bindir()
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o755)
-    data, socket_dir = folder / "pgdata", folder / "pgsocket"
-    for path in (data, socket_dir):
-        path.mkdir()
-        _chown(path, "postgres")
+    data, socket_dir = _server_folders(folder, ("pgdata", "pgsocket"), "postgres")
     user = _run_as("postgres")
     admin_password, reader_password = "admin-secret-1", "reader-secret-1"
     pwfile = folder / "pwfile"
@@ -149,12 +166,7 @@ def local_postgres(
                     "-E", "UTF8", "--no-sync"], check=True, capture_output=True, **user)  # fmt: skip
     tls_options: list[str] = []
     if tls is not None:
-        cert, key = folder / "server.crt", folder / "server.key"
-        shutil.copyfile(tls[0], cert)
-        shutil.copyfile(tls[1], key)
-        key.chmod(0o600)
-        for path in (cert, key):
-            _chown(path, "postgres")
+        cert, key = _server_tls(tls, folder, "postgres")
         tls_options = ["-c", "ssl=on", "-c", f"ssl_cert_file={cert}", "-c", f"ssl_key_file={key}"]
         # TCP logins over TLS only: a client that does not ask for it is refused.
         (data / "pg_hba.conf").write_text("local all all scram-sha-256\nhostssl all all 127.0.0.1/32 scram-sha-256\n")
@@ -199,24 +211,14 @@ def local_mariadb(
 
     if not shutil.which("mariadbd") and not Path("/usr/sbin/mariadbd").exists():
         raise ConfigError("mariadb: mariadbd not found (Debian's `mariadb-server` package; `make mariadb` installs it)")
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o755)
-    data, run = folder / "mariadb", folder / "mariadb-run"
-    for path in (data, run):
-        path.mkdir()
-        _chown(path, "mysql")
+    data, run = _server_folders(folder, ("mariadb", "mariadb-run"), "mysql")
     socket = run / "mariadb.sock"
     run_user = ["--user=mysql"] if os.geteuid() == 0 else []
     subprocess.run(["mariadb-install-db", f"--datadir={data}", "--auth-root-authentication-method=socket",
                     "--skip-test-db", *run_user], check=True, capture_output=True)  # fmt: skip
     tls_options: list[str] = []
     if tls is not None:
-        cert, key = run / "server.crt", run / "server.key"
-        shutil.copyfile(tls[0], cert)
-        shutil.copyfile(tls[1], key)
-        key.chmod(0o600)
-        for path in (cert, key):
-            _chown(path, "mysql")
+        cert, key = _server_tls(tls, run, "mysql")
         tls_options = [f"--ssl-cert={cert}", f"--ssl-key={key}", "--require-secure-transport=ON"]
     port = free_loopback_port()
     log = run / "mariadb.log"
