@@ -11,7 +11,6 @@ metadata is not JSON lands in quarantine with landing's own reason instead of br
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -42,16 +41,19 @@ def json_strings(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.fill_null(quoted, pa.scalar("null", pa.large_string()))
 
 
-def mcl_lines(window: pa.Table, database: str, table: str) -> pa.Array:
-    """The window's rows as numbered MCL lines: `<line>\\t<MCL JSON>\\n`, lines counted from 1.
+def mcl_lines(window: pa.Table, database: str, table: str, line_numbers: np.ndarray | None = None) -> pa.Array:
+    """The window's rows as numbered MCL lines: `<line>\\t<MCL JSON>\\n`.
 
     Args:
         window: rows with the reader's COLUMNS.
         database: the provenance name of the database (settings' `provenance`).
         table: the table read.
+        line_numbers: each row's line number; None: counted from 1.
     """
     count = window.num_rows
-    numbers = pc.cast(pa.array(np.arange(1, count + 1, dtype=np.int64)), pa.large_string())
+    if line_numbers is None:
+        line_numbers = np.arange(1, count + 1, dtype=np.int64)
+    numbers = pc.cast(pa.array(line_numbers, pa.int64()), pa.large_string())
     created_ms = pc.cast(pc.divide(window.column("createdon_us"), 1000), pa.large_string())
     provenance = json.dumps(database)[1:-1]
     table_name = json.dumps(table)[1:-1]
@@ -84,11 +86,9 @@ def _combined(piece):
     return piece.combine_chunks() if isinstance(piece, pa.ChunkedArray) else piece
 
 
-def write_numbered_copy(window: pa.Table, database: str, table: str, path: Path) -> int:
-    """Write the window's numbered MCL lines to `path`; return how many lines were written."""
-    lines = mcl_lines(window, database, table)
+def numbered_copy(window: pa.Table, database: str, table: str, line_numbers: np.ndarray | None = None) -> bytes:
+    """The window's numbered MCL lines (`mcl_lines`) as the bytes of a numbered copy."""
+    lines = mcl_lines(window, database, table, line_numbers)
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as out:
-        out.write(memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]])
-    return len(lines)
+    return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]].tobytes()
+
