@@ -220,11 +220,29 @@ def apply_access(conn: Connection, table_keys: list[str] | tuple[str, ...] | Non
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'v'",
         (VIEW_LAYER,),
     )}  # fmt: skip
+    if conn.execute("SELECT to_regclass('privacy.identities')").fetchone()[0] is not None:
+        grant_identities(conn, "privacy", sql.Identifier("privacy", "identities"))
     for role in roles:
         views = set(readable_views(role))
         for view in (v for v in load_views() if v.name in created_views):
             verb = "GRANT SELECT ON {} TO {}" if view.name in views else "REVOKE ALL ON {} FROM {}"
             conn.execute(sql.SQL(verb).format(sql.Identifier(VIEW_LAYER, view.name), sql.Identifier(role.name)))
+
+
+def grant_identities(conn: Connection, schema: str, table: sql.Identifier) -> None:
+    """Let bi_reader and each unrestricted role that sees sensitive fields read the identities table; no one else.
+
+    Inside the caller's transaction. An identity is not narrowed by entity, so a scoped role never reads it.
+    """
+    readers = [READER_ROLE] if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (READER_ROLE,)).fetchone() else []
+    for role in bi_roles(conn):
+        allowed = role.sensitive and not role.scope.restricted
+        conn.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(table, sql.Identifier(role.name)))
+        if allowed:
+            readers.append(role.name)
+    for name in readers:
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(name)))
+        conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(table, sql.Identifier(name)))
 
 
 def _replace_policy(conn: Connection, table: sql.Identifier, policy: str, role: str, condition: str | None) -> None:

@@ -40,6 +40,7 @@ from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from pipelines.bi.access import AUDIT_TABLE, apply_access, refresh_entity_domains
 from pipelines.bi.cluster import writer_conninfo
+from pipelines.bi.identities import sync_identities
 from pipelines.bi.phases import Phases
 from pipelines.bi.replica import (
     STATE_TABLE,
@@ -353,6 +354,10 @@ def sync_replica(settings: Settings, conninfo: str | None = None) -> list[TableS
                     results.append(sync_table(conn, conninfo, settings, key, versions.get(key)))
                 except psycopg.errors.LockNotAvailable:
                     results.append(TableSync(key, versions.get(key), None, "deferred"))
+            try:
+                sync_identities(conn, settings, versions)
+            except psycopg.errors.LockNotAvailable:
+                pass  # a BI session holds it: the next sync copies it
             return results
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (SYNC_LOCK_KEY,))
