@@ -18,7 +18,7 @@ from typing import Any
 import typer
 
 from pipelines.bench.databases import LocalDatabase, local_mariadb, local_postgres
-from pipelines.bench.harness import measure, write_result
+from pipelines.bench.harness import bench_settings, measure, write_result
 
 VERSIONS_PER_KEY = 10
 BASE_MS = 1_672_531_200_000  # 2023-01-01T00:00:00Z
@@ -76,10 +76,9 @@ def fill(database: LocalDatabase, versions: int) -> float:
 
 def read_only(database: LocalDatabase, reader: str) -> dict[str, Any]:
     """Time streaming every row to Arrow alone (no landing), through `reader` (adbc or connectorx)."""
-    from conf.settings import load_settings
     from pipelines.batch.backfill.reader import mysql_url, postgres_uri, version_order_query
 
-    backfill = load_settings("local", env={}, overrides=database.settings_overrides()).ingest.backfill
+    backfill = bench_settings(None, *database.settings_overrides()).ingest.backfill
     query = version_order_query(backfill, None)
     rows = 0
     with measure() as took:
@@ -103,14 +102,12 @@ def backfill_run(database: LocalDatabase, work: Path, window_rows: int) -> dict[
     """Time one whole backfill into a new home: database -> committed bronze."""
     import os
 
-    from conf.settings import load_settings
     from pipelines.batch.backfill import run_backfill
     from pipelines.runtime.catalog import ensure_tables
     from pipelines.runtime.engine import open_session
 
     home = Path(tempfile.mkdtemp(prefix="backfill-bench-home-", dir=work))
-    overrides = ["mlflow.enabled=false", f"ingest.backfill.window_rows={window_rows}", *database.settings_overrides()]
-    settings = load_settings("local", home=home, env={}, overrides=overrides)
+    settings = bench_settings(home, f"ingest.backfill.window_rows={window_rows}", *database.settings_overrides())
     os.environ[settings.ingest.backfill.password_env] = database.reader_password
     with open_session(settings) as spark:
         ensure_tables(spark, settings)

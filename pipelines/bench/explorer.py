@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 import typer
 
 from conf.errors import ConfigError
-from pipelines.bench.harness import percentile, write_result
+from pipelines.bench.harness import bench_settings, percentile, write_result
 from pipelines.bench.processes import free_port, start_serve, stop
 
 TOKEN_KEY = "lakehouse.explorer.token"
@@ -119,10 +119,9 @@ def register(bench_app: typer.Typer) -> None:
         out: Path = typer.Option(Path("bench-results"), "--out", help="Folder for the JSON result."),
     ) -> None:
         """Measure the web page's first painted search results in headless Chromium."""
-        from conf.settings import load_settings
         from pipelines.serving.tokens import create_token
 
-        settings = load_settings(home=home.resolve(), overrides=["mlflow.enabled=false"])
+        settings = bench_settings(home.resolve())
         token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
         port = free_port()
         log = Path(tempfile.mkdtemp(prefix="explorer-bench-")) / "serve.log"

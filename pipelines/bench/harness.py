@@ -104,6 +104,11 @@ def write_result(out_dir: Path, name: str, payload: Mapping[str, Any]) -> Path:
     return path
 
 
-def bench_settings(home: Path) -> Settings:
-    """Local settings for a measured home, without model tracking (it adds work no benchmark measures)."""
-    return load_settings("local", home, None, env={}, overrides=("mlflow.enabled=false",))
+def bench_settings(home: Path | None, *overrides: str) -> Settings:
+    """Local settings for a measured home, without model tracking (it adds work no benchmark measures).
+
+    Args:
+        home: the home; None for settings that name no table (the default home, never created).
+        overrides: `dotted.key=value` settings of the benchmark, applied last.
+    """
+    return load_settings("local", home, None, env={}, overrides=("mlflow.enabled=false", *overrides))

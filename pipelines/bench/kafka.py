@@ -24,7 +24,7 @@ from typing import Any
 import typer
 
 from conf.errors import InputError
-from pipelines.bench.harness import latency_summary, measure, percentile, write_result
+from pipelines.bench.harness import bench_settings, latency_summary, measure, percentile, write_result
 from pipelines.bench.watch import (
     BENCH_ACTOR,
     build_home,
@@ -178,7 +178,6 @@ def run_freshness_bench(
 ) -> dict[str, Any]:
     """Produce `batches` batches of `records` MCL messages every `interval` s to a watched topic; time each
     from its produce call returning to its rows in HTTP search."""
-    from conf.settings import load_settings
     from pipelines.serving.tokens import create_token
 
     home = work / "freshness-home"
@@ -187,7 +186,7 @@ def run_freshness_bench(
     topic = f"bench-watch-{time.strftime('%H%M%S')}"
     create_topic(bootstrap, topic, 3)
     sets = _kafka_sets(bootstrap, topic)
-    settings = load_settings(home=home, overrides=["mlflow.enabled=false", *sets])
+    settings = bench_settings(home, *sets)
     token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
     logs = Path(tempfile.mkdtemp(prefix="kafka-bench-logs-", dir=work))
     port = free_port()
@@ -230,9 +229,7 @@ def _kafka_sets(bootstrap: str, topic: str) -> list[str]:
 
 
 def _kafka_settings(home: Path, bootstrap: str, topic: str):
-    from conf.settings import load_settings
-
-    return load_settings(home=home, overrides=["mlflow.enabled=false", *_kafka_sets(bootstrap, topic)])
+    return bench_settings(home, *_kafka_sets(bootstrap, topic))
 
 
 def _lines(files: list[Path]) -> Iterator[str]:

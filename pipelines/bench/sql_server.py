@@ -28,7 +28,7 @@ from typing import Any
 import typer
 
 from conf.tables import AUDIT_EVENTS, table_location
-from pipelines.bench.harness import Measurement, latency_summary, measure, write_result
+from pipelines.bench.harness import Measurement, bench_settings, latency_summary, measure, write_result
 
 MICRO_BATCH_ROWS = 100
 # Events per actor per day over the last 30 days: what a BI dashboard's first chart asks.
@@ -155,7 +155,6 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
     """Build the home, start the managed server, and measure; return the figures."""
     import psycopg.conninfo
 
-    from conf.settings import load_settings
     from pipelines.bench.search import build_table
     from pipelines.bi.cluster import DATABASE, open_logins, start_server, stop_server
     from pipelines.bi.replica import READER_ROLE
@@ -165,8 +164,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
     root = Path(tempfile.mkdtemp(prefix="sql-server-bench-", dir=work_dir))
     root.chmod(0o711)  # the server's unprivileged user must reach the cluster under the home
     port = free_loopback_port()
-    settings = load_settings(home=root / "home", overrides=["mlflow.enabled=false", "bi.sync_interval_seconds=0",
-                                                            f"bi.port={port}"])  # fmt: skip
+    settings = bench_settings(root / "home", "bi.sync_interval_seconds=0", f"bi.port={port}")
     settings.home.mkdir()
     settings.home.chmod(0o711)
     payload: dict[str, Any] = {"events": events, "days": days, "actors": actors}
