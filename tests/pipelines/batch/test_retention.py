@@ -156,3 +156,31 @@ def test_the_commands_hold_apply_and_verify(spark, home):
     unknown = run_cli(*settings_args, "hold", "remove", "hold-nope", home=home.home, check=False)
     for refused, message in ((both, "give exactly one of --actor URN or --entity URN"), (unknown, "'hold-nope' is no active hold")):
         assert refused.returncode != 0 and message in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_quarantine_and_the_access_log_lose_their_old_batches_and_verify_still_passes(spark, home):
+    from datetime import datetime, timezone
+
+    from conf.tables import table_spec
+    from pipelines.batch.audit_chain import link_batches
+    from pipelines.runtime.io import append
+
+    settings = dataclasses.replace(home, access_log=dataclasses.replace(home.access_log, retention_days=30))
+    quarantined = []
+    for batch_id, at in (("q-old", OLD), ("q-new", NOW - 1000)):
+        when = datetime.fromtimestamp(at / 1000, tz=timezone.utc)
+        quarantined.append(('{"actorUrn": "urn:li:corpuser:alice", ', "usage.jsonl", 1, "usage", "record: not JSON", "record",
+                            batch_id, when, when.date()))  # fmt: skip
+    append(spark.createDataFrame(quarantined, table_spec("bronze.quarantine").columns), settings, "bronze.quarantine")
+    for batch_id, at in (("access-old", OLD), ("access-new", NOW - 1000)):
+        read = (f"{batch_id}-1", at, "token:t1", ALICE, "POST", "/openapi/v1/events/audit/search", "{}", 3, "10.0.0.1", 200, "ok",
+                batch_id, datetime.fromtimestamp(at / 1000, tz=timezone.utc).date())  # fmt: skip
+        append(spark.createDataFrame([read], table_spec("ops.access_log").columns), settings, "ops.access_log")
+        link_batches(spark, settings, ["ops.access_log"], [batch_id], appended=True)
+    report = apply_retention(spark, settings, vacuum_hours=0)
+    deleted = {(b.table_key, b.batch_id) for b in report.deleted}
+    assert {("bronze.quarantine", "q-old"), ("ops.access_log", "access-old")} <= deleted
+    assert _batches(spark, settings, "bronze.quarantine") == {"q-new"}
+    assert _batches(spark, settings, "ops.access_log") == {"access-new"}
+    result = verify_chain(spark, settings)
+    assert result.ok, result.problems
