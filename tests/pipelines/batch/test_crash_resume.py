@@ -31,10 +31,11 @@ VOLATILE = {
     "source_version",
 }
 
+# Kill points in pipeline order, run one after another on one home. A point with a delay (`@ms`) kills
+# at an instant, not at a step: the step after it may be done by then, so it lives through its own home.
 CRASH_POINTS = [
     "land.after_data",  # data rows written, ledger (the batch's commit) not yet
     "after_land",  # between stages
-    "refine.staged@300",  # 0.3 s into the events MERGE
     "refine.events_merged",
     "refine.state_merged",
     "publish_audit.merged",
@@ -42,6 +43,7 @@ CRASH_POINTS = [
     "publish_openmetadata.merged",
     "publish_lineage.merged",
 ]
+TIMED_CRASH_POINTS = ["refine.staged@300"]  # 0.3 s into the events MERGE
 
 
 # MLflow tracking is covered by the pipeline tests; here it would only add seconds to every run.
@@ -66,6 +68,12 @@ def uninterrupted(inputs: Path, tmp_path_factory) -> Path:
     return home
 
 
+@pytest.fixture(scope="module")
+def expected(spark, uninterrupted: Path) -> dict:
+    """The uninterrupted run's tables and chain, read once for the module."""
+    return {"tables": table_contents(spark, uninterrupted), "chain": chain_shape(spark, uninterrupted)}
+
+
 def table_contents(spark, home: Path) -> dict[str, list[str]]:
     """Every table's rows (volatile columns left out) as sorted JSON strings."""
     settings = make_settings(home)
@@ -78,19 +86,49 @@ def table_contents(spark, home: Path) -> dict[str, list[str]]:
     return contents
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
-def test_a_run_killed_at_a_point_resumes_to_the_same_tables(spark, inputs, uninterrupted, point, tmp_path):
-    killed = run_cli(*RUN, str(inputs), home=tmp_path, env={"LAKEHOUSE_CRASH_AT": point}, check=False)
-    assert killed.returncode == -signal.SIGKILL, f"{point} was never reached:\n{killed.stdout}\n{killed.stderr}"
-    run_cli(*RUN, str(inputs), home=tmp_path)
-    expected = table_contents(spark, uninterrupted)
-    actual = table_contents(spark, tmp_path)
-    assert expected["silver.entity_change_events"], "the uninterrupted run derived no events"
+def assert_same_tables(spark, home: Path, expected: dict, after: str) -> None:
+    """Every table but the run-specific ones, and the chain's shape, equal the uninterrupted run's."""
+    actual = table_contents(spark, home)
+    assert expected["tables"]["silver.entity_change_events"], "the uninterrupted run derived no events"
     for key in TABLES:
         if key in ("ops.stage_progress", "ops.audit_chain"):
             continue  # which run consumed a batch differs; chain digests cover the (per-run) batch ids
-        assert actual[key] == expected[key], f"{key} differs after a crash at {point}"
-    assert chain_shape(spark, tmp_path) == chain_shape(spark, uninterrupted), f"the chain differs after a crash at {point}"
+        assert actual[key] == expected["tables"][key], f"{key} differs after {after}"
+    assert chain_shape(spark, home) == expected["chain"], f"the chain differs after {after}"
+
+
+@pytest.mark.parametrize("points", [CRASH_POINTS, TIMED_CRASH_POINTS], ids=["in-turn", "timed"])
+def test_a_run_killed_at_each_point_in_turn_resumes_to_the_same_tables(spark, inputs, expected, points, tmp_path):
+    """One home lives through a kill at every point in pipeline order, then a run that finishes.
+
+    Each run after the first starts by resuming what the kill before it left, and is itself killed at
+    the next point: every point is both a kill and a resume. A run per point would repeat the whole
+    pipeline nine times to prove the same. Before the kill in publish, a run whose publish fails
+    (an engine error, not a kill) says where it stopped, and the next run resumes from there too.
+    """
+    happened = []
+    for point in points:
+        if point == "publish_audit.merged":
+            assert_a_failed_stage_says_where_and_what_was_committed(spark, inputs, tmp_path, after=happened)
+            happened.append("a failed publish")
+        killed = run_cli(*RUN, str(inputs), home=tmp_path, env={"LAKEHOUSE_CRASH_AT": point}, check=False)
+        after = f"kills at {', '.join(happened) or 'no point'}"
+        assert killed.returncode == -signal.SIGKILL, f"{point} was never reached after {after}:\n{killed.stdout}\n{killed.stderr}"
+        happened.append(point)
+    run_cli(*RUN, str(inputs), home=tmp_path)
+    assert_same_tables(spark, tmp_path, expected, f"kills at {', '.join(happened)}")
+
+
+def assert_a_failed_stage_says_where_and_what_was_committed(spark, inputs: Path, home: Path, after: list[str]) -> None:
+    """A run whose publish raises exits 1 with one line: the stage, the batch, the tables committed, what next."""
+    failed = run_cli(*RUN, str(inputs), home=home, env={"LAKEHOUSE_FAIL_AT": "publish_audit.merged"}, check=False)
+    assert failed.returncode == 1, f"after {after}: {failed.stderr}"
+    assert "Traceback" not in failed.stderr
+    [message] = [line for line in failed.stderr.splitlines() if line.strip()]
+    [batch_id] = _landed_batches(spark, home)
+    assert message.startswith(f"error: stage publish failed on batch {batch_id};"), message
+    assert "gold.audit_events" in message, message
+    assert "The next run resumes at publish" in message and "InjectedFailure" in message, message
 
 
 def chain_shape(spark, home: Path) -> list[tuple]:
@@ -105,14 +143,12 @@ def chain_shape(spark, home: Path) -> list[tuple]:
     return sorted((link["table_key"], link["row_count"]) for link in read_chain(spark, settings))
 
 
-def test_a_second_run_of_the_same_inputs_changes_nothing(spark, inputs, uninterrupted):
-    before = table_contents(spark, uninterrupted)
+def test_a_second_run_of_the_same_inputs_changes_nothing(spark, inputs, uninterrupted, expected):
     run_cli(*RUN, str(inputs), home=uninterrupted)
-    after = table_contents(spark, uninterrupted)
-    assert after == before
+    assert table_contents(spark, uninterrupted) == expected["tables"]
 
 
-def test_two_runs_started_together_do_not_corrupt_anything(spark, inputs, uninterrupted, tmp_path):
+def test_two_runs_started_together_do_not_corrupt_anything(spark, inputs, expected, tmp_path):
     command = [LAKEHOUSE, "--home", str(tmp_path), *RUN, str(inputs)]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.2)
@@ -124,30 +160,7 @@ def test_two_runs_started_together_do_not_corrupt_anything(spark, inputs, uninte
         refused = next(r for r in results if r[2] != 0)
         assert "another run holds the lock" in refused[1]
         assert "Traceback" not in refused[1]
-    expected = table_contents(spark, uninterrupted)
-    actual = table_contents(spark, tmp_path)
-    for key in TABLES:
-        if key not in ("ops.stage_progress", "ops.audit_chain"):
-            assert actual[key] == expected[key], key
-    assert chain_shape(spark, tmp_path) == chain_shape(spark, uninterrupted)
-
-
-def test_a_stage_that_fails_says_where_what_was_committed_and_the_next_run_resumes(spark, inputs, uninterrupted, tmp_path):
-    failed = run_cli(*RUN, str(inputs), home=tmp_path, env={"LAKEHOUSE_FAIL_AT": "publish_audit.merged"}, check=False)
-    assert failed.returncode == 1, failed.stderr
-    assert "Traceback" not in failed.stderr
-    [message] = [line for line in failed.stderr.splitlines() if line.strip()]
-    [batch_id] = _landed_batches(spark, tmp_path)
-    assert message.startswith(f"error: stage publish failed on batch {batch_id};"), message
-    assert "committed to bronze." in message and "gold.audit_events" in message, message
-    assert "The next run resumes at publish" in message and "InjectedFailure" in message, message
-    run_cli(*RUN, str(inputs), home=tmp_path)
-    expected = table_contents(spark, uninterrupted)
-    actual = table_contents(spark, tmp_path)
-    for key in TABLES:
-        if key not in ("ops.stage_progress", "ops.audit_chain"):
-            assert actual[key] == expected[key], f"{key} differs after a failed publish and a second run"
-    assert chain_shape(spark, tmp_path) == chain_shape(spark, uninterrupted)
+    assert_same_tables(spark, tmp_path, expected, "two runs started together")
 
 
 def _landed_batches(spark, home: Path) -> list[str]:
