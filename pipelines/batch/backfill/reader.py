@@ -1,9 +1,10 @@
 """Reading `metadata_aspect_v2` as Arrow record batches, in DataHub's version order, inside one read-only snapshot.
 
 PostgreSQL is read through ADBC's PostgreSQL driver (binary COPY into Arrow) in one transaction opened
-READ ONLY, ISOLATION LEVEL REPEATABLE READ; MariaDB / MySQL through connectorx's mysql source in one
-statement (InnoDB answers a statement from one consistent read view) on a session set READ ONLY. Either
-streams: the client holds a batch at a time, never the table.
+READ ONLY, ISOLATION LEVEL REPEATABLE READ, sorted by the server: the client holds a batch at a time.
+MariaDB / MySQL is read through connectorx's mysql source in one statement (InnoDB answers a statement
+from one consistent read view) on a session set READ ONLY, in the server's own order, and sorted on the
+client a `createdon` range at a time (`ordering`): the client holds a range, about a window, never the table.
 
 The order is the one DataHub's own `datahub` ingestion source gives (`VersionOrderer` in
 metadata-ingestion/src/datahub/ingestion/source/datahub/datahub_database_reader.py): by `createdon`,
@@ -18,11 +19,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from conf.errors import ConfigError, SourceUnavailable
 from conf.settings_sections import BackfillSettings
+from pipelines.batch.backfill.ordering import ranges_in_version_order
 from pipelines.runtime.secrets import read_secret
 
 # The columns read, in the form every reader returns them (`createdon_us`: µs since the epoch, UTC).
@@ -49,19 +52,40 @@ def read_password(backfill: BackfillSettings, env: Mapping[str, str] = os.enviro
 
 def version_order_query(backfill: BackfillSettings, after_us: int | None) -> str:
     """The SELECT of every version after `createdon` `after_us` (None: all), in DataHub's version order."""
-    createdon = "createdon"
-    if backfill.engine == "postgres":
-        createdon_us = "CAST(EXTRACT(EPOCH FROM createdon) * 1000000 AS BIGINT)"
-    else:
-        createdon_us = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', createdon) AS SIGNED)"
-    where = ""
-    if after_us is not None:
-        where = f"WHERE {createdon} > '{_timestamp_literal(after_us)}'"
     return (
-        f"SELECT urn, aspect, version, metadata, systemmetadata, {createdon_us} AS createdon_us, createdby "
-        f"FROM {backfill.table} {where} "
-        f"ORDER BY {createdon}, CASE WHEN version = 0 THEN 1 ELSE 0 END, urn, aspect, version"
+        f"{_rows_query(backfill, after_us)} "
+        "ORDER BY createdon, CASE WHEN version = 0 THEN 1 ELSE 0 END, urn, aspect, version"
     )
+
+
+def _rows_query(backfill: BackfillSettings, after_us: int | None) -> str:
+    """The SELECT of every version after `createdon` `after_us` (None: all), in no order."""
+    return (
+        f"SELECT urn, aspect, version, metadata, systemmetadata, {_createdon_us(backfill)} AS createdon_us, createdby "
+        f"FROM {backfill.table}{_after(after_us)}"
+    )
+
+
+def createdon_bounds_query(backfill: BackfillSettings, after_us: int | None) -> str:
+    """The SELECT of the `createdon` (µs) of every `window_rows`-th version after `after_us`, in order.
+
+    The server sorts the one narrow column, not the rows: the bounds of the ranges `ordering` sorts.
+    """
+    return (
+        f"SELECT createdon_us FROM (SELECT {_createdon_us(backfill)} AS createdon_us, "
+        f"ROW_NUMBER() OVER (ORDER BY createdon) AS position FROM {backfill.table}{_after(after_us)}) AS numbered "
+        f"WHERE position % {int(backfill.window_rows)} = 0"
+    )
+
+
+def _createdon_us(backfill: BackfillSettings) -> str:
+    if backfill.engine == "postgres":
+        return "CAST(EXTRACT(EPOCH FROM createdon) * 1000000 AS BIGINT)"
+    return "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', createdon) AS SIGNED)"
+
+
+def _after(after_us: int | None) -> str:
+    return "" if after_us is None else f" WHERE createdon > '{_timestamp_literal(after_us)}'"
 
 
 def _timestamp_literal(micros: int) -> str:
@@ -76,9 +100,11 @@ def version_batches(backfill: BackfillSettings, password: str, after_us: int | N
     Raises:
         SourceUnavailable: the database refuses the connection or the query (nothing was landed from it).
     """
-    query = version_order_query(backfill, after_us)
-    opener = _postgres_batches if backfill.engine == "postgres" else _mysql_batches
-    with opener(backfill, password, query) as batches:
+    if backfill.engine == "postgres":
+        opened = _postgres_batches(backfill, password, version_order_query(backfill, after_us))
+    else:
+        opened = _mysql_batches(backfill, password, after_us)
+    with opened as batches:
         yield _checked(backfill, batches)
 
 
@@ -162,20 +188,23 @@ def _postgres_batches(backfill: BackfillSettings, password: str, query: str) -> 
 
 
 @contextmanager
-def _mysql_batches(backfill: BackfillSettings, password: str, query: str) -> Iterator[Iterator[pa.RecordBatch]]:
+def _mysql_batches(backfill: BackfillSettings, password: str, after_us: int | None) -> Iterator[Iterator[pa.RecordBatch]]:
+    """The rows in version order: read in the server's order in one statement, sorted by `ordering`."""
     import connectorx
 
+    url = mysql_url(backfill, password)
+    session = ["SET SESSION TRANSACTION READ ONLY", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"]
     try:
+        bounds = connectorx.read_sql(url, createdon_bounds_query(backfill, after_us), return_type="arrow",
+                                     pre_execution_query=session)  # fmt: skip
         reader = connectorx.read_sql(
-            mysql_url(backfill, password),
-            query,
-            return_type="arrow_stream",
-            batch_size=STREAM_BATCH_ROWS,
-            pre_execution_query=["SET SESSION TRANSACTION READ ONLY", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"],
-        )
+            url, _rows_query(backfill, after_us), return_type="arrow_stream", batch_size=STREAM_BATCH_ROWS,
+            pre_execution_query=session,
+        )  # fmt: skip
     except Exception as exc:  # connectorx raises RuntimeError with the server's message
         raise _unavailable(backfill, exc) from None
-    yield iter(reader)
+    bound_values = np.unique(pc.cast(bounds.column("createdon_us"), pa.int64()).to_numpy(zero_copy_only=False))
+    yield ranges_in_version_order((_normalized(batch) for batch in reader), bound_values)
 
 
 def _normalized(batch: pa.RecordBatch) -> pa.RecordBatch:
