@@ -19,6 +19,9 @@ form `{"patch": [...], "arrayPrimaryKeys": {"tags": ["attribution␟source", "ta
 The keys are the patch's `arrayPrimaryKeys` when it has them, else the template's (TEMPLATES). Where
 DataHub's default stamps the current time (an audit stamp), the patch record's own time is used, so
 refining a batch again gives the same aspect.
+
+One module over 400 lines on purpose: the four steps above are one algorithm (DataHub's ArrayMergingTemplate)
+whose keyed form, operations and templates only make sense together.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 One watcher per home (the watcher lock, held for its lifetime); each micro-batch takes the run lock like
 any `lakehouse run`, so a manual run and the watcher never overlap. A micro-batch is `run_job` on the
 watcher's one session: killed at any point, the next start resumes it through the landing ledger and
-the stage progress, exactly as for a killed `lakehouse run`.
+the stage progress, exactly as for a killed `lakehouse run`. Over 400 lines on purpose: the loop is one
+class (`Watcher`) whose state each step reads; what it takes, its process and compaction live beside it
+(`watch_files`, `watch_process`, `watch_compaction`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ reading, writing, conditional creation (the lease's primitive) and removal.
 
 Local locations use the file system; object-storage locations (`conf.locations.ObjectLocation`) go
 through obstore, the Rust object_store crate that delta-rs and the embedded engine use too, given the
-same options (`storage_options`).
+same options (`storage_options`). Over 400 lines on purpose: one interface (`Storage`) with its two
+backends side by side, so that each operation means the same on both.
 """
 
 from __future__ import annotations

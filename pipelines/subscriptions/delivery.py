@@ -10,7 +10,8 @@ Failures: 5xx, 408, 429, timeouts and connection errors are retried with exponen
 jitter (429 waits what Retry-After asks) for up to `retry_budget_ms` per run; then the events stay
 pending and the subscription waits out its backoff (next_attempt_at) before the next run tries it. A
 subscription failing for `pause_after_seconds` is paused. Other answers (4xx but 408/429, 3xx) put the
-POST's events in ops.subscription_dead_letters and delivery moves on.
+POST's events in ops.subscription_dead_letters and delivery moves on. Over 400 lines on purpose: the
+threads, the per-host limits, the retries and the cursor commits are one delivery protocol.
 """
 
 from __future__ import annotations
