@@ -74,15 +74,22 @@ def fill(database: LocalDatabase, versions: int) -> float:
     return time.monotonic() - started
 
 
-def read_only(database: LocalDatabase, reader: str) -> dict[str, Any]:
-    """Time streaming every row to Arrow alone (no landing), through `reader` (adbc or connectorx)."""
-    from pipelines.batch.backfill.reader import mysql_url, postgres_uri, version_order_query
+def read_only(database: LocalDatabase, reader: str, window_rows: int) -> dict[str, Any]:
+    """Time streaming every row to Arrow in version order alone (no landing), through `reader`.
 
-    backfill = bench_settings(None, *database.settings_overrides()).ingest.backfill
+    `reader`: adbc or connectorx (the server sorts), or `ranges` (the backfill's MariaDB reader: the
+    server's own order, sorted on the client a `createdon` range at a time).
+    """
+    from pipelines.batch.backfill.reader import mysql_url, postgres_uri, version_batches, version_order_query
+
+    backfill = bench_settings(None, f"ingest.backfill.window_rows={window_rows}", *database.settings_overrides()).ingest.backfill
     query = version_order_query(backfill, None)
     rows = 0
     with measure() as took:
-        if reader == "adbc":
+        if reader == "ranges":
+            with version_batches(backfill, database.reader_password, None) as batches:
+                rows = sum(batch.num_rows for batch in batches)
+        elif reader == "adbc":
             import adbc_driver_postgresql.dbapi as adbc
 
             with adbc.connect(postgres_uri(backfill, database.reader_password)) as conn, conn.cursor() as cursor:
@@ -173,8 +180,8 @@ def register(bench_app: typer.Typer) -> None:
                     fill_s = fill(database, versions)
                     figures: dict[str, Any] = {"fill_s": round(fill_s, 3)}
                     if readers:
-                        choices = ("adbc", "connectorx") if name == "postgres" else ("connectorx",)
-                        figures["readers"] = [read_only(database, reader) for reader in choices]
+                        choices = ("adbc", "connectorx") if name == "postgres" else ("connectorx", "ranges")
+                        figures["readers"] = [read_only(database, reader, window_rows) for reader in choices]
                     figures["backfill"] = backfill_run(database, folder, window_rows)
                     results[name] = figures
         finally:
