@@ -61,6 +61,16 @@ USAGE_EVENT_TYPES = (
 # `actionRequestInfo` aspect. Bronze lands them like any other MCL/MCP record.
 ACTION_REQUEST_ENTITY_TYPE = "actionRequest"
 ACTION_REQUEST_ASPECTS = ("actionRequestInfo", "actionRequestStatus")
+# The `actionRequestInfo.type` values of DataHub's proposals.
+ACTION_REQUEST_TYPES = (
+    "DOMAIN_ASSOCIATION",
+    "OWNER_ASSOCIATION",
+    "TAG_ASSOCIATION",
+    "CREATE_GLOSSARY_TERM",
+    "TERM_ASSOCIATION",
+    "UPDATE_DESCRIPTION",
+    "STRUCTURED_PROPERTY_ASSOCIATION",
+)
 
 # `urn:li:<entity type>:<id>`: the type is an identifier, the id anything non-empty on one line.
 URN_PATTERN = r"^urn:li:[A-Za-z][A-Za-z0-9_]*:.+$"

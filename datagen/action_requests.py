@@ -5,20 +5,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from bronze.formats import ACTION_REQUEST_TYPES
 from datagen.catalogue import OWNER_TYPES, OWNER_TYPE_WEIGHTS, STRUCTURED_PROPERTIES, TERM_NODES, Universe
 from datagen.files import PartTask, without_gc, worker_state, write_records
 from datagen.manifest import GeneratedFile
 from datagen.wire import FMT_MCL, NO_RUN, EntityWriter, Sink, dump_json, stamp
-
-ACTION_REQUEST_TYPES = (
-    "DOMAIN_ASSOCIATION",
-    "OWNER_ASSOCIATION",
-    "TAG_ASSOCIATION",
-    "CREATE_GLOSSARY_TERM",
-    "TERM_ASSOCIATION",
-    "UPDATE_DESCRIPTION",
-    "STRUCTURED_PROPERTY_ASSOCIATION",
-)
 
 
 def action_request_part(task: PartTask) -> list[GeneratedFile]:

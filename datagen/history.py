@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bronze.formats import ACTION_REQUEST_TYPES
 from conf.errors import InputError
-from datagen.action_requests import ACTION_REQUEST_TYPES, action_request_part
+from datagen.action_requests import action_request_part
 from datagen.catalogue import ASSET_TYPES, DAY_MS, DEFAULT_START_MS, MIN_ENTITIES, Universe
 from datagen.files import PartTask, aspect_part, run_parts
 from datagen.manifest import MANIFEST_NAME, GeneratorManifest

@@ -11,24 +11,17 @@ from conf.errors import InputError
 from datagen.manifest import MalformedLine
 
 # Malformed kinds: (kind, broken field, reason). Entity and action request lines use the MCL kinds.
-MCL_MALFORMED_KINDS = (
+_SNAPSHOT_MALFORMED_KINDS = (
     ("malformed_json", "json", "malformed_json"),
     ("missing_entity_urn", "entityUrn", "missing"),
     ("missing_aspect_name", "aspectName", "missing"),
     ("missing_change_type", "changeType", "missing"),
     ("bad_urn", "entityUrn", "bad_urn"),
     ("aspect_not_json", "aspect.value", "not_json"),
-    ("iso_time", "created.time", "not_epoch_ms"),
 )
-MCP_MALFORMED_KINDS = (
-    ("malformed_json", "json", "malformed_json"),
-    ("missing_entity_urn", "entityUrn", "missing"),
-    ("missing_aspect_name", "aspectName", "missing"),
-    ("missing_change_type", "changeType", "missing"),
-    ("bad_urn", "entityUrn", "bad_urn"),
-    ("aspect_not_json", "aspect.value", "not_json"),
-    ("iso_time", "systemMetadata.lastObserved", "not_epoch_ms"),
-)
+# An MCL record's time is created.time, an MCP record's systemMetadata.lastObserved.
+MCL_MALFORMED_KINDS = (*_SNAPSHOT_MALFORMED_KINDS, ("iso_time", "created.time", "not_epoch_ms"))
+MCP_MALFORMED_KINDS = (*_SNAPSHOT_MALFORMED_KINDS, ("iso_time", "systemMetadata.lastObserved", "not_epoch_ms"))
 USAGE_MALFORMED_KINDS = (
     ("malformed_json", "json", "malformed_json"),
     ("missing_actor", "actorUrn", "missing"),

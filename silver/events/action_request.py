@@ -9,20 +9,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from bronze.formats import ACTION_REQUEST_TYPES
 from silver.aspects import entity_type_of_urn, to_json_string, to_property_values_json
 from silver.events.common import filter_aspects, to_events, with_parsed
 
 ASPECTS = ("actionRequestInfo",)
 ENTITY_TYPE = "actionRequest"
-REQUEST_TYPES = (
-    "DOMAIN_ASSOCIATION",
-    "OWNER_ASSOCIATION",
-    "TAG_ASSOCIATION",
-    "CREATE_GLOSSARY_TERM",
-    "TERM_ASSOCIATION",
-    "UPDATE_DESCRIPTION",
-    "STRUCTURED_PROPERTY_ASSOCIATION",
-)
 
 
 def _json_array(items: Column, to_token) -> Column:
@@ -80,7 +72,7 @@ def to_action_request_events(pairs_df: DataFrame) -> DataFrame:
     def only(*types: str):
         return lambda value: F.when(request_type.isin(list(types)), value)
 
-    on_resource = only(*[t for t in REQUEST_TYPES if t != "CREATE_GLOSSARY_TERM"])
+    on_resource = only(*[t for t in ACTION_REQUEST_TYPES if t != "CREATE_GLOSSARY_TERM"])
     entries = {
         "actionRequestType": request_type,
         "resourceUrn": on_resource(resource),

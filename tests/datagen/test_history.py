@@ -16,7 +16,7 @@ import pytest
 
 from bronze.formats import USAGE_EVENT_TYPES
 from conf.errors import InputError
-from datagen.action_requests import ACTION_REQUEST_TYPES
+from bronze.formats import ACTION_REQUEST_TYPES
 from datagen.history import generate_aspect_versions, generate_history, generate_usage_events
 from datagen.manifest import GeneratorManifest
 from tests.conftest import FIXTURES
