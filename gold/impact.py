@@ -136,6 +136,12 @@ class EdgeIndex:
         starts = self._runs[direction][1]
         return starts[nodes + 1] - starts[nodes]
 
+    def leaving_one(self, node: int, direction: str) -> tuple[np.ndarray, np.ndarray]:
+        """The edges (indices) leaving the entity `node` (id) in `direction`, and the entity each leads to."""
+        order, starts, reach = self._runs[direction]
+        edges = order[starts[node] : starts[node + 1]]
+        return edges, reach[edges]
+
     def leaving(self, nodes: np.ndarray, direction: str) -> tuple[np.ndarray, np.ndarray]:
         """The edges (indices) leaving the entities `nodes` (ids) in `direction`, and the entity each leads to."""
         order, starts, reach = self._runs[direction]
@@ -236,63 +242,118 @@ def impact(
     Raises:
         InputError: naming a bad direction, depth or window.
     """
+    _check_walk(direction, depth, start_ms, end_ms)
+    index = edges if isinstance(edges, EdgeIndex) else EdgeIndex(edges)
+    listed = list(events)
+    found = reached_events(target, index, pa.array([e.entity_urn for e in listed], pa.string()),
+                           np.array([e.event_time for e in listed], dtype=np.int64), direction=direction, depth=depth,
+                           start_ms=start_ms, end_ms=end_ms)  # fmt: skip
+    rows = [ImpactRow(listed[position], hop, path) for position, hop, path in found]
+    return sorted(rows, key=lambda r: (r.hop, r.event.event_time, r.event.event_id))
+
+
+def reached_events(
+    target: str,
+    index: EdgeIndex,
+    entity_urns: pa.Array | pa.ChunkedArray,
+    event_times: np.ndarray,
+    *,
+    direction: str,
+    depth: int,
+    start_ms: int,
+    end_ms: int,
+) -> list[tuple[int, int, tuple[str, ...]]]:
+    """Which of the events given as columns reached `target` (`impact`'s rule), with their hop and path.
+
+    The events are looked up as arrays (each distinct entity once, each event's hop read from the
+    walk's labels), so a window of many events costs what the events that reached the target cost.
+
+    Args:
+        target: the entity urn asked about.
+        index: the lineage edge spans by their ends.
+        entity_urns: each event's entity (non-null strings).
+        event_times: each event's time (epoch ms), in the same order.
+        direction, depth, start_ms, end_ms: as `impact` takes them.
+
+    Returns:
+        (position in the columns, hop, path) of each event that reached the target, in column order.
+
+    Raises:
+        InputError: naming a bad direction, depth or window.
+    """
+    _check_walk(direction, depth, start_ms, end_ms)
+    times = np.asarray(event_times, dtype=np.int64)
+    urns = entity_urns.combine_chunks() if isinstance(entity_urns, pa.ChunkedArray) else entity_urns
+    inside = (times >= start_ms) & (times < end_ms)
+    if target not in index.ids:
+        own = np.asarray(pc.equal(urns, target).to_numpy(zero_copy_only=False), dtype=bool) & inside
+        return [(int(position), 0, (target,)) for position in np.flatnonzero(own)]
+    encoded = pc.dictionary_encode(urns)
+    numbered = np.array([index.ids.get(urn, -1) for urn in encoded.dictionary.to_pylist()], dtype=np.int64)
+    nodes = numbered[encoded.indices.to_numpy(zero_copy_only=False)] if len(urns) else _NO_IDS
+    levels = _levels(index.ids[target], index, direction, depth, start_ms, end_ms)
+    known = inside & (nodes >= 0)
+    hops = np.full(len(nodes), -1, dtype=np.int64)
+    hops[known] = levels.hops_at(nodes[known], times[known])
+    back = "downstream" if direction == "upstream" else "upstream"
+    known_paths: dict[tuple[int, int, int], tuple[str, ...]] = {}
+    found = []
+    for position in np.flatnonzero(hops >= 0).tolist():
+        time_ms, hop = int(times[position]), int(hops[position])
+        epoch = bisect.bisect_right(levels.cuts, time_ms)
+        path = _smallest_path(int(nodes[position]), hop, time_ms, epoch, levels, index, back, known_paths)
+        found.append((position, hop, path))
+    return found
+
+
+def _check_walk(direction: str, depth: int, start_ms: int, end_ms: int) -> None:
     check_direction(direction)
     if not 0 <= depth <= 10:
         raise InputError(f"depth: {depth} must be between 0 and 10")
     if start_ms >= end_ms:
         raise InputError(f"start: {start_ms} must be before the end {end_ms}")
-    index = edges if isinstance(edges, EdgeIndex) else EdgeIndex(edges)
-    in_window = [event for event in events if start_ms <= event.event_time < end_ms]
-    if target not in index.ids:
-        return sorted((ImpactRow(e, 0, (target,)) for e in in_window if e.entity_urn == target),
-                      key=lambda r: (r.event.event_time, r.event.event_id))  # fmt: skip
-    levels = _levels(index.ids[target], index, direction, depth, start_ms, end_ms)
-    back = "downstream" if direction == "upstream" else "upstream"
-    known: dict[tuple[int, int, int], tuple[str, ...]] = {}
-    rows = []
-    for event in in_window:
-        node = index.ids.get(event.entity_urn)
-        hop = None if node is None else levels.hop_at(node, event.event_time)
-        if hop is not None:
-            epoch = bisect.bisect_right(levels.cuts, event.event_time)
-            path = _smallest_path(node, hop, event.event_time, epoch, levels, index, back, known)
-            rows.append(ImpactRow(event, hop, path))
-    return sorted(rows, key=lambda r: (r.hop, r.event.event_time, r.event.event_id))
 
 
-# Spans of time: sorted, disjoint [start, end) pairs in epoch ms.
-Spans = list[tuple[int, int]]
+# Spans of time of entities: (entity ids, starts, ends) arrays sorted by entity then start, the spans
+# of one entity disjoint and [start, end) in epoch ms.
+Spans = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _holds(spans: Spans | None, time_ms: int) -> bool:
-    if not spans:
-        return False
-    at = bisect.bisect_right(spans, (time_ms, _OPEN)) - 1
-    return at >= 0 and spans[at][0] <= time_ms < spans[at][1]
+def _span_hits(spans: Spans, nodes: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """For each (entity, time) of `nodes` and `times`, whether one of the entity's `spans` holds that time."""
+    span_nodes, starts, ends = spans
+    first = span_nodes.searchsorted(nodes)
+    counts = span_nodes.searchsorted(nodes, "right") - first
+    total = int(counts.sum())
+    hits = np.zeros(len(nodes), dtype=bool)
+    if total:
+        asked = np.repeat(np.arange(len(nodes)), counts)
+        candidates = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(total)
+        at = times[asked]
+        hits[asked[(starts[candidates] <= at) & (at < ends[candidates])]] = True
+    return hits
 
 
 @dataclass
 class _Levels:
     """Where each entity lies from the target during the window (entity ids of an `EdgeIndex`).
 
-    `whole[e]` is the hop at which e lies throughout the window (-1: none); `partial[k]` maps the
-    entities lying k hops away for part of it to those spans. `cuts` are the times within the window
+    `whole[e]` is the hop at which e lies throughout the window (-1: none); `partial[k]` holds the
+    spans in which entities lie k hops away for part of it. `cuts` are the times within the window
     at which a walked edge starts or ends: between two, the graph the walk saw does not change.
     """
 
     whole: np.ndarray
-    partial: list[dict[int, Spans]]
+    partial: list[Spans]
     cuts: list[int]
 
-    def holds(self, node: int, hop: int, time_ms: int) -> bool:
-        """True when entity `node` lies `hop` hops away at `time_ms`."""
-        return self.whole[node] == hop or (hop < len(self.partial) and _holds(self.partial[hop].get(node), time_ms))
-
-    def hop_at(self, node: int, time_ms: int) -> int | None:
-        """The hop at which entity `node` lies at `time_ms`, None when it is not within the depth then."""
-        if self.whole[node] >= 0:
-            return int(self.whole[node])
-        return next((k for k, level in enumerate(self.partial) if _holds(level.get(node), time_ms)), None)
+    def hops_at(self, nodes: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """The hop at which each entity of `nodes` lies at the time of `times` (-1: not within the depth then)."""
+        hops = self.whole[nodes].astype(np.int64)
+        for hop, spans in enumerate(self.partial):
+            open_ = np.flatnonzero(hops < 0)
+            hops[open_[_span_hits(spans, nodes[open_], times[open_])]] = hop
+        return hops
 
 
 def _levels(target: int, index: EdgeIndex, direction: str, depth: int, start_ms: int, end_ms: int) -> _Levels:
@@ -311,9 +372,9 @@ def _levels(target: int, index: EdgeIndex, direction: str, depth: int, start_ms:
     nearer_ms = np.zeros(len(index.urns), dtype=np.int64)
     nearer = (_NO_IDS, _NO_IDS, _NO_IDS)
     whole[target], covered[target] = 0, True
-    partial: list[dict[int, Spans]] = [{}]
+    partial: list[Spans] = [(_NO_IDS, _NO_IDS, _NO_IDS)]
     frontier = np.array([target], dtype=np.int64)
-    cuts: set[int] = set()
+    cuts: list[np.ndarray] = []
     for hop in range(1, depth + 1):
         # From the entities lying there throughout the window: an edge holding throughout makes a
         # whole candidate (a span of the whole window for one lying nearer in part of it), one
@@ -322,39 +383,34 @@ def _levels(target: int, index: EdgeIndex, direction: str, depth: int, start_ms:
         valid_from, valid_to = index.valid_from[edges], index.valid_to[edges]
         throughout = (valid_from <= start_ms) & (valid_to >= end_ms)
         some = ~throughout & (valid_from < end_ms) & (valid_to > start_ms)
-        cuts.update(_inside(valid_from[some], valid_to[some], start_ms, end_ms))
-        candidates = np.unique(reached[throughout & ~covered[reached]])
+        cuts.append(_inside(valid_from[some], valid_to[some], start_ms, end_ms))
+        candidates = _distinct(reached[throughout & ~covered[reached]], len(index.urns))
         fresh = candidates[~spanned[candidates]]
         rest = candidates[spanned[candidates]]
         steps = [(rest, np.full(len(rest), start_ms), np.full(len(rest), end_ms)),
                  (reached[some], np.maximum(valid_from[some], start_ms), np.minimum(valid_to[some], end_ms))]  # fmt: skip
         # From the entities lying there in spans: each span steps along its entity's edges.
-        if partial[-1]:
-            sources, span_starts, span_ends = (np.array(column, dtype=np.int64) for column in zip(*(
-                (source, span_start, span_end) for source, spans in partial[-1].items() for span_start, span_end in spans
-            )))  # fmt: skip
+        sources, span_starts, span_ends = partial[-1]
+        if len(sources):
             edges, reached = index.leaving(sources, direction)
             runs = index.run_lengths(sources, direction)
             valid_from, valid_to = index.valid_from[edges], index.valid_to[edges]
-            cuts.update(_inside(valid_from, valid_to, start_ms, end_ms))
+            cuts.append(_inside(valid_from, valid_to, start_ms, end_ms))
             steps.append((reached, np.maximum(valid_from, np.repeat(span_starts, runs)),
                           np.minimum(valid_to, np.repeat(span_ends, runs))))  # fmt: skip
         whole[fresh], covered[fresh] = hop, True
         nodes, lows, highs = (np.concatenate(column).astype(np.int64) for column in zip(*steps))
         keep = (lows < highs) & ~covered[nodes]
         new = _new_spans(nodes[keep], lows[keep], highs[keep], *nearer)
-        level: dict[int, Spans] = {}
-        for node, span_start, span_end in zip(*(column.tolist() for column in new)):
-            level.setdefault(node, []).append((span_start, span_end))
         nearer = tuple(np.concatenate([old, more]) for old, more in zip(nearer, new))
         np.add.at(nearer_ms, new[0], new[2] - new[1])
         spanned[new[0]] = True
         covered[new[0]] = nearer_ms[new[0]] >= width
-        partial.append(level)
+        partial.append(new)
         frontier = fresh
-        if not len(fresh) and not level:
+        if not len(fresh) and not len(new[0]):
             break
-    return _Levels(whole, partial, sorted(cuts))
+    return _Levels(whole, partial, np.unique(np.concatenate([_NO_IDS, *cuts])).tolist())
 
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
@@ -400,10 +456,17 @@ def _new_spans(
     return nodes[heads], starts[heads], ends[tails]
 
 
-def _inside(valid_from: np.ndarray, valid_to: np.ndarray, start_ms: int, end_ms: int) -> list[int]:
+def _distinct(nodes: np.ndarray, size: int) -> np.ndarray:
+    """The distinct entity ids of `nodes`, sorted (a mask over every entity: faster than sorting many)."""
+    seen = np.zeros(size, dtype=bool)
+    seen[nodes] = True
+    return np.flatnonzero(seen)
+
+
+def _inside(valid_from: np.ndarray, valid_to: np.ndarray, start_ms: int, end_ms: int) -> np.ndarray:
     """The times strictly inside [start_ms, end_ms) at which the given edges start or end."""
     times = np.concatenate([valid_from, valid_to])
-    return times[(times > start_ms) & (times < end_ms)].tolist()
+    return times[(times > start_ms) & (times < end_ms)]
 
 
 def _smallest_path(
@@ -417,11 +480,18 @@ def _smallest_path(
     if hop == 0:
         return (index.urns[node],)
     if (node, hop, epoch) not in known:
-        edges, previous = index.leaving(np.array([node], dtype=np.int64), back)
+        edges, previous = index.leaving_one(node, back)
+        previous = previous[(index.valid_from[edges] <= time_ms) & (time_ms < index.valid_to[edges])]
+        # An entity lies at one hop throughout the window or at hops in spans of it, never both.
+        at_hop = levels.whole[previous]
+        befores = previous[at_hop == hop - 1]
+        if hop - 1 < len(levels.partial):
+            spanned = previous[at_hop < 0]
+            hits = _span_hits(levels.partial[hop - 1], spanned, np.full(len(spanned), time_ms, dtype=np.int64))
+            befores = np.concatenate([befores, spanned[hits]])
         paths = [
             _smallest_path(before, hop - 1, time_ms, epoch, levels, index, back, known)
-            for edge, before in zip(edges.tolist(), previous.tolist())
-            if index.valid_from[edge] <= time_ms < index.valid_to[edge] and levels.holds(before, hop - 1, time_ms)
+            for before in set(befores.tolist())
         ]
         known[node, hop, epoch] = (*min(paths), index.urns[node])
     return known[node, hop, epoch]

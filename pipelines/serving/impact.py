@@ -11,9 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from fastapi import APIRouter, Request
@@ -24,7 +28,9 @@ from conf.errors import InputError, RequestError
 from conf.settings import Settings
 from conf.tables import table_location
 from conf.values import parse_time_ms, whole_number
-from gold.impact import COLUMN_KIND, DIRECTIONS, ChangeEvent, EdgeIndex, ImpactRow, LineageGraph, graph_at, impact
+from gold.impact import (
+    COLUMN_KIND, DIRECTIONS, ChangeEvent, EdgeIndex, ImpactRow, LineageGraph, graph_at, reached_events,
+)  # fmt: skip
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
 from pipelines.serving.anomalies import parse_window
@@ -43,6 +49,8 @@ CHANGES_TABLE = "silver.entity_change_events"
 PARAMETERS = ("urn", "direction", "depth", "since", "until")
 DEFAULT_DEPTH = 3
 DEFAULT_WINDOW_MS = 7 * 86_400_000
+# Change event rows a server keeps in memory for impact windows (about 300 bytes each).
+CACHED_EVENT_ROWS = 2_000_000
 _EVENT_COLUMNS = ["event_id", "entity_urn", "entity_type", "event_time", "category", "operation", "actor",
                   "aspect_entity_urn", "aspect_entity_type"]  # fmt: skip
 
@@ -122,18 +130,24 @@ class LineageIndex:
 
 
 class ChangeEventReader:
-    """Reads windows of silver.entity_change_events, its dataset kept per table version.
+    """Reads windows of silver.entity_change_events, its data files kept in memory once read.
 
-    Making the dataset lists every data file (one per day and more): once per version, not per request.
+    The table is append-only, so a data file never changes: a file read for one window serves every
+    later window over its days, across table versions. Making the dataset lists every data file (one per
+    day and more): once per version, not per request.
 
     Args:
         settings: the lakehouse settings (the table's location).
+        cached_rows: the most rows kept in memory (the files read longest ago are dropped first).
     """
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, cached_rows: int = CACHED_EVENT_ROWS):
         self._location = table_location(settings, CHANGES_TABLE)
         self._lock = threading.Lock()
         self._cached: tuple[int, ds.Dataset] | None = None
+        self._cached_rows = cached_rows
+        self._files: OrderedDict[str, pa.Table] = OrderedDict()
+        self._rows = 0
 
     def _dataset(self) -> ds.Dataset | None:
         if not table_exists(self._location):
@@ -148,20 +162,62 @@ class ChangeEventReader:
             self._cached = (version, dataset)
         return dataset
 
-    def window(self, since: int, until: int, scope: ChangeEventScope) -> list[dict[str, Any]]:
+    def _file(self, fragment: ds.Fragment, schema: pa.Schema) -> pa.Table:
+        with self._lock:
+            if fragment.path in self._files:
+                self._files.move_to_end(fragment.path)
+                return self._files[fragment.path]
+        rows = fragment.to_table(schema=schema, columns=_EVENT_COLUMNS)
+        with self._lock:
+            if fragment.path not in self._files:
+                self._files[fragment.path] = rows
+                self._rows += rows.num_rows
+            while self._rows > self._cached_rows and len(self._files) > 1:
+                self._rows -= self._files.popitem(last=False)[1].num_rows
+        return rows
+
+    def window(self, since: int, until: int, scope: ChangeEventScope) -> pa.Table:
         """The change events of [since, until) that `scope` shows (by the entity whose aspect was written)."""
         dataset = self._dataset()
         if dataset is None:
-            return []
-        # The event dates bound the partitions read; the times then cut the window exactly.
+            return pa.table({name: pa.array([], pa.string()) for name in _EVENT_COLUMNS})
+        # The event dates choose the files read; the times then cut the window exactly.
         first, last = (dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).date() for ms in (since, until - 1))
-        condition = (
-            (ds.field("event_date") >= first) & (ds.field("event_date") <= last)
-            & (ds.field("event_time") >= since) & (ds.field("event_time") < until)
-        )  # fmt: skip
+        days = (ds.field("event_date") >= first) & (ds.field("event_date") <= last)
+        files = [self._file(fragment, dataset.schema) for fragment in dataset.get_fragments(filter=days)]
+        condition = (ds.field("event_time") >= since) & (ds.field("event_time") < until)
         if scope.arrow is not None:
             condition = condition & scope.arrow
-        return dataset.to_table(columns=_EVENT_COLUMNS, filter=condition).to_pylist()
+        if not files:
+            return dataset.schema.empty_table().select(_EVENT_COLUMNS)
+        return pa.concat_tables(files).filter(condition)
+
+
+def reached_changes(
+    index: EdgeIndex, events: pa.Table, urn: str, *, direction: str, depth: int, since: int, until: int
+) -> tuple[list[ImpactRow], dict[str, dict[str, Any]]]:
+    """The events of a window (`ChangeEventReader.window`) that reached `urn` (`gold.impact.impact`).
+
+    Only the events that reached it are read out of the columns.
+
+    Returns:
+        The rows ordered by hop, time and event id, and those events' columns by event id.
+
+    Raises:
+        InputError: naming a bad direction, depth or window.
+    """
+    # An event belongs to the entity whose aspect was written (a schema field's to its dataset).
+    owners = pc.coalesce(events["aspect_entity_urn"], events["entity_urn"])
+    times = events["event_time"].to_numpy() if events.num_rows else np.zeros(0, dtype=np.int64)
+    found = reached_events(urn, index, owners, times, direction=direction, depth=depth, start_ms=since, end_ms=until)
+    picked = events.take(pa.array([position for position, _, _ in found], pa.int64())).to_pylist()
+    rows = [
+        ImpactRow(ChangeEvent(e["event_id"], e["aspect_entity_urn"] or e["entity_urn"], e["event_time"], e["category"],
+                              e["operation"], e["actor"]), hop, path)
+        for e, (_, hop, path) in zip(picked, found)
+    ]  # fmt: skip
+    rows.sort(key=lambda r: (r.hop, r.event.event_time, r.event.event_id))
+    return rows, {e["event_id"]: e for e in picked}
 
 
 def impact_response(rows: list[ImpactRow], events: Mapping[str, dict[str, Any]], scope: ChangeEventScope) -> list[dict[str, Any]]:
@@ -210,13 +266,9 @@ def impact_router(settings: Settings, verifier: TokenVerifier) -> APIRouter:
     def answer(urn: str, direction: str, depth: int, since: int, until: int, scope: ChangeEventScope) -> dict[str, Any]:
         if not scope.visible_entities([urn], [entity_type_of(urn)])[0]:
             raise OutOfScopeError(f"urn: {urn!r} is not in the caller's scope")
-        events = {e["event_id"]: e for e in change_events.window(since, until, scope)}
-        # An event belongs to the entity whose aspect was written (a schema field's to its dataset).
-        changes = [ChangeEvent(e["event_id"], e["aspect_entity_urn"] or e["entity_urn"], e["event_time"], e["category"],
-                               e["operation"], e["actor"]) for e in events.values()]  # fmt: skip
         try:
-            rows = impact(urn, lineage.current(), changes, direction=direction, depth=depth,
-                          start_ms=since, end_ms=until)  # fmt: skip
+            rows, events = reached_changes(lineage.current(), change_events.window(since, until, scope), urn,
+                                           direction=direction, depth=depth, since=since, until=until)  # fmt: skip
         except InputError as exc:
             raise RequestError(str(exc)) from None
         note_result(result_count=len(rows))

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gold.scopes import parse_scope
+from gold.scopes import change_event_condition, parse_scope
 from pipelines.batch.publish_lineage import publish_lineage
 from pipelines.runtime.io import append
 from pipelines.serving.api import create_app, serving
-from pipelines.serving.impact import IMPACT_PATH
+from pipelines.serving.impact import IMPACT_PATH, ChangeEventReader
+from pipelines.serving.scoped_reads import ChangeEventScope
 from pipelines.serving.tokens import create_token
 from tests.gold.test_openmetadata import SILVER_COLUMNS, ece
 from tests.pipelines.batch.test_publish_lineage import A, ANN, B, BOB, CHART, JOB, refined_batch
@@ -103,3 +104,16 @@ def test_a_bad_request_names_the_parameter(api, params, message):
 
 def test_no_token_is_refused(api):
     assert get(api, None, urn=B).status_code == 401
+
+
+def test_change_events_read_once_and_kept_still_show_the_events_added_after(spark, lakehouse, api):
+    # After the module's other tests: the event added lies outside their window.
+    reader = ChangeEventReader(lakehouse, cached_rows=1)  # one file kept at most: older ones read again
+    everything = ChangeEventScope(None)
+    assert sorted(reader.window(0, 30_000, everything)["event_time"].to_pylist()) == [2_000, 2_500, 3_000, 4_000]
+    append(spark.createDataFrame([ece("late", 20_000, "TAG", "ADD", "urn:li:tag:PII", urn=B, actor=BOB)], SILVER_COLUMNS),
+           lakehouse, "silver.entity_change_events")  # fmt: skip
+    assert sorted(reader.window(0, 30_000, everything)["event_time"].to_pylist()) == [2_000, 2_500, 3_000, 4_000, 20_000]
+    assert reader.window(3_000, 20_000, everything)["event_time"].to_pylist() == [3_000, 4_000]
+    datasets = ChangeEventScope(change_event_condition(parse_scope(["entity-type=dataset"]), None))
+    assert sorted(reader.window(0, 30_000, datasets)["event_time"].to_pylist()) == [2_000, 4_000, 20_000]
