@@ -4,8 +4,9 @@ Every function here is a pure DataFrame -> DataFrame transform (or builds Column
 over line DataFrames (`bronze.lines.LINE_COLUMNS`).
 
 Validation never drops a record: each staged row either has `reason` null (it lands) or a reason that
-names the field and the value (it goes to quarantine). Expensive checks (JSON re-parsing to name a bad
-value) sit inside CASE branches so they only run for records that already failed a cheap check.
+names the field and the value (it goes to quarantine). The checks are `bronze.record_checks`'; the
+expensive ones (JSON re-parsing to name a bad value) sit inside CASE branches so they only run for
+records that already failed a cheap check.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ from bronze.formats import (
     check_kind,
 )
 from bronze.lines import LINE_COLUMNS
+from bronze.record_checks import (
+    check_limit,
+    created_checks,
+    epoch_ms_problem,
+    first_problem,
+    json_at,
+    last_observed_checks,
+    message,
+    missing_fields_check,
+    size_check,
+    urn_check,
+    urn_message,
+)
 from conf.errors import InputError
 
 # The MCL / MCP envelope. systemMetadata is kept as JSON text (the column of the same name) and parsed
@@ -136,7 +150,7 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
     """
     if check_kind(kind) not in (MCL, MCP, FILE_SINK, MCE):
         raise InputError(f"kind: {kind!r} is not an aspect snapshot kind (mcl, mcp, file-sink, mce)")
-    _check_limit(max_record_bytes)
+    check_limit(max_record_bytes)
     parsed_df = lines_df.select(
         *LINE_COLUMNS, F.from_json(F.col("value"), SNAPSHOT_ENVELOPE, JSON_OPTIONS).alias("r")
     ).select(
@@ -146,7 +160,7 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
         # The aspect as text (`value`), or as the object itself (`json`, the file sink's form on one
         # line), looked up in the line only where `value` is missing: a `json` field in the envelope,
         # or an expression in place of the column, cost every record 15-20%.
-        F.coalesce(F.col("r.aspect.value"), _json_at("$.aspect.json")).alias("aspect_text"),
+        F.coalesce(F.col("r.aspect.value"), json_at("$.aspect.json")).alias("aspect_text"),
     )
     urn, aspect_name, change_type = F.col("r.entityUrn"), F.col("r.aspectName"), F.col("r.changeType")
     aspect_value = F.col("aspect_text")
@@ -162,53 +176,42 @@ def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, 
     version_text = F.col("sm.version")
     if kind == MCL:
         created_time, created_actor = F.col("r.created.time"), F.col("r.created.actor")
-        time_checks = _created_checks()
+        time_checks = created_checks()
     else:
         created_time, created_actor = F.col("sm.lastObserved"), F.lit(default_actor)
-        time_checks = _last_observed_checks()
+        time_checks = last_observed_checks()
     checks = [
-        _size_check(max_record_bytes),
-        (
-            urn.isNull() | aspect_name.isNull() | change_type.isNull(),
-            _first_problem(
-                [
-                    _malformed_check("$.entityUrn", urn),
-                    _object_check(),
-                    (urn.isNull(), F.lit("entityUrn: missing")),
-                    (aspect_name.isNull(), F.lit("aspectName: missing")),
-                ],
-                F.lit("changeType: missing"),
-            ),
-        ),
-        (F.trim(aspect_name) == "", _message("aspectName", quoted_value(aspect_name), " is empty")),
-        _urn_check(urn, "entityUrn"),
+        size_check(max_record_bytes),
+        missing_fields_check({"entityUrn": urn, "aspectName": aspect_name, "changeType": change_type}, "entityUrn"),
+        (F.trim(aspect_name) == "", message("aspectName", quoted_value(aspect_name), " is empty")),
+        urn_check(urn, "entityUrn"),
         (
             ~change_type.isin(*CHANGE_TYPES),
-            _message("changeType", quoted_value(change_type), f" is not one of {', '.join(CHANGE_TYPES)}"),
+            message("changeType", quoted_value(change_type), f" is not one of {', '.join(CHANGE_TYPES)}"),
         ),
         (
             (change_type != DELETE) & aspect_value.isNull(),
             F.when(
-                _json_at("$.aspect").isNull(), F.concat(F.lit("aspect: missing (changeType "), change_type, F.lit(")"))
+                json_at("$.aspect").isNull(), F.concat(F.lit("aspect: missing (changeType "), change_type, F.lit(")"))
             ).otherwise(F.lit("aspect.value: missing")),
         ),
         (
             (change_type != DELETE) & F.get_json_object(aspect_value, "$").isNull(),
-            _message("aspect.value", quoted_value(aspect_value), " is not valid JSON"),
+            message("aspect.value", quoted_value(aspect_value), " is not valid JSON"),
         ),
         (
             (change_type != DELETE) & ~opens,
-            _message("aspect.value", quoted_value(aspect_value), " is not a JSON object"),
+            message("aspect.value", quoted_value(aspect_value), " is not a JSON object"),
         ),
         (
             # The JSON reader stops after the first value; text after it means a damaged record.
             (change_type != DELETE) & ~closes,
-            _message("aspect.value", quoted_value(aspect_value), " has text after the JSON object"),
+            message("aspect.value", quoted_value(aspect_value), " has text after the JSON object"),
         ),
         *time_checks,
         (
             version_text.isNotNull() & ~version_text.rlike(r"^[0-9]{1,18}$"),
-            _message("systemMetadata.version", quoted_value(version_text), " is not a whole number"),
+            message("systemMetadata.version", quoted_value(version_text), " is not a whole number"),
         ),
         # A patch document is checked as one (null when it is good: the record lands), never as the
         # aspect; as a branch of its own, so other records pay one comparison for it.
@@ -248,7 +251,7 @@ def patch_problem(patch_json: Column) -> Column:
     return (
         F.when(
             operations.isNull(),
-            _message(
+            message(
                 "aspect.value",
                 quoted_value(patch_json),
                 " is not a JSON Patch (a list of operations, or {patch, arrayPrimaryKeys})",
@@ -257,14 +260,14 @@ def patch_problem(patch_json: Column) -> Column:
         .when(
             F.size(bad_op) > 0,
             F.coalesce(
-                _message("aspect.value.patch.op", quoted_value(bad_op[0]["op"]), f" is not one of {', '.join(PATCH_OPS)}"),
+                message("aspect.value.patch.op", quoted_value(bad_op[0]["op"]), f" is not one of {', '.join(PATCH_OPS)}"),
                 F.lit("aspect.value.patch.op: missing"),
             ),
         )
         .when(
             F.size(bad_path) > 0,
             F.coalesce(
-                _message("aspect.value.patch.path", quoted_value(bad_path[0]["path"]), " does not start with '/'"),
+                message("aspect.value.patch.path", quoted_value(bad_path[0]["path"]), " does not start with '/'"),
                 F.lit("aspect.value.patch.path: missing"),
             ),
         )
@@ -284,30 +287,23 @@ def parse_usage_lines(lines_df: DataFrame, *, max_record_bytes: int) -> DataFram
     Returns:
         STAGED_COLUMNS plus USAGE_FIELDS (and `source_kind` = usage).
     """
-    _check_limit(max_record_bytes)
+    check_limit(max_record_bytes)
     parsed_df = lines_df.select(*LINE_COLUMNS, F.from_json(F.col("value"), USAGE_DOCUMENT, JSON_OPTIONS).alias("r"))
     event_type, actor, timestamp = F.col("r.type"), F.col("r.actorUrn"), F.col("r.timestamp")
     entity_urn = F.col("r.entityUrn")
     checks = [
-        _size_check(max_record_bytes),
-        (
-            event_type.isNull() | actor.isNull() | timestamp.isNull(),
-            _first_problem(
-                [
-                    _malformed_check("$.actorUrn", actor),
-                    _object_check(),
-                    (event_type.isNull(), F.lit("type: missing")),
-                    (actor.isNull(), F.lit("actorUrn: missing")),
-                ],
-                _epoch_ms_problem("$.timestamp", "timestamp"),
-            ),
+        size_check(max_record_bytes),
+        missing_fields_check(
+            {"type": event_type, "actorUrn": actor, "timestamp": timestamp},
+            "actorUrn",
+            epoch_ms_problem("$.timestamp", "timestamp"),
         ),
         (
             ~event_type.isin(*USAGE_EVENT_TYPES),
-            _message("type", quoted_value(event_type), " is not a known usage event type"),
+            message("type", quoted_value(event_type), " is not a known usage event type"),
         ),
-        _urn_check(actor, "actorUrn"),
-        (entity_urn.isNotNull() & ~entity_urn.rlike(URN_PATTERN), _urn_message(entity_urn, "entityUrn")),
+        urn_check(actor, "actorUrn"),
+        (entity_urn.isNotNull() & ~entity_urn.rlike(URN_PATTERN), urn_message(entity_urn, "entityUrn")),
     ]
     typed = {
         "event_type": event_type,
@@ -340,7 +336,7 @@ def _staged(
     """The staged rows: `checks` in order, then `last_problem` (a reason, or null) for records that pass them."""
     blank = F.col("value").rlike(r"^\s*$")
     otherwise = F.lit(None).cast("string") if last_problem is None else last_problem
-    reason = F.when(blank, F.lit(None).cast("string")).otherwise(_first_problem(checks, otherwise))
+    reason = F.when(blank, F.lit(None).cast("string")).otherwise(first_problem(checks, otherwise))
     shaped_df = parsed_df.select(
         "file_index",
         "source_file",
@@ -376,98 +372,3 @@ def record_hash(fields: Iterable[str]) -> Column:
     """
     parts = [F.coalesce(F.concat(F.lit("="), F.col(name).cast("string")), F.lit("-")) for name in fields]
     return F.sha2(F.concat_ws("\u001f", *parts), 256)
-
-
-# ----------------------------------------------------------------------------------------------
-# Checks: (condition, reason) pairs; the first condition that holds gives the record's reason.
-# ----------------------------------------------------------------------------------------------
-
-
-def _first_problem(checks: Sequence[tuple[Column, Column]], otherwise: Column) -> Column:
-    expression = None
-    for condition, message in checks:
-        expression = F.when(condition, message) if expression is None else expression.when(condition, message)
-    return expression.otherwise(otherwise) if expression is not None else otherwise
-
-
-def _size_check(max_record_bytes: int) -> tuple[Column, Column]:
-    size = F.octet_length(F.col("value"))
-    return (
-        size > F.lit(max_record_bytes),
-        F.concat(
-            F.lit("record: "),
-            size.cast("string"),
-            F.lit(f" bytes is over ingest.max_record_bytes ({max_record_bytes}); raw_text keeps the first "),
-            F.lit(str(max_record_bytes)),
-            F.lit(" characters"),
-        ),
-    )
-
-
-def _malformed_check(key_path: str, key_column: Column) -> tuple[Column, Column]:
-    # Malformed text parses to nulls. An engine that still finds the key field in the text means the
-    # parser refused the line as a whole (trailing text, control characters): malformed as well.
-    condition = _json_at("$").isNull() | (key_column.isNull() & _json_at(key_path).isNotNull())
-    return condition, _message("record", quoted_value(F.col("value")), " is not valid JSON")
-
-
-def _object_check() -> tuple[Column, Column]:
-    return ~F.col("value").rlike(r"^\s*\{"), _message("record", quoted_value(F.col("value")), " is not a JSON object")
-
-
-def _urn_check(column: Column, field: str) -> tuple[Column, Column]:
-    return ~column.rlike(URN_PATTERN), _urn_message(column, field)
-
-
-def _urn_message(column: Column, field: str) -> Column:
-    return _message(field, quoted_value(column), " is not urn:li:<type>:<id>")
-
-
-def _epoch_ms_problem(path: str, field: str) -> Column:
-    """Why an epoch-ms field parsed to null: absent, or present but not a JSON integer."""
-    raw = _json_at(path)
-    return F.when(raw.isNull(), F.lit(f"{field}: missing")).otherwise(
-        _message(field, quoted_value(raw), " is not an integer epoch-ms")
-    )
-
-
-def _created_checks() -> list[tuple[Column, Column]]:
-    created = F.col("r.created")
-    actor = F.col("r.created.actor")
-    return [
-        (
-            created.isNull(),
-            F.when(
-                _json_at("$.created").isNull(),
-                F.lit("created: missing (an MCL record carries created.time and created.actor)"),
-            ).otherwise(_message("created", quoted_value(_json_at("$.created")), " is not an object {time, actor}")),
-        ),
-        (F.col("r.created.time").isNull(), _epoch_ms_problem("$.created.time", "created.time")),
-        (actor.isNull(), F.lit("created.actor: missing")),
-        _urn_check(actor, "created.actor"),
-    ]
-
-
-def _last_observed_checks() -> list[tuple[Column, Column]]:
-    return [
-        (
-            F.col("sm.lastObserved").isNull(),
-            F.when(
-                _json_at("$.systemMetadata").isNull(),
-                F.lit("systemMetadata: missing (an MCP record takes its time from systemMetadata.lastObserved)"),
-            ).otherwise(_epoch_ms_problem("$.systemMetadata.lastObserved", "systemMetadata.lastObserved")),
-        )
-    ]
-
-
-def _json_at(path: str) -> Column:
-    return F.get_json_object(F.col("value"), path)
-
-
-def _message(field: str, quoted_value: Column, text: str) -> Column:
-    return F.concat(F.lit(f"{field}: "), quoted_value, F.lit(text))
-
-
-def _check_limit(max_record_bytes: int) -> None:
-    if not isinstance(max_record_bytes, int) or isinstance(max_record_bytes, bool) or max_record_bytes <= 0:
-        raise InputError(f"max_record_bytes: {max_record_bytes!r} must be a positive integer")
