@@ -1,6 +1,6 @@
 """The identity table (ops.identities): each pseudonym's identity, encrypted under its person's key.
 
-Landing records here every person urn, source IP and user agent it pseudonymised (`record_identities`);
+Landing records here every person urn, source IP and user agent it pseudonymised (`record_staged_identities`);
 surfaces that may show identities turn pseudonyms back (`resolve_identities`): a pseudonym whose person
 was erased reads as an erased subject.
 """
@@ -19,6 +19,8 @@ from pipelines.runtime.storage import delta_storage_options, table_exists
 
 if TYPE_CHECKING:  # the engine is imported by the functions that use it: the API's workers run without one
     from pyspark.sql import DataFrame, SparkSession
+
+    from conf.locations import Location
 
 IDENTITIES_TABLE = "ops.identities"
 ERASED_SUBJECT = "erased subject"
@@ -54,8 +56,7 @@ def record_identities(
 
 def record_identities_without_engine(settings: Settings, keys: KeyStore, identities: Iterable[tuple[str, str, str]]) -> int:
     """`record_identities` with delta-rs, for a process without a session (the API's access log flush)."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import DeltaTable
 
     wanted = _wanted(keys, identities)
     if not wanted:
@@ -67,13 +68,55 @@ def record_identities_without_engine(settings: Settings, keys: KeyStore, identit
         table = DeltaTable(location, storage_options=options).to_pyarrow_table(columns=["pseudonym", "owner"])
         stored = {(r["pseudonym"], r["owner"]) for r in table.to_pylist()}
     rows = _sealed_rows(keys, wanted, stored)
-    if rows:
-        schema = pa.schema([("pseudonym", pa.string()), ("kind", pa.string()), ("owner", pa.string()),
-                            ("ciphertext", pa.string()), ("recorded_at", pa.timestamp("us", tz="UTC"))])  # fmt: skip
-        names = table_spec(IDENTITIES_TABLE).column_names
-        write_deltalake(location, pa.Table.from_pylist([dict(zip(names, row)) for row in rows], schema=schema),
-                        mode="append", storage_options=options)  # fmt: skip
+    _append_without_engine(settings, rows)
     return len(rows)
+
+
+def record_staged_identities(
+    spark: SparkSession, settings: Settings, keys: KeyStore, identities_df: DataFrame, scratch: Location
+) -> int:
+    """`record_identities` for a landing batch's (kind, identity, owner) rows, in a request of constant size.
+
+    The batch's identities are staged with their pseudonyms (Parquet at `scratch`) and anti-joined with
+    the table, so no request carries a list that grows with the people in a batch; only the identities
+    not recorded yet reach this process, to be encrypted, and are appended with delta-rs.
+    """
+    from pyspark.sql import functions as F
+
+    from bronze.pseudonyms import to_pseudonym
+    from pipelines.runtime.home import home_of
+    from pipelines.runtime.io import read_table, write_scratch
+
+    secret = keys.pseudonym_secret()
+    kind, identity = F.col("kind"), F.col("identity")
+    pseudonym = F.coalesce(*(F.when(kind == name, to_pseudonym(identity, secret, prefix)) for name, prefix in IDENTITY_PREFIXES.items()))
+    # A value already pseudonymous (a record landed again) names no one.
+    named = F.coalesce(*(F.when(kind == name, ~identity.startswith(prefix)) for name, prefix in IDENTITY_PREFIXES.items()))
+    keyed_df = identities_df.filter(identity.isNotNull() & (identity != "") & F.col("owner").isNotNull() & named).select(
+        pseudonym.alias("pseudonym"), kind, identity, to_pseudonym(F.col("owner"), secret).alias("owner")
+    )
+    staged_df = write_scratch(keyed_df.distinct(), scratch, home_of(settings).storage)
+    stored_df = read_table(spark, settings, IDENTITIES_TABLE).select("pseudonym", "owner")
+    new = staged_df.join(stored_df, ["pseudonym", "owner"], "left_anti").collect()
+    wanted = {(r.pseudonym, r.owner): (r.kind, r.identity) for r in new}
+    rows = _sealed_rows(keys, wanted, set())
+    _append_without_engine(settings, rows)
+    return len(rows)
+
+
+def _append_without_engine(settings: Settings, rows: list[tuple]) -> None:
+    """Append sealed identity rows (`_sealed_rows`) with delta-rs."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    if not rows:
+        return
+    location = str(table_location(settings, IDENTITIES_TABLE))
+    schema = pa.schema([("pseudonym", pa.string()), ("kind", pa.string()), ("owner", pa.string()),
+                        ("ciphertext", pa.string()), ("recorded_at", pa.timestamp("us", tz="UTC"))])  # fmt: skip
+    names = table_spec(IDENTITIES_TABLE).column_names
+    write_deltalake(location, pa.Table.from_pylist([dict(zip(names, row)) for row in rows], schema=schema),
+                    mode="append", storage_options=delta_storage_options(location))  # fmt: skip
 
 
 def _wanted(keys: KeyStore, identities: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
