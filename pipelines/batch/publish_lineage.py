@@ -14,7 +14,9 @@ lands where it belongs, and a re-run after a crash derives the same rows and cha
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+import re
+
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from conf.locations import Location
@@ -50,7 +52,9 @@ def lineage_owners(spark: SparkSession, settings: Settings, inputs_df: DataFrame
 
     Those that wrote a lineage input in the batches, and the owners of edges whose other end was
     soft-deleted, restored, or hard-deleted or created again there: found among the table's rows,
-    and among the lineage aspects naming that entity (an edge never valid yet has no row).
+    and among the lineage aspects naming that entity (an edge never valid yet has no row). A few such
+    entities (a micro-batch) are named in the filters, so the table and the aspects are scanned once
+    each; more are joined.
 
     Args:
         spark: the session (tables registered).
@@ -68,18 +72,47 @@ def lineage_owners(spark: SparkSession, settings: Settings, inputs_df: DataFrame
         .distinct()
         .withColumnRenamed("entity_urn", "_changed")
     )
+    writers_df = batch_df.select(F.col("entity_urn").alias("owner_urn"))
+    changed = [row._changed for row in lifecycle_df.limit(MAX_NAMED_ENTITIES + 1).collect()]
+    if not changed:
+        return writers_df.distinct()
     stored_df = read_table(spark, settings, TARGET_TABLE)
-    by_rows_df = stored_df.join(
-        F.broadcast(lifecycle_df),
-        (entity_of(F.col("upstream_urn")) == F.col("_changed")) | (entity_of(F.col("downstream_urn")) == F.col("_changed")),
-        "left_semi",
-    ).select("owner_urn")
-    by_aspects_df = (
-        inputs_df.filter(F.col("aspect_name").isin(*LINEAGE_ASPECTS))
-        .join(F.broadcast(lifecycle_df), F.instr(F.col("aspect_json"), F.col("_changed")) > 0, "left_semi")
-        .select(F.col("entity_urn").alias("owner_urn"))
-    )
-    return batch_df.select(F.col("entity_urn").alias("owner_urn")).unionByName(by_rows_df).unionByName(by_aspects_df).distinct()
+    lineage_df = inputs_df.filter(F.col("aspect_name").isin(*LINEAGE_ASPECTS))
+    if len(changed) <= MAX_NAMED_ENTITIES:
+        by_rows_df = stored_df.filter(_names_an_end(changed)).select("owner_urn")
+        by_aspects_df = lineage_df.filter(F.col("aspect_json").rlike(_any_of_literally(changed)))
+    else:
+        by_rows_df = stored_df.join(
+            F.broadcast(lifecycle_df),
+            (entity_of(F.col("upstream_urn")) == F.col("_changed")) | (entity_of(F.col("downstream_urn")) == F.col("_changed")),
+            "left_semi",
+        ).select("owner_urn")
+        by_aspects_df = lineage_df.join(F.broadcast(lifecycle_df), F.instr(F.col("aspect_json"), F.col("_changed")) > 0, "left_semi")
+    owners_by_aspects_df = by_aspects_df.select(F.col("entity_urn").alias("owner_urn"))
+    return writers_df.unionByName(by_rows_df).unionByName(owners_by_aspects_df).distinct()
+
+
+# The most deleted or restored entities a publish names in its filters (beyond, it joins them): a
+# micro-batch's few then cost one scan of the table and of the aspects, and the plan stays bounded.
+MAX_NAMED_ENTITIES = 64
+
+
+def _names_an_end(entities: list[str]) -> Column:
+    """True for an edge row with one of `entities` at an end, or one of their schema fields (some more may match).
+
+    A schema field's urn starts with its dataset's: matching that prefix may take in a field of another
+    entity whose urn the prefix also begins, which only derives that owner's edges again.
+    """
+    ends = F.col("upstream_urn").isin(*entities) | F.col("downstream_urn").isin(*entities)
+    for entity in entities:
+        field = f"urn:li:schemaField:({entity},"
+        ends = ends | F.col("upstream_urn").startswith(field) | F.col("downstream_urn").startswith(field)
+    return ends
+
+
+def _any_of_literally(texts: list[str]) -> str:
+    """A regular expression matching any of `texts` as written (its metacharacters escaped alike for every engine)."""
+    return "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", text) for text in texts)
 
 
 def lineage_versions(settings: Settings, inputs_df: DataFrame, owners_df: DataFrame) -> DataFrame:
