@@ -12,7 +12,8 @@ from pyspark.sql import SparkSession
 
 from conf.settings import Settings, load_settings
 from pipelines.runtime.catalog import ensure_tables
-from pipelines.runtime.engine import jvm_connect_server, open_session
+from pipelines.runtime.engine import open_session
+from pipelines.runtime.engine_servers import jvm_connect_server
 from pipelines.runtime.plan_sizes import PlanSizes
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conf.errors import ConfigError
 from pipelines.bi.cluster import postgres_bindir
-from pipelines.runtime.engine import free_loopback_port, stop_process
+from pipelines.runtime.engine_servers import free_loopback_port, stop_process
 
 # metadata_aspect_v2 as DataHub creates it: the CREATE TABLE statements of github.com/datahub-project/datahub's
 # docker/postgres-setup/init.sql (commit fb13cdf513f92354031c53380d406fee0b0c18b0) and

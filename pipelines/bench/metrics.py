@@ -30,7 +30,7 @@ from pipelines.bench.harness import write_result
 from pipelines.bench.search_clients import measure_load
 from pipelines.bench.search_mix import request_mix
 from pipelines.bench.processes import server_cpu_seconds, start_search_server, stop_search_server
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 from pipelines.runtime.storage import table_exists
 
 VARIANTS = ("on", "off")

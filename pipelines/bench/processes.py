@@ -19,8 +19,8 @@ from typing import Any
 from conf.errors import ConfigError
 from conf.settings import Settings
 from pipelines.bench.harness import process_tree
-from pipelines.runtime.engine import free_loopback_port as free_port  # noqa: F401 - the benchmarks' name for it
-from pipelines.runtime.engine import stop_process
+from pipelines.runtime.engine_servers import free_loopback_port as free_port  # noqa: F401 - the benchmarks' name for it
+from pipelines.runtime.engine_servers import stop_process
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 SEARCH_PATH = "/openapi/v1/events/audit/search"

@@ -35,7 +35,7 @@ from pipelines.bench.search_clients import Client, load_in_child, measure_latenc
 from pipelines.bench.search_mix import MIXES, request_mix
 from pipelines.bench.search_scoped import bench_scoped
 from pipelines.bench.processes import server_cpu_seconds, start_search_server, stop_search_server
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 from pipelines.runtime.storage import table_exists
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 from conf.settings import Settings
 from pipelines.bench.search_clients import measure_load
 from pipelines.bench.processes import server_cpu_seconds, start_search_server, stop_search_server
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 
 SCOPED_ROUNDS = 3
 

@@ -6,11 +6,11 @@ the bench's own JSON-lines loader. Refine is measured per batch, and on the embe
 of the batch too (`steps_s`: the wall time of each staged part and write, `pipelines.batch.refine.STEP_NAMES`).
 `--engine classic` runs the same silver transforms on JVM Spark local[2] through Spark Connect, with
 Parquet in and out and the state carried between batches as Parquet (JVM Spark here has no Delta, so
-no MERGE).
+no MERGE: `pipelines.bench.silver_classic`).
 
 `--baseline` then runs the one-process Python baseline (`pipelines.bench.baseline`) on the same input
 files, checks that it derives the same event ids, and reports its wall time over land + refine's
-(`baseline_ratio`). `--floors` times the least work the steps can do. `--micro-batches K` then refines
+(`baseline_ratio`, `pipelines.bench.silver_baseline`). `--floors` times the least work the steps can do. `--micro-batches K` then refines
 K small batches against the state the run built (`pipelines.bench.micro_batches`). A `--work` folder keeps the
 generated input, so a repeated run measures the same files.
 """
@@ -22,19 +22,18 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from conf.errors import InputError, LakehouseError
+from conf.errors import InputError
 from conf.settings import Settings, load_settings
-from conf.tables import ASPECT_SNAPSHOTS, ASPECT_STATE, ENTITY_CHANGE_EVENTS, table_spec
-from pipelines.bench.harness import Measurement, measure, peak_rss_bytes, write_result
+from conf.tables import ENTITY_CHANGE_EVENTS
+from pipelines.bench.harness import Measurement, measure, write_result
+from pipelines.bench.silver_baseline import BaselineMismatch, compare_with_baseline
+from pipelines.bench.silver_classic import event_ids, part_files, run_classic
 from pipelines.bench.silver_remote import (
     CLUSTER_ENVIRONMENT,
     CLUSTER_SPARK_CONF,
@@ -50,7 +49,7 @@ from pipelines.bench.silver_remote import (
 from pipelines.cli.console import console
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 # sail-cluster: Sail as its own process in local-cluster mode (a driver and workers over the network),
 # reached through Spark Connect with the `connect` profile: the remote engine on the same cores.
@@ -63,13 +62,6 @@ TARGETS = {
     # A 100-record micro-batch against a state of 1M (entity, aspect) keys (`--micro-batches`).
     "micro_batch_refine_s": 3.0,
 }
-
-# The parts of a DataHub MCL / MCP line the bench loader reads.
-_ENVELOPE = (
-    "entityType STRING, entityUrn STRING, changeType STRING, aspectName STRING, "
-    "aspect STRUCT<value: STRING>, systemMetadata STRUCT<lastObserved: BIGINT, runId: STRING, version: STRING>, "
-    "created STRUCT<time: BIGINT, actor: STRING>"
-)
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -221,7 +213,7 @@ def run_silver_bench(
                     cluster_spark_conf={**CLUSTER_SPARK_CONF, **(cluster_spark_conf or {})},
                 )  # fmt: skip
         else:
-            figures = _run_classic(folder, batch_dirs, collect_ids=baseline)
+            figures = run_classic(folder, batch_dirs, collect_ids=baseline)
         load_after = os.getloadavg()
         refine: Measurement = figures["refine"]
         per_batch = figures["per_batch"]
@@ -267,109 +259,10 @@ def run_silver_bench(
             shutil.rmtree(folder, ignore_errors=True)
 
 
-class BaselineMismatch(LakehouseError):
-    """The baseline and the pipeline derived different event ids from the same input."""
-
-
-def _run_baseline(batch_dirs: list[Path], ids_path: Path) -> dict[str, Any]:
-    """Run the baseline as a child process on the batches; its figures, with the ids written to `ids_path`."""
-    command = [sys.executable, "-m", "pipelines.bench.baseline", *map(str, batch_dirs), "--ids-out", str(ids_path)]
-    started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[2])
-    # wait4 gives this child's own CPU time (its peak memory it reports itself).
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - started
-    output, errors = child.stdout.read(), child.stderr.read()
-    child.stdout.close()
-    child.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise BaselineMismatch(f"baseline failed ({' '.join(command)}): {errors.decode(errors='replace')[-2000:]}")
-    reported = json.loads(output)
-    return {
-        "wall_s": round(wall, 3),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-        **{k: reported[k] for k in ("records", "skipped_lines", "pairs", "events", "read_parse_s", "peak_rss_bytes")},
-    }
-
-
-def compare_with_baseline(folder: Path, batch_dirs: list[Path], figures: dict[str, Any]) -> dict[str, Any]:
-    """Run the baseline on the same input and check its event ids against the pipeline's.
-
-    Raises:
-        BaselineMismatch: naming how many ids each side lacks and the first few of them.
-    """
-    ids_path = folder / "baseline-event-ids.txt"
-    baseline = _run_baseline(batch_dirs, ids_path)
-    baseline_ids = set(ids_path.read_text().split())
-    pipeline_ids: set[str] = figures["event_ids"]
-    only_pipeline, only_baseline = sorted(pipeline_ids - baseline_ids), sorted(baseline_ids - pipeline_ids)
-    if only_pipeline or only_baseline:
-        raise BaselineMismatch(
-            f"the baseline and the pipeline derived different event ids from {folder / 'input'}: "
-            f"{len(only_pipeline)} only from the pipeline (first: {only_pipeline[:5]}), "
-            f"{len(only_baseline)} only from the baseline (first: {only_baseline[:5]})"
-        )
-    pipeline_wall = round(figures["landing"].wall_s + figures["refine"].wall_s, 3)
-    return {
-        "baseline": baseline,
-        "pipeline_wall_s": pipeline_wall,
-        "pipeline_cpu_s": round(figures["landing"].cpu_s + figures["refine"].cpu_s, 3),
-        "baseline_ratio": round(baseline["wall_s"] / pipeline_wall, 3) if pipeline_wall else None,
-        "event_ids_match": True,
-    }
-
-
 def _batch_dirs(input_dir: Path, batches: int) -> list[Path]:
     if batches == 1:
         return [input_dir / "aspects"]
     return [input_dir / f"batch-{index:05d}" / "aspects" for index in range(batches)]
-
-
-def _part_files(batch_dir: Path) -> list[Path]:
-    files = sorted(p for p in batch_dir.iterdir() if p.name.endswith(".jsonl"))
-    if not files:
-        raise InputError(f"{batch_dir}: no generated JSON-lines files")
-    return files
-
-
-def read_mcl_files(spark: SparkSession, files: list[Path], batch_id: str, default_actor: str) -> DataFrame:
-    """The classic engine's loader (plain Parquet, no Delta to land into): DataHub MCL/MCP JSON lines -> rows in
-    bronze.aspect_snapshots' columns (one batch).
-
-    Line numbers are file-order ordinals (monotonically increasing, not contiguous), which keeps the read
-    parallel; the project's landing records exact line numbers.
-    """
-    from pyspark.sql import functions as F
-
-    frames = []
-    for path in files:
-        lines_df = spark.read.text(str(path)).withColumn("line_number", F.monotonically_increasing_id() + 1)
-        frames.append(lines_df.withColumn("source_file", F.lit(str(path))))
-    lines_df = frames[0]
-    for frame in frames[1:]:
-        lines_df = lines_df.unionByName(frame)
-    parsed = F.from_json(F.col("value"), _ENVELOPE)
-    landed_at = F.current_timestamp()
-    rows_df = lines_df.select("value", "source_file", "line_number", parsed.alias("r")).select(
-        F.col("r.entityUrn").alias("entity_urn"),
-        F.col("r.entityType").alias("entity_type"),
-        F.col("r.aspectName").alias("aspect_name"),
-        F.col("r.changeType").alias("change_type"),
-        F.col("r.aspect.value").alias("aspect_json"),
-        F.col("r.systemMetadata.version").cast("bigint").alias("version"),
-        F.coalesce(F.col("r.created.time"), F.col("r.systemMetadata.lastObserved")).alias("created_time"),
-        F.coalesce(F.col("r.created.actor"), F.lit(default_actor)).alias("created_actor"),
-        F.to_json(F.col("r.systemMetadata")).alias("system_metadata"),
-        F.col("r.systemMetadata.runId").alias("run_id"),
-        F.lit("mcl").alias("source_kind"),
-        F.sha2(F.col("value"), 256).alias("record_hash"),
-        "source_file",
-        "line_number",
-        F.lit(batch_id).alias("batch_id"),
-        landed_at.alias("landed_at"),
-        F.to_date(landed_at).alias("land_date"),
-    )
-    return rows_df.select(*table_spec(ASPECT_SNAPSHOTS).column_names)
 
 
 def _land(spark: SparkSession, settings: Settings, batch_dirs: list[Path]) -> str:
@@ -393,7 +286,8 @@ def _run_sail(
 ) -> dict[str, Any]:
     from pipelines.bench.floors import measure_floors
     from pipelines.bench.micro_batches import run_micro_batches
-    from pipelines.runtime.engine import open_session, sail_connect_server
+    from pipelines.runtime.engine import open_session
+    from pipelines.runtime.engine_servers import sail_connect_server
     from pipelines.batch.refine import refine
     from pipelines.runtime.io import read_table
 
@@ -425,9 +319,9 @@ def _run_sail(
                     {"batch_id": ",".join(result.batch_ids), "versions": result.rows_in, "events": result.rows_out,
                      "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps, "steps_cpu_s": steps_cpu}
                 )
-        event_ids = _event_ids(read_table(spark, settings, ENTITY_CHANGE_EVENTS)) if collect_ids else None
+        ids = event_ids(read_table(spark, settings, ENTITY_CHANGE_EVENTS)) if collect_ids else None
         floor_figures = (
-            measure_floors(spark, settings, _part_files(batch_dirs[-1]), folder / "floors") if floors else None
+            measure_floors(spark, settings, part_files(batch_dirs[-1]), folder / "floors") if floors else None
         )
         micro_batches, micro_records, seed = micro
         micro_figures = (
@@ -440,7 +334,7 @@ def _run_sail(
         "landing_mode": mode,
         "refine": total,
         "per_batch": per_batch,
-        "event_ids": event_ids,
+        "event_ids": ids,
         "floors": floor_figures,
         "micro_batches": micro_figures,
         "engine_server_cpu_s": other_cpu.engine_server,
@@ -448,59 +342,3 @@ def _run_sail(
     }
 
 
-def _event_ids(events_df: DataFrame) -> set[str]:
-    return set(events_df.select("event_id").toArrow().column("event_id").to_pylist())
-
-
-def _staged(spark: SparkSession, df: DataFrame, path: Path) -> DataFrame:
-    """Write a step's rows to Parquet at `path` and read them back (the classic engine has no Delta scratch)."""
-    df.write.mode("overwrite").parquet(str(path))
-    return spark.read.parquet(str(path))
-
-
-def _run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
-    from pipelines.runtime.engine import jvm_connect_server, open_session
-    from silver.refining import refine_batch
-    from silver.state import to_next_state, to_pre_batch_state
-
-    base = load_settings("local", home=folder / "home", env={})
-    out = folder / "classic"
-    with jvm_connect_server("local[2]") as url:
-        settings = dataclasses.replace(base, engine=dataclasses.replace(base.engine, kind="connect", connect_url=url))
-        with open_session(settings, register_tables=False) as spark:
-            with measure() as landing:
-                for index, batch_dir in enumerate(batch_dirs):
-                    rows_df = read_mcl_files(spark, _part_files(batch_dir), f"bench-{index:05d}", base.ingest.default_actor)
-                    rows_df.write.mode("overwrite").parquet(str(out / "bronze" / f"bench-{index:05d}"))
-            state_spec = table_spec(ASPECT_STATE)
-            spark.createDataFrame([], state_spec.columns).write.mode("overwrite").parquet(str(out / "state-0"))
-            per_batch = []
-            with measure() as total:
-                for index, _ in enumerate(batch_dirs):
-                    batch_id = f"bench-{index:05d}"
-                    with measure() as one:
-                        stage = out / "work" / batch_id
-                        batch_df = spark.read.parquet(str(out / "bronze" / batch_id))
-                        state_df = spark.read.parquet(str(out / f"state-{index}"))
-                        # Each batch runs once here, so no state row needs reverting (no snapshots).
-                        pre_state_df = to_pre_batch_state(state_df, batch_id, batch_df.filter(F.lit(False)))
-                        refined = refine_batch(batch_df, pre_state_df, base.events.owner_category,
-                                               stage=lambda df, step: _staged(spark, df, stage / step))  # fmt: skip
-                        refined.events_df.write.mode("overwrite").parquet(str(out / "events" / batch_id))
-                        to_next_state(state_df, refined.state_rows_df).write.mode("overwrite").parquet(str(out / f"state-{index + 1}"))
-                        counts = spark.read.parquet(str(out / "events" / batch_id)).count(), refined.sequenced_df.count()
-                    per_batch.append(
-                        {"batch_id": batch_id, "versions": counts[1], "events": counts[0], "wall_s": one.wall_s, "cpu_s": one.cpu_s}
-                    )
-            event_ids = _event_ids(spark.read.parquet(str(out / "events" / "*"))) if collect_ids else None
-    # The JVM runs as a child process: its memory counts only once it has exited, as it has here.
-    total.peak_rss_bytes = max(total.peak_rss_bytes, peak_rss_bytes())
-    return {
-        "landing": landing,
-        "landing_mode": "bench loader (Parquet)",
-        "refine": total,
-        "per_batch": per_batch,
-        "event_ids": event_ids,
-    }

@@ -107,7 +107,7 @@ def s3_server(log_dir: Path, startup_timeout: float = 30.0, bucket: str = BUCKET
         InputError: when moto's server is not installed.
         ConfigError: when it does not start in time (its log tail is in the message).
     """
-    from pipelines.runtime.engine import free_loopback_port, wait_for_port
+    from pipelines.runtime.engine_servers import free_loopback_port, wait_for_port
 
     executable = Path(sys.executable).with_name("moto_server")
     if not executable.exists():

@@ -159,7 +159,7 @@ def run_sql_server_bench(work_dir: Path, *, events: int, days: int, actors: int,
     from pipelines.bi.cluster import DATABASE, open_logins, start_server, stop_server
     from pipelines.bi.replica import READER_ROLE
     from pipelines.bi.server import prepare_replica
-    from pipelines.runtime.engine import free_loopback_port
+    from pipelines.runtime.engine_servers import free_loopback_port
 
     root = Path(tempfile.mkdtemp(prefix="sql-server-bench-", dir=work_dir))
     root.chmod(0o711)  # the server's unprivileged user must reach the cluster under the home

@@ -10,7 +10,7 @@ import pytest
 
 from conf.tables import table_location
 from pipelines.bench.harness import Measurement
-from pipelines.bench.silver import BaselineMismatch, compare_with_baseline
+from pipelines.bench.silver_baseline import BaselineMismatch, compare_with_baseline
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
 

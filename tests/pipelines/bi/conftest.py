@@ -26,7 +26,7 @@ from conf.settings import Settings, load_settings
 from pipelines.orchestration.jobs import run_job
 from pipelines.bi.cluster import postgres_bindir
 from pipelines.bi.replica import replicated_tables
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 from tests.conftest import FIXTURES, register_fresh_tables
 from tests.pipelines.cli.test_cli import LAKEHOUSE
 

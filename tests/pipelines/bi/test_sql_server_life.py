@@ -26,7 +26,7 @@ from conf.settings import load_settings
 from conf.tables import table_location
 from pipelines.orchestration.jobs import run_job
 from pipelines.bi.cluster import writer_conninfo
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 from tests.conftest import FIXTURES, register_fresh_tables
 from tests.pipelines.bi.conftest import PASSWORD, _split_by_entity, reader_conninfo
 from tests.pipelines.cli.test_cli import LAKEHOUSE, run_cli

@@ -16,7 +16,8 @@ from pyspark.sql import functions as F
 
 from conf.errors import ConfigError
 from conf.tables import TABLES, table_location, table_name
-from pipelines.runtime.engine import check_reachable, free_loopback_port, java_message, open_session
+from pipelines.runtime.engine import check_reachable, java_message, open_session
+from pipelines.runtime.engine_servers import free_loopback_port
 from pipelines.runtime.io import append, read_table
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from conf.settings import load_settings
-from pipelines.runtime.engine import sail_connect_server
+from pipelines.runtime.engine_servers import sail_connect_server
 
 DEFECT = "engine defect, worked around (docs/scaling.md: Engine defects worked around)"
 

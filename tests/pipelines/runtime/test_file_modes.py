@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 from tests.conftest import FIXTURES
 from tests.pipelines.cli.test_cli import LAKEHOUSE, run_cli
 

@@ -190,7 +190,7 @@ def test_every_endpoint_answers_on_an_s3_home(served):
 
 @pytest.mark.slow
 def test_sql_server_replicates_an_s3_home_once(s3, s3_home):
-    from pipelines.runtime.engine import free_loopback_port
+    from pipelines.runtime.engine_servers import free_loopback_port
 
     # PostgreSQL runs as an unprivileged user when the tests run as root: its folder must be reachable.
     root = Path(tempfile.mkdtemp(prefix="lakehouse-s3-bi-"))

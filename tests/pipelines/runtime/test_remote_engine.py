@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from conf.tables import TABLES, table_location
-from pipelines.runtime.engine import sail_connect_server
+from pipelines.runtime.engine_servers import sail_connect_server
 from tests.conftest import FIXTURES, make_settings
 from tests.pipelines.batch.test_landing_producers import PRODUCERS
 from tests.pipelines.batch.test_crash_resume import chain_shape, table_contents

@@ -120,7 +120,7 @@ def test_the_api_shows_identities_to_sensitive_readers_and_pseudonyms_to_others(
 
     import httpx
 
-    from pipelines.runtime.engine import free_loopback_port
+    from pipelines.runtime.engine_servers import free_loopback_port
     from pipelines.serving.api import SEARCH_PATH
     from pipelines.serving.tokens import create_token
     from tests.conftest import make_settings

@@ -29,7 +29,7 @@ from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata
 from pipelines.batch.refine import refine
 from pipelines.batch.timeline import aspects_as_of, entity_history
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 from pipelines.serving.api import SEARCH_PATH
 from pipelines.serving.as_of import read_aspects_as_of
 from pipelines.serving.explorer_data import read_entity_history

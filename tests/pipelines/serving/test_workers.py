@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from conf.tables import table_location
 from pipelines.batch.publish_audit import publish_audit
-from pipelines.runtime.engine import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port
 from pipelines.serving.api import SEARCH_PATH
 from pipelines.serving.tokens import create_token
 from pipelines.serving.workers import STOP_TIMEOUT_S, WORKER_HEADER
