@@ -157,7 +157,6 @@ def window_plans(spark: SparkSession, settings: Settings, prepared: PreparedWind
     return [plan]
 
 
-
 def committed_mark(spark: SparkSession, settings: Settings) -> int | None:
     """The high-water mark of this database's table: the last `createdon` (µs) a committed window holds."""
     backfill = settings.ingest.backfill
