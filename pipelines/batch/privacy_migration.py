@@ -31,7 +31,8 @@ from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import TABLES, table_name, table_spec
 from gold.audit_chain import CHAINED_TABLES
-from pipelines.batch.audit_chain import link_batches, verify_chain
+from pipelines.batch.audit_chain import link_batches
+from pipelines.batch.chain_verification import verify_chain
 from pipelines.batch.chain_rewrites import MIGRATIONS_TABLE
 from pipelines.privacy.identities import record_identities
 from pipelines.privacy.keystore import key_store_for

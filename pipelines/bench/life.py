@@ -74,7 +74,7 @@ def run_life_bench(
         AssertionError: when the chain does not verify after a run.
     """
     from datagen.history import generate_history
-    from pipelines.batch.audit_chain import verify_chain
+    from pipelines.batch.chain_verification import verify_chain
     from pipelines.orchestration.jobs import run_job
     from pipelines.runtime.engine import open_session
 

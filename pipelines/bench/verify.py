@@ -73,7 +73,8 @@ def bench_verify(
     keep: Path | None = typer.Option(None, "--keep", help="Build the lakehouse here and keep it (default: a temporary folder)."),
 ) -> None:
     """Measure `lakehouse verify` over generated audit rows and write the JSON result."""
-    from pipelines.batch.audit_chain import link_batches, verify_chain
+    from pipelines.batch.audit_chain import link_batches
+    from pipelines.batch.chain_verification import verify_chain
 
     if batches > rows:
         raise InputError(f"--batches: {batches} is more than --rows {rows}")

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Verify the audit hash chain against the tables; exit 1 naming the first broken link, 3 when batches wait to be linked."""
-        from pipelines.batch.audit_chain import verify_chain
+        from pipelines.batch.chain_verification import verify_chain
         from pipelines.runtime.metrics import last_linked_at_ms, record_verification
         from pipelines.runtime.tracking import tracked_run
 

@@ -16,7 +16,8 @@ from pyspark.sql import functions as F
 from conf.settings_sections import AuditChainSettings
 from conf.tables import table_location, table_name
 from conf.errors import ConfigError, InputError
-from pipelines.batch.audit_chain import chain_key, create_key, link_batches, read_chain, verify_chain
+from pipelines.batch.audit_chain import chain_key, create_key, link_batches, read_chain
+from pipelines.batch.chain_verification import verify_chain
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata
 from pipelines.runtime.io import append, read_table

@@ -16,7 +16,8 @@ from conf.errors import InputError
 from conf.settings_sections import AuditChainSettings
 from conf.tables import table_location
 from pipelines.audit_trail.arrow_chain import ArrowChainLinker
-from pipelines.batch.audit_chain import create_key, read_chain, verify_chain
+from pipelines.batch.audit_chain import create_key, read_chain
+from pipelines.batch.chain_verification import verify_chain
 from pipelines.audit_trail.chain_checkpoint import read_checkpoint
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata

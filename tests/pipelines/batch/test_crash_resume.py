@@ -133,7 +133,8 @@ def assert_a_failed_stage_says_where_and_what_was_committed(spark, inputs: Path,
 
 def chain_shape(spark, home: Path) -> list[tuple]:
     """The chain's links as sorted (table, rows) pairs, after checking that it verifies: no link twice, none broken."""
-    from pipelines.batch.audit_chain import read_chain, verify_chain
+    from pipelines.batch.audit_chain import read_chain
+    from pipelines.batch.chain_verification import verify_chain
     from tests.conftest import register_fresh_tables
 
     settings = make_settings(home)

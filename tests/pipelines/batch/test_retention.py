@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from conf.errors import InputError
 from conf.settings_sections import RetentionDays, RetentionSettings
 from conf.tables import table_location
-from pipelines.batch.audit_chain import verify_chain
+from pipelines.batch.chain_verification import verify_chain
 from pipelines.batch.legal_holds import active_holds, add_hold, remove_hold
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata

@@ -19,7 +19,7 @@ import pytest
 from conf.settings import Settings
 from conf.tables import table_location, table_name
 from datagen.history import generate_history
-from pipelines.batch.audit_chain import verify_chain
+from pipelines.batch.chain_verification import verify_chain
 from pipelines.runtime.state_store import read_state
 from pipelines.orchestration.jobs import run_job
 from pipelines.orchestration.watch import Watcher

@@ -15,7 +15,8 @@ import pytest
 
 from conf.settings_sections import AccessLogSettings
 from pipelines.batch.access_retention import DAY_MS, prune_access_log
-from pipelines.batch.audit_chain import read_chain, verify_chain
+from pipelines.batch.audit_chain import read_chain
+from pipelines.batch.chain_verification import verify_chain
 from pipelines.batch.publish_audit import publish_audit
 from pipelines.serving.access import ACCESS_LOG_PATH
 from pipelines.serving.api import SEARCH_PATH, create_app, serving
