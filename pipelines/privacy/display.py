@@ -11,8 +11,12 @@ erased. Formats with a fixed shape (exports, webhooks, reports) take the text ru
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.dataset as ds
@@ -22,7 +26,7 @@ from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_HEX, PSEUDONYM_PREFI
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.privacy.identities import ERASED_SUBJECT, IDENTITIES_TABLE, resolve_rows
-from pipelines.privacy.keystore import key_store_for
+from pipelines.privacy.keystore import KeyStore, key_store_for
 from pipelines.runtime.storage import delta_storage_options, table_exists
 
 _BODY_PERSON_FIELDS = ("actorUrns",)
@@ -33,13 +37,50 @@ PSEUDONYM_PATTERN = re.compile(
 )
 _PERSON_ID = PSEUDONYM_PREFIX[len(PERSON_PREFIX) :]
 SHOWN_ROWS_PER_READ = 1000
+# A pseudonym the identity table did not name is looked for again after this long (a new row may name it).
+ABSENT_RECHECK_SECONDS = 1.0
+
+
+@dataclass
+class _Resolved:
+    """The key store of one home as read at `stamp` (its file's inode, mtime and size) and what it resolved."""
+
+    stamp: tuple[int, int, int]
+    keys: KeyStore
+    identities: dict[str, str] = field(default_factory=dict)
+    absent: dict[str, float] = field(default_factory=dict)
+
+
+_RESOLVED: dict[str, _Resolved] = {}
+_RESOLVED_LOCK = threading.Lock()
+
+
+def _resolved_for(settings: Settings) -> _Resolved:
+    """The process's identities of this home, kept while its key file is unchanged.
+
+    The key file is rewritten (a new file renamed into place) whenever a key is created or destroyed, so
+    an erasure by any process is seen at the next response: every identity is then decrypted again.
+    A server answers many responses from one read of the key file and of each identity row.
+    """
+    path = settings.secret_path(settings.privacy.key_file)
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        key_store_for(settings)  # raises the error naming privacy.key_file
+        raise
+    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    with _RESOLVED_LOCK:
+        entry = _RESOLVED.get(str(path))
+        if entry is None or entry.stamp != stamp:
+            entry = _RESOLVED[str(path)] = _Resolved(stamp, key_store_for(settings))
+        return entry
 
 
 def person_pseudonym(settings: Settings, urn: str | None) -> str | None:
     """The pseudonym a person urn is stored as (any other value, or privacy off: the value as given)."""
     if not urn or not settings.privacy.pseudonymise or not urn.startswith(PERSON_PREFIX):
         return urn
-    return pseudonym_of(urn, key_store_for(settings).pseudonym_secret())
+    return pseudonym_of(urn, _resolved_for(settings).keys.pseudonym_secret())
 
 
 def pseudonymous_body(settings: Settings, body: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -71,14 +112,27 @@ def _stored_form(pseudonym: str) -> str:
 
 
 def read_identities(settings: Settings, pseudonyms: Iterable[str]) -> dict[str, str]:
-    """pseudonym -> identity (or the erased subject) read from ops.identities with delta-rs."""
-    wanted = sorted({p for p in pseudonyms if PSEUDONYM_PATTERN.fullmatch(p)})
-    location = table_location(settings, IDENTITIES_TABLE)
-    if not wanted or not table_exists(location):
+    """pseudonym -> identity (or the erased subject) read from ops.identities with delta-rs.
+
+    Identities resolved earlier in this process are answered from memory while the key file is unchanged.
+    """
+    wanted = {p for p in pseudonyms if PSEUDONYM_PATTERN.fullmatch(p)}
+    if not wanted:
         return {}
-    dataset = DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
-    rows = dataset.to_table(columns=["pseudonym", "owner", "ciphertext"], filter=ds.field("pseudonym").isin(wanted))
-    return resolve_rows(rows.to_pylist(), key_store_for(settings))
+    entry = _resolved_for(settings)
+    now = time.monotonic()
+    with _RESOLVED_LOCK:
+        missing = sorted(p for p in wanted if p not in entry.identities and now - entry.absent.get(p, -1e9) > ABSENT_RECHECK_SECONDS)
+    location = table_location(settings, IDENTITIES_TABLE)
+    if missing and table_exists(location):
+        dataset = DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
+        rows = dataset.to_table(columns=["pseudonym", "owner", "ciphertext"], filter=ds.field("pseudonym").isin(missing))
+        found = resolve_rows(rows.to_pylist(), entry.keys)
+        with _RESOLVED_LOCK:
+            entry.identities.update(found)
+            entry.absent.update({p: now for p in missing if p not in found})
+    with _RESOLVED_LOCK:
+        return {p: entry.identities[p] for p in wanted if p in entry.identities}
 
 
 def read_every_identity(settings: Settings) -> dict[str, str]:
