@@ -13,6 +13,7 @@ import typer
 BENCH_MODULES = (
     "pipelines.bench.search",
     "pipelines.bench.verify",
+    "pipelines.bench.erase",
     "pipelines.bench.watch",
     "pipelines.bench.silver",
     "pipelines.bench.subscriptions",

@@ -28,11 +28,12 @@ import typer
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import AUDIT_EVENTS, table_location
+from conf.tables import AUDIT_EVENTS, IDENTITIES, table_location
 from conf.values import DAY_MS
 from pipelines.bench.harness import measure, write_result
 from pipelines.bench.search_clients import Client, load_in_child, measure_latency
 from pipelines.bench.search_mix import MIXES, request_mix
+from pipelines.bench.search_privacy import bench_pseudonymisation, pseudonymised_usage_rows
 from pipelines.bench.search_scoped import bench_scoped
 from pipelines.bench.processes import server_cpu_seconds, start_search_server, stop_search_server
 from pipelines.runtime.engine_servers import free_loopback_port
@@ -48,6 +49,7 @@ _COMMON_TARGETS = {"load_p95_ms": 100.0, "single_p95_ms": 30.0, "rss_bytes": 2 *
 TARGETS = {"basic": {"load_rps": 300.0, **_COMMON_TARGETS},
            "contract": {"load_rps": 250.0, "load_ratio": 1.5, **_COMMON_TARGETS}}  # fmt: skip
 VISIBILITY_PROBES = 5
+PRIVACY_ROUNDS = 3
 # The usage document as DataHub writes it (BEHAVIOR.md 1b), read with an explicit schema.
 USAGE_DOCUMENT_DDL = (
     "type STRING, actorUrn STRING, timestamp BIGINT, entityUrn STRING, entityType STRING, aspectName STRING, "
@@ -91,7 +93,10 @@ def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) 
     from pipelines.runtime.io import append, read_table
 
     lines_df = spark.read.text(str(usage_dir))
-    audit_df = to_audit_events_from_usage(to_usage_rows(lines_df, "bench"))
+    rows_df = to_usage_rows(lines_df, "bench")
+    if settings.privacy.pseudonymise:
+        rows_df = pseudonymised_usage_rows(spark, settings, lines_df, rows_df, usage_dir.parent / "identities")
+    audit_df = to_audit_events_from_usage(rows_df)
     append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, AUDIT_EVENTS)
     return read_table(spark, settings, AUDIT_EVENTS).count()
 
@@ -177,13 +182,14 @@ def build_table(settings: Settings, *, events: int, days: int, actor_urns: list[
 
 def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str, list[str], int, int], requests: int,
                  clients: int, duration_s: float, seed: int, overrides: tuple[str, ...] = (),
-                 warmup_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+                 warmup_s: float = 0.0, probes: int = VISIBILITY_PROBES) -> dict[str, Any]:  # fmt: skip
     """Serve the lakehouse with one engine (and `overrides`, `key=value` settings) and measure latency, load at 1
     and `clients` clients and their ratio, visibility.
 
     Args:
         mix: the arguments of `request_mix` (mix name, actors, now_ms, days).
         warmup_s: seconds of `clients` clients before the load phases, not measured (0: none).
+        probes: new versions committed to measure visibility (0: not measured).
     """
     port = free_loopback_port()
     started = time.monotonic()
@@ -203,8 +209,8 @@ def bench_engine(settings: Settings, engine: str, *, token: str, mix: tuple[str,
             figures[phase]["server_cpu_ms_per_request"] = round(cpu_ms / max(1, figures[phase]["requests"]), 3)
         single = figures["load_1_client"]["throughput_rps"]
         figures["load_ratio"] = round(figures[f"load_{clients}_clients"]["throughput_rps"] / single, 2) if single else None
-        location = table_location(settings, AUDIT_EVENTS)
-        figures["new_version_visible"] = measure_visibility(port, token, location, VISIBILITY_PROBES)
+        if probes:
+            figures["new_version_visible"] = measure_visibility(port, token, table_location(settings, AUDIT_EVENTS), probes)
     finally:
         memory = stop_search_server(server)
         figures["server_peak_rss_bytes"] = memory["peak_rss_bytes"]
@@ -251,6 +257,7 @@ def run_search_bench(
     seed: int = 7,
     scope: tuple[str, ...] = (),
     warmup_s: float = 0.0,
+    pseudonymise: bool = False,
 ) -> dict[str, Any]:
     """Load `events` audit rows into the lakehouse of `settings` (unless loaded), serve them and measure search.
 
@@ -260,6 +267,8 @@ def run_search_bench(
     With `scope` (kind=value texts), the engines are measured with the access log off, then `bench_scoped`
     compares the in-process engine under a token of that scope with the access log on against it
     (`inprocess_scoped`). `warmup_s`: seconds of load, not measured, before each engine's load phases.
+    With `pseudonymise`, the table is loaded as landing stores it with privacy on and the in-process engine
+    is measured with the setting on and off instead (`bench_pseudonymisation`, medians of three each).
 
     Returns:
         The measured figures: the build (or reuse), then per engine latency, load phases, visibility,
@@ -272,6 +281,9 @@ def run_search_bench(
 
     actor_urns = [f"urn:li:corpuser:user{i:05d}" for i in range(actors)]
     payload: dict[str, Any] = {"events": events, "days": days, "actors": actors, "engines": list(engines), "mix": mix}
+    if pseudonymise:
+        settings = dataclasses.replace(settings, privacy=dataclasses.replace(settings.privacy, pseudonymise=True))
+        payload["engines"] = ["inprocess"]
     audit_dir = table_location(settings, AUDIT_EVENTS)
     if table_exists(audit_dir) and DeltaTable(str(audit_dir)).to_pyarrow_dataset().count_rows():
         import pyarrow.compute as pc
@@ -290,6 +302,14 @@ def run_search_bench(
     # Every field of the contract, source IPs and raw events included: the sensitive role.
     token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read-sensitive"])
     mix_arguments = (mix, actor_urns, now_ms, days)
+    if pseudonymise:
+        if not table_exists(table_location(settings, IDENTITIES)):
+            raise InputError("--pseudonymise: the kept home was loaded without it; use another --work-dir")
+        payload["pseudonymisation"] = bench_pseudonymisation(
+            settings, bench_engine, token=token, mix=mix_arguments, rounds=PRIVACY_ROUNDS, clients=clients,
+            duration_s=duration_s, requests=requests, seed=seed, warmup_s=warmup_s,
+        )  # fmt: skip
+        return payload
     plain = ("access_log.enabled=false",) if scope else ()
     for engine in engines:
         payload[engine] = bench_engine(settings, engine, token=token, mix=mix_arguments, requests=requests,
@@ -322,6 +342,9 @@ def bench_search_command(
     scope: list[str] = typer.Option(
         [], "--scope", help="Also measure in-process with a token of this scope (kind=value, repeatable) and the access log on."
     ),
+    pseudonymise: bool = typer.Option(
+        False, "--pseudonymise", help="Load the events pseudonymised and measure in-process with privacy.pseudonymise on and off, alternating."
+    ),
 ) -> None:
     """Measure audit search per serving engine: latency, throughput at 1 and N clients and their ratio, new-version visibility."""
     from pipelines.cli.app import state_of
@@ -348,11 +371,19 @@ def bench_search_command(
     try:
         payload = run_search_bench(settings, events=events, duration_s=duration, clients=clients, requests=requests,
                                    days=days, actors=actors, engines=tuple(dict.fromkeys(engine)), mix=mix,
-                                   scope=tuple(scope), warmup_s=warmup)  # fmt: skip
+                                   scope=tuple(scope), warmup_s=warmup, pseudonymise=pseudonymise)  # fmt: skip
     finally:
         if work_dir is None:
             shutil.rmtree(home, ignore_errors=True)
     path = write_result(out, "search", payload)
+    if pseudonymise:
+        privacy = payload["pseudonymisation"]
+        on, off = privacy["medians"]["on"], privacy["medians"]["off"]
+        console.print(f"pseudonymisation on / off, {clients} clients, medians of {privacy['rounds']} alternating runs: "
+                      f"{on['throughput_rps']} / {off['throughput_rps']} req/s, p95 {on['p95_ms']} / {off['p95_ms']} ms; "
+                      f"time {privacy['time_ratio']}x, server CPU {privacy['cpu_ratio']}x")  # fmt: skip
+        console.print(f"wrote {path}")
+        return
     for name in dict.fromkeys(engine):
         figures = payload[name]
         for phase in ("load_1_client", f"load_{clients}_clients"):

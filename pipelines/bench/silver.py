@@ -100,9 +100,14 @@ def register(bench_app: typer.Typer) -> None:
             0, "--micro-batches", min=0, help="Then land and refine this many small batches against the state (sail)."
         ),
         micro_records: int = typer.Option(100, "--micro-records", min=1, help="Records per micro-batch."),
+        pseudonymise: bool = typer.Option(
+            False, "--pseudonymise", help="Run each engine with privacy.pseudonymise off and on, alternating (--runs rounds)."
+        ),
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
         choices = [parse_engine_choice(text, ENGINES, storage) for text in engines]
+        if pseudonymise:
+            choices = [dataclasses.replace(c, pseudonymise=on) for c in choices for on in (False, True)]
         environment = parse_assignments(cluster_env, "--cluster-env", "SAIL_")
         spark_conf = parse_assignments(cluster_conf, "--cluster-conf", "spark.sql.")
         if len(choices) > 1 or runs > 1:
@@ -155,6 +160,7 @@ def run_silver_bench(
     s3: S3Endpoint | None = None,
     cluster_environment: dict[str, str] | None = None,
     cluster_spark_conf: dict[str, str] | None = None,
+    pseudonymise: bool = False,
 ) -> dict[str, Any]:
     """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
 
@@ -168,7 +174,7 @@ def run_silver_bench(
     With `storage="s3"`, the home and the input files are on an S3-protocol server (`s3`, or moto's server
     started for this run; `pipelines.bench.silver_remote`); `cluster_environment` goes to the sail-cluster
     server over `silver_remote.CLUSTER_ENVIRONMENT`, `cluster_spark_conf` to its session over
-    `silver_remote.CLUSTER_SPARK_CONF`.
+    `silver_remote.CLUSTER_SPARK_CONF`. With `pseudonymise` (sail only), the home lands with privacy.pseudonymise on.
 
     Raises:
         InputError: for an unknown engine or storage, a batch count larger than the versions, or a step
@@ -199,6 +205,8 @@ def run_silver_bench(
             raise InputError(f"--floors: measured on the sail engine only, not on {engine!r}")
         if micro_batches and engine not in ("sail", "sail-cluster"):
             raise InputError(f"--micro-batches: measured on the sail engine only, not on {engine!r}")
+        if pseudonymise and engine not in ("sail", "sail-cluster"):
+            raise InputError(f"--pseudonymise: measured on the sail engine only, not on {engine!r}")
         if storage != "local" and (floors or micro_batches):
             raise InputError(f"--floors and --micro-batches: measured on a local home only, not on {storage!r}")
         load_before = os.getloadavg()
@@ -210,7 +218,7 @@ def run_silver_bench(
                     folder, batch_dirs, collect_ids=baseline, floors=floors, micro=(micro_batches, micro_records, seed),
                     cluster=engine == "sail-cluster", s3=s3 if storage == "s3" else None,
                     cluster_environment={**CLUSTER_ENVIRONMENT, **(cluster_environment or {})},
-                    cluster_spark_conf={**CLUSTER_SPARK_CONF, **(cluster_spark_conf or {})},
+                    cluster_spark_conf={**CLUSTER_SPARK_CONF, **(cluster_spark_conf or {})}, pseudonymise=pseudonymise,
                 )  # fmt: skip
         else:
             figures = run_classic(folder, batch_dirs, collect_ids=baseline)
@@ -221,6 +229,7 @@ def run_silver_bench(
         compared = compare_with_baseline(folder, batch_dirs, figures) if baseline else {}
         return {
             "engine": engine,
+            "pseudonymise": pseudonymise,
             "versions": generated,
             "batches": batches,
             "seed": seed,
@@ -283,6 +292,7 @@ def _run_sail(
     s3: S3Endpoint | None = None,
     cluster_environment: dict[str, str] | None = None,
     cluster_spark_conf: dict[str, str] | None = None,
+    pseudonymise: bool = False,
 ) -> dict[str, Any]:
     from pipelines.bench.floors import measure_floors
     from pipelines.bench.micro_batches import run_micro_batches
@@ -293,6 +303,7 @@ def _run_sail(
 
     with contextlib.ExitStack() as stack:
         home, overrides, land_from = stack.enter_context(bench_home(folder, batch_dirs, s3))
+        overrides = [*overrides, *(["privacy.pseudonymise=true"] if pseudonymise else [])]
         settings = load_settings("local", home=home, env={}, overrides=overrides)
         other_cpu = OtherProcessesCpu(cluster=cluster, s3=s3)
         if cluster:

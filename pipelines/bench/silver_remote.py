@@ -48,10 +48,11 @@ class EngineChoice:
 
     engine: str
     storage: str
+    pseudonymise: bool = False
 
     @property
     def label(self) -> str:
-        return f"{self.engine}:{self.storage}"
+        return f"{self.engine}:{self.storage}" + ("+pseudonyms" if self.pseudonymise else "")
 
 
 def parse_engine_choice(text: str, engines: Sequence[str], default_storage: str) -> EngineChoice:
@@ -291,7 +292,8 @@ def run_compared(
             s3 = stack.enter_context(s3_server(folder)) if any(c.storage == "s3" for c in choices) else None
             for round_index in range(runs):
                 for choice in choices if round_index % 2 == 0 else list(reversed(choices)):
-                    result = run_one(engine=choice.engine, storage=choice.storage, s3=s3, work=folder, **options)
+                    result = run_one(engine=choice.engine, storage=choice.storage, pseudonymise=choice.pseudonymise, s3=s3,
+                                     work=folder, **options)  # fmt: skip
                     results.append({"label": choice.label, "round": round_index, **result})
     finally:
         if work is None:
