@@ -261,27 +261,44 @@ def _system_fields(texts: pa.Array, candidates: np.ndarray) -> tuple[pa.Array, p
     """
     count = len(texts)
     objects = pc.fill_null(_as_array(texts), pa.scalar("{}", pa.large_string()))
-    run_ids: list[str | None] = [None] * count
-    versions: list[str | None] = [None] * count
-    passed = np.zeros(count, dtype=bool)
+    read_rows: list[np.ndarray] = []
+    read_tables: list[pa.Table] = []
     for rows, table in _read_blocks(objects, candidates, _SYSTEM_FIELDS):
-        if table is not None:
-            for row, run_id, version in zip(rows, table.column("runId").to_pylist(), table.column("version").to_pylist()):
-                run_ids[row], versions[row], passed[row] = run_id, version, True
-            continue
-        for row in rows:
-            try:
-                system = orjson.loads(objects[int(row)].as_py())
-            except orjson.JSONDecodeError:
-                continue
-            if type(system) is not dict:
-                continue
-            run_id, version = system.get("runId"), system.get("version")
-            if all(value is None or type(value) is str for value in (run_id, version)):
-                run_ids[row], versions[row], passed[row] = run_id, version, True
-    version_texts = pa.array(versions, pa.large_string())
+        if table is None:
+            rows, table = _system_fields_one_by_one(objects, rows)
+        read_rows.append(rows)
+        read_tables.append(table)
+    # Each row's place among the rows read (-1: not read), to put the values read back in row order.
+    place = np.full(count, -1, dtype=np.int64)
+    if read_rows:
+        rows = np.concatenate(read_rows)
+        place[rows] = np.arange(len(rows))
+    read = pa.concat_tables(read_tables) if read_tables else _SYSTEM_FIELDS.empty_table()
+    indices = pa.array(place, mask=place < 0)
+    run_ids, version_texts = (read.column(name).combine_chunks().take(indices) for name in ("runId", "version"))
+    passed = place >= 0
     passed &= _mask(pc.or_kleene(pc.is_null(version_texts), pc.match_substring_regex(version_texts, _WHOLE_NUMBER)))
-    return pa.array(run_ids, pa.large_string()), version_texts, passed
+    return run_ids, version_texts, passed
+
+
+def _system_fields_one_by_one(objects: pa.Array, rows: np.ndarray) -> tuple[np.ndarray, pa.Table]:
+    """The rows whose runId and version orjson reads as text or absent, and those values (landing's reader and
+    orjson match keys by case and take the last of a repeated key)."""
+    certain, run_ids, versions = [], [], []
+    for row in rows.tolist():
+        try:
+            system = orjson.loads(objects[row].as_py())
+        except orjson.JSONDecodeError:
+            continue
+        if type(system) is not dict:
+            continue
+        run_id, version = system.get("runId"), system.get("version")
+        if all(value is None or type(value) is str for value in (run_id, version)):
+            certain.append(row)
+            run_ids.append(run_id)
+            versions.append(version)
+    table = pa.table({"runId": pa.array(run_ids, pa.large_string()), "version": pa.array(versions, pa.large_string())})
+    return np.array(certain, dtype=np.int64), table
 
 
 def _read_blocks(texts: pa.Array, candidates: np.ndarray, schema: pa.Schema):
