@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from pipelines.bench.harness import latency_summary, write_result
+from pipelines.bench.harness import bench_settings, latency_summary, write_result
 from pipelines.bench.processes import drop_file, mcl_lines, start_watch, stop, wait_for, watch_log_records
 from pipelines.bench.watch import build_home
 
@@ -73,15 +73,12 @@ class CountingReceiver:
 
 def run_throughput(home: Path, runs: int, events_per_post: int) -> dict[str, Any]:
     """Deliver every event of `home` to a loopback receiver `runs` times; events/s per run."""
-    from conf.settings import load_settings
     from gold.subscriptions import EventFilters
     from pipelines.runtime.engine import open_session
     from pipelines.subscriptions.delivery import deliver_outcomes
     from pipelines.subscriptions.store import add_subscription, remove_subscription
 
-    settings = load_settings(
-        home=home, overrides=["mlflow.enabled=false", LOOPBACK, f"subscriptions.max_events_per_post={events_per_post}"]
-    )
+    settings = bench_settings(home, LOOPBACK, f"subscriptions.max_events_per_post={events_per_post}")
     receiver = CountingReceiver()
     rates, seconds, delivered = [], [], []
     try:
@@ -114,12 +111,11 @@ def run_throughput(home: Path, runs: int, events_per_post: int) -> dict[str, Any
 
 def run_latency(home: Path, files: int, records: int, interval: float, timeout: float = 120.0) -> dict[str, Any]:
     """Drop `files` small files into a watched home with a subscription; time publish -> receipt per file."""
-    from conf.settings import load_settings
     from gold.subscriptions import EventFilters
     from pipelines.runtime.engine import open_session
     from pipelines.subscriptions.store import add_subscription, remove_subscription
 
-    settings = load_settings(home=home, overrides=["mlflow.enabled=false", LOOPBACK])
+    settings = bench_settings(home, LOOPBACK)
     receiver = CountingReceiver()
     name = f"latency-{time.strftime('%H%M%S')}"
     with open_session(settings) as spark:

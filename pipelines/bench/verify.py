@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from conf.errors import InputError
-from conf.settings import Settings, load_settings
+from conf.settings import Settings
 from conf.tables import AUDIT_EVENTS
-from pipelines.bench.harness import measure, write_result
+from pipelines.bench.harness import bench_settings, measure, write_result
 from pipelines.runtime.engine import open_session
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def bench_verify(
     if batches > rows:
         raise InputError(f"--batches: {batches} is more than --rows {rows}")
     home = keep or Path(tempfile.mkdtemp(prefix="bench-verify-"))
-    settings = load_settings("local", home=home)
+    settings = bench_settings(home)
     try:
         with open_session(settings) as spark:
             with measure() as load:

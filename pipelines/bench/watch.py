@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from conf.tables import ASPECT_STATE, AUDIT_EVENTS
-from pipelines.bench.harness import latency_summary, percentile, write_result
+from pipelines.bench.harness import bench_settings, latency_summary, percentile, write_result
 from pipelines.bench.processes import (
     LAKEHOUSE, child_env, drop_file, free_port, mcl_lines, rss_bytes, search_actor, start_serve, start_watch, stop,
     wait_for, watch_log_records,
@@ -68,10 +68,9 @@ def top_up_audit_rows(home: Path, audit_rows: int, seed: int) -> int:
 
     The rows are loaded and compacted the way `lakehouse bench search` builds its table.
     """
-    from conf.settings import load_settings
     from pipelines.bench.search import build_table
 
-    settings = load_settings(home=home, overrides=["mlflow.enabled=false"])
+    settings = bench_settings(home)
     missing = audit_rows - state_rows(settings)[AUDIT_EVENTS]
     if missing <= 0:
         return 0
@@ -101,7 +100,6 @@ def run_watch_bench(
     Returns:
         Freshness p50/p95/max (seconds), per-micro-batch step seconds, RSS of the watcher and the server.
     """
-    from conf.settings import load_settings
     from pipelines.serving.tokens import create_token
 
     if not (home / "bronze").exists():
@@ -109,7 +107,7 @@ def run_watch_bench(
     settle_home(home)
     if audit_rows:
         top_up_audit_rows(home, audit_rows, seed)
-    settings = load_settings(home=home, overrides=["mlflow.enabled=false"])
+    settings = bench_settings(home)
     token, _ = create_token(settings, "urn:li:corpuser:bench", ["audit-read"])
     landing = settings.landing_paths[0]
     logs = Path(tempfile.mkdtemp(prefix="watch-bench-"))
