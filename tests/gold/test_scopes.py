@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gold.scopes import UNSCOPED, change_event_condition, parse_scope, scope_within
+from gold.scopes import UNSCOPED, change_event_condition, newest_domain_query, parse_scope, scope_within
 
-FINANCE = "urn:li:domain:finance"
+FINANCE, SALES = "urn:li:domain:finance", "urn:li:domain:sales"
 
 
 @pytest.mark.parametrize(
@@ -49,3 +49,12 @@ def test_an_unscoped_principal_has_no_condition():
 )
 def test_scope_within_judges_each_kind(inner, outer, within):
     assert scope_within(parse_scope(inner), parse_scope(outer)) is within
+
+
+def test_an_entity_is_in_the_domain_of_its_newest_audit_row_and_a_tie_gives_no_domain_before_a_domain(spark):
+    rows = [("moved", 1, FINANCE), ("moved", 2, SALES), ("tie_none", 5, FINANCE), ("tie_none", 5, None),
+            ("tie_two", 3, SALES), ("tie_two", 3, FINANCE), (None, 9, FINANCE)]  # fmt: skip
+    audit_df = spark.createDataFrame(rows, "entity_urn string, timestamp bigint, domain string")
+    audit_df.createOrReplaceTempView("scope_test_audit_rows")
+    newest = spark.sql(newest_domain_query("scope_test_audit_rows").sql(dialect="spark")).collect()
+    assert sorted((r.entity_urn, r.domain) for r in newest) == [("moved", SALES), ("tie_none", None), ("tie_two", FINANCE)]
