@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterable, Iterator
-from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -45,23 +45,23 @@ def ranges_in_version_order(batches: Iterable[pa.RecordBatch], bounds: np.ndarra
             (written after the bounds were read) form the last range.
 
     Returns:
-        Record batches in version order; the batches are spilled to a temporary file first, which is
-        removed when the iterator ends or is closed.
+        Record batches in version order. The batches are spilled first to a temporary file without a
+        name, which the system frees when the iterator ends or the process does, however it ends (a
+        backfill killed with SIGKILL leaves no file behind).
     """
-    with tempfile.TemporaryDirectory(prefix="lakehouse-backfill-") as folder:
-        spill = Path(folder) / "rows.arrow"
+    with tempfile.TemporaryFile(prefix="lakehouse-backfill-") as spill:
         ranges = _spilled_by_range(batches, bounds, spill)
         if ranges is None:
             return
-        with pa.OSFile(str(spill)) as source:
-            reader = pa.ipc.open_file(source)
-            for indices in ranges:
-                if indices:
-                    table = pa.Table.from_batches([reader.get_batch(i) for i in indices])
-                    yield from in_version_order(table).to_batches()
+        spill.seek(0)
+        reader = pa.ipc.open_file(pa.PythonFile(spill, mode="r"))
+        for indices in ranges:
+            if indices:
+                table = pa.Table.from_batches([reader.get_batch(i) for i in indices])
+                yield from in_version_order(table).to_batches()
 
 
-def _spilled_by_range(batches: Iterable[pa.RecordBatch], bounds: np.ndarray, spill: Path) -> list[list[int]] | None:
+def _spilled_by_range(batches: Iterable[pa.RecordBatch], bounds: np.ndarray, spill: BinaryIO) -> list[list[int]] | None:
     """Write each batch's rows to `spill` as one record batch per range; return each range's batch numbers.
 
     Returns:
@@ -75,7 +75,7 @@ def _spilled_by_range(batches: Iterable[pa.RecordBatch], bounds: np.ndarray, spi
             if batch.num_rows == 0:
                 continue
             if writer is None:
-                writer = pa.ipc.new_file(str(spill), batch.schema)
+                writer = pa.ipc.new_file(pa.PythonFile(spill, mode="w"), batch.schema)
             row_ranges = range_of(bounds, batch.column("createdon_us").to_numpy(zero_copy_only=False))
             order = np.argsort(row_ranges, kind="stable")
             grouped, grouped_ranges = batch.take(pa.array(order)), row_ranges[order]
