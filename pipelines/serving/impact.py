@@ -12,7 +12,7 @@ import datetime as dt
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from conf.errors import InputError, RequestError
+from conf.locations import Location
 from conf.settings import Settings
 from conf.tables import table_location
 from conf.values import parse_time_ms, whole_number
@@ -101,6 +102,34 @@ def parse_graph_query(params: Mapping[str, str], now_ms: int) -> tuple[str, str,
     return urn, direction, depth, at
 
 
+class _TableProbe:
+    """The latest version of a Delta table, its log read incrementally.
+
+    Opening the table on every request reads its whole log: milliseconds each, more under load.
+    """
+
+    def __init__(self, location: Location):
+        self._location = location
+        self._lock = threading.Lock()
+        self._table: DeltaTable | None = None
+
+    def latest(self) -> tuple[int, Callable[[], ds.Dataset]] | None:
+        """(the latest version, a function opening it as a dataset), None while the table does not exist."""
+        with self._lock:
+            if self._table is None:
+                if not table_exists(self._location):
+                    return None
+                self._table = DeltaTable(str(self._location), storage_options=delta_storage_options(self._location))
+            else:
+                self._table.update_incremental()
+            table = self._table
+            return table.version(), lambda: self._dataset(table)
+
+    def _dataset(self, table: DeltaTable) -> ds.Dataset:
+        with self._lock:
+            return table.to_pyarrow_dataset()
+
+
 class LineageIndex:
     """The entity edges of gold.lineage_edges as an `EdgeIndex`, built once per table version.
 
@@ -109,21 +138,21 @@ class LineageIndex:
     """
 
     def __init__(self, settings: Settings):
-        self._location = table_location(settings, EDGES_TABLE)
+        self._table = _TableProbe(table_location(settings, EDGES_TABLE))
         self._lock = threading.Lock()
         self._cached: tuple[int, EdgeIndex] | None = None
 
     def current(self) -> EdgeIndex:
         """The index of the table's latest version (empty while the table does not exist)."""
-        if not table_exists(self._location):
+        latest = self._table.latest()
+        if latest is None:
             return EdgeIndex(())
-        table = DeltaTable(str(self._location), storage_options=delta_storage_options(self._location))
-        version = table.version()
+        version, dataset = latest
         with self._lock:
             if self._cached is not None and self._cached[0] == version:
                 return self._cached[1]
         columns = ["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time", "edge_kind"]
-        index = EdgeIndex.from_arrow(table.to_pyarrow_dataset().to_table(columns=columns, filter=ds.field("edge_kind") != COLUMN_KIND))
+        index = EdgeIndex.from_arrow(dataset().to_table(columns=columns, filter=ds.field("edge_kind") != COLUMN_KIND))
         with self._lock:
             self._cached = (version, index)
         return index
@@ -142,7 +171,7 @@ class ChangeEventReader:
     """
 
     def __init__(self, settings: Settings, cached_rows: int = CACHED_EVENT_ROWS):
-        self._location = table_location(settings, CHANGES_TABLE)
+        self._table = _TableProbe(table_location(settings, CHANGES_TABLE))
         self._lock = threading.Lock()
         self._cached: tuple[int, ds.Dataset] | None = None
         self._cached_rows = cached_rows
@@ -150,14 +179,14 @@ class ChangeEventReader:
         self._rows = 0
 
     def _dataset(self) -> ds.Dataset | None:
-        if not table_exists(self._location):
+        latest = self._table.latest()
+        if latest is None:
             return None
-        table = DeltaTable(str(self._location), storage_options=delta_storage_options(self._location))
-        version = table.version()
+        version, opened = latest
         with self._lock:
             if self._cached is not None and self._cached[0] == version:
                 return self._cached[1]
-        dataset = table.to_pyarrow_dataset()
+        dataset = opened()
         with self._lock:
             self._cached = (version, dataset)
         return dataset
