@@ -19,7 +19,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_HEX, PSEUDONYM_PREFIX, pseudonym_of
@@ -37,18 +36,20 @@ PSEUDONYM_PATTERN = re.compile(
 )
 _PERSON_ID = PSEUDONYM_PREFIX[len(PERSON_PREFIX) :]
 SHOWN_ROWS_PER_READ = 1000
-# A pseudonym the identity table did not name is looked for again after this long (a new row may name it).
-ABSENT_RECHECK_SECONDS = 1.0
+# The identity table is read again, for a pseudonym it did not name, at most this often (a new row may name it).
+TABLE_RECHECK_SECONDS = 1.0
 
 
 @dataclass
 class _Resolved:
-    """The key store of one home as read at `stamp` (its file's inode, mtime and size) and what it resolved."""
+    """The key store of one home as read at `stamp` (its file's inode, mtime and size), the identity rows
+    (pseudonym -> rows with its owner and ciphertext) as last read, and the identities decrypted from them."""
 
     stamp: tuple[int, int, int]
     keys: KeyStore
+    rows: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    read_at: float = float("-inf")
     identities: dict[str, str] = field(default_factory=dict)
-    absent: dict[str, float] = field(default_factory=dict)
 
 
 _RESOLVED: dict[str, _Resolved] = {}
@@ -120,28 +121,34 @@ def read_identities(settings: Settings, pseudonyms: Iterable[str]) -> dict[str, 
     if not wanted:
         return {}
     entry = _resolved_for(settings)
-    now = time.monotonic()
     with _RESOLVED_LOCK:
-        missing = sorted(p for p in wanted if p not in entry.identities and now - entry.absent.get(p, -1e9) > ABSENT_RECHECK_SECONDS)
-    location = table_location(settings, IDENTITIES_TABLE)
-    if missing and table_exists(location):
-        dataset = DeltaTable(str(location), storage_options=delta_storage_options(location)).to_pyarrow_dataset()
-        rows = dataset.to_table(columns=["pseudonym", "owner", "ciphertext"], filter=ds.field("pseudonym").isin(missing))
-        found = resolve_rows(rows.to_pylist(), entry.keys)
+        missing = {p for p in wanted if p not in entry.identities}
+        stale = any(p not in entry.rows for p in missing) and time.monotonic() - entry.read_at > TABLE_RECHECK_SECONDS
+    if stale:
+        rows = _identity_rows(settings)
         with _RESOLVED_LOCK:
-            entry.identities.update(found)
-            entry.absent.update({p: now for p in missing if p not in found})
+            entry.rows, entry.read_at = rows, time.monotonic()
     with _RESOLVED_LOCK:
+        for pseudonym in missing & entry.rows.keys():
+            entry.identities.update(resolve_rows(entry.rows[pseudonym], entry.keys))
         return {p: entry.identities[p] for p in wanted if p in entry.identities}
 
 
-def read_every_identity(settings: Settings) -> dict[str, str]:
-    """pseudonym -> identity (or the erased subject) of every identity recorded (the BI replica's copy)."""
+def _identity_rows(settings: Settings) -> dict[str, list[dict[str, str]]]:
+    """Every row of ops.identities by pseudonym (one identity, such as an address, may have several owners)."""
     location = table_location(settings, IDENTITIES_TABLE)
     if not table_exists(location):
         return {}
     table = DeltaTable(str(location), storage_options=delta_storage_options(location))
-    rows = table.to_pyarrow_table(columns=["pseudonym", "owner", "ciphertext"]).to_pylist()
+    by_pseudonym: dict[str, list[dict[str, str]]] = {}
+    for row in table.to_pyarrow_table(columns=["pseudonym", "owner", "ciphertext"]).to_pylist():
+        by_pseudonym.setdefault(row["pseudonym"], []).append(row)
+    return by_pseudonym
+
+
+def read_every_identity(settings: Settings) -> dict[str, str]:
+    """pseudonym -> identity (or the erased subject) of every identity recorded (the BI replica's copy)."""
+    rows = [row for rows in _identity_rows(settings).values() for row in rows]
     return resolve_rows(rows, key_store_for(settings))
 
 
