@@ -120,18 +120,49 @@ def read_identities(settings: Settings, pseudonyms: Iterable[str]) -> dict[str, 
     wanted = {p for p in pseudonyms if PSEUDONYM_PATTERN.fullmatch(p)}
     if not wanted:
         return {}
-    entry = _resolved_for(settings)
-    with _RESOLVED_LOCK:
-        missing = {p for p in wanted if p not in entry.identities}
-        stale = any(p not in entry.rows for p in missing) and time.monotonic() - entry.read_at > TABLE_RECHECK_SECONDS
-    if stale:
-        rows = _identity_rows(settings)
+    identities = _Identities(settings)
+    return {p: identities[p] for p in wanted if p in identities}
+
+
+class _Identities:
+    """pseudonym -> identity (or the erased subject), looked up as a response is shown, for one response.
+
+    Answered from the process's identities of the home (`_resolved_for`); a pseudonym it does not hold has
+    the identity table read again, at most once per response and once per TABLE_RECHECK_SECONDS.
+    """
+
+    def __init__(self, settings: Settings):
+        self._settings = settings
+        self._entry = _resolved_for(settings)
+        self._reread = False
+
+    def get(self, pseudonym: str, default: str | None = None) -> str | None:
+        entry = self._entry
         with _RESOLVED_LOCK:
-            entry.rows, entry.read_at = rows, time.monotonic()
-    with _RESOLVED_LOCK:
-        for pseudonym in missing & entry.rows.keys():
-            entry.identities.update(resolve_rows(entry.rows[pseudonym], entry.keys))
-        return {p: entry.identities[p] for p in wanted if p in entry.identities}
+            if pseudonym in entry.identities:
+                return entry.identities[pseudonym]
+            rows = entry.rows.get(pseudonym)
+            reread = rows is None and not self._reread and time.monotonic() - entry.read_at > TABLE_RECHECK_SECONDS
+        if reread:
+            self._reread = True
+            every = _identity_rows(self._settings)
+            with _RESOLVED_LOCK:
+                entry.rows, entry.read_at = every, time.monotonic()
+                rows = every.get(pseudonym)
+        if rows is None:
+            return default
+        with _RESOLVED_LOCK:
+            entry.identities.update(resolve_rows(rows, entry.keys))
+            return entry.identities.get(pseudonym, default)
+
+    def __contains__(self, pseudonym: object) -> bool:
+        return isinstance(pseudonym, str) and self.get(pseudonym) is not None
+
+    def __getitem__(self, pseudonym: str) -> str:
+        found = self.get(pseudonym)
+        if found is None:
+            raise KeyError(pseudonym)
+        return found
 
 
 def _identity_rows(settings: Settings) -> dict[str, list[dict[str, str]]]:
@@ -152,7 +183,7 @@ def read_every_identity(settings: Settings) -> dict[str, str]:
     return resolve_rows(rows, key_store_for(settings))
 
 
-def show_identities(value: Any, resolved: Mapping[str, str], annotate: bool = True) -> Any:
+def show_identities(value: Any, resolved: Mapping[str, str] | _Identities, annotate: bool = True) -> Any:
     """`value` with the identities of `resolved` in place of their pseudonyms.
 
     Args:
@@ -162,6 +193,8 @@ def show_identities(value: Any, resolved: Mapping[str, str], annotate: bool = Tr
             `<field>Pseudonym`; False: only the text rule (fixed formats).
     """
     if isinstance(value, str):
+        if "p-" not in value and "ua-" not in value:
+            return value  # no pseudonym can be in it (most values): no regular expression run
         # A JSON document held as text (a raw event) gets its identities escaped as JSON strings require.
         in_json = value.startswith(("{", "["))
         return PSEUDONYM_PATTERN.sub(lambda m: _identity_in_text(m.group(0), resolved, in_json), value)
@@ -180,7 +213,7 @@ def show_identities(value: Any, resolved: Mapping[str, str], annotate: bool = Tr
     return value
 
 
-def _identity_in_text(pseudonym: str, resolved: Mapping[str, str], in_json: bool = False) -> str:
+def _identity_in_text(pseudonym: str, resolved: Mapping[str, str] | _Identities, in_json: bool = False) -> str:
     identity = resolved.get(_stored_form(pseudonym))
     if identity is None or identity == ERASED_SUBJECT:
         return pseudonym
@@ -197,8 +230,8 @@ def with_identities(settings: Settings, value: Any, annotate: bool = True) -> An
     """`value` (a response, a row, a document) as a caller allowed to see identities sees it (as given when off)."""
     if not settings.privacy.pseudonymise:
         return value
-    found = pseudonyms_in(value)
-    return show_identities(value, read_identities(settings, found), annotate) if found else value
+    # One walk: each pseudonym is looked up as it is met (the process holds most of them already).
+    return show_identities(value, _Identities(settings), annotate)
 
 
 def shown_to(settings: Settings, value: Any, principal: Any) -> Any:
