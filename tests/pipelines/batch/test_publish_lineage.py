@@ -17,7 +17,7 @@ from datahub.metadata.schema_classes import (
 )
 
 from gold.lineage import EDGE_COLUMNS
-from pipelines.batch.publish_lineage import publish_lineage
+from pipelines.batch.publish_lineage import MAX_NAMED_ENTITIES, MAX_REPLACED_OWNERS, publish_lineage
 from pipelines.runtime.io import read_table
 from pipelines.runtime.progress import record_progress
 from tests.conftest import make_settings, register_fresh_tables
@@ -125,6 +125,36 @@ def test_a_deleted_upstream_ends_the_edge_and_its_restore_reopens_it_while_the_a
     restored = {r.valid_from_aspect for r in read_table(spark, settings, "gold.lineage_edges").collect() if r.valid_from_time == 4_000}
     assert restored == {"datasetKey"}
     assert publish_lineage(spark, settings).batch_ids == ()
+    assert edges(spark, settings) == expected
+
+
+
+def test_many_owners_and_many_deleted_ends_take_the_joined_path_with_the_same_rows(spark, tmp_path):
+    # Past MAX_NAMED_ENTITIES deleted ends the owners are found by joins, past MAX_REPLACED_OWNERS
+    # their rows are MERGEd: the rows are those a few named ones give.
+    settings = make_settings(tmp_path)
+    register_fresh_tables(spark, settings)
+    owners = [f"urn:li:dataset:(urn:li:dataPlatform:hive,o{n},PROD)" for n in range(MAX_REPLACED_OWNERS + 1)]
+    inputs = [f"urn:li:dataset:(urn:li:dataPlatform:hive,i{n},PROD)" for n in range(len(owners))]
+    shared = "urn:li:dataset:(urn:li:dataPlatform:hive,shared,PROD)"
+    deleted = range(MAX_NAMED_ENTITIES + 1)
+    refined_batch(spark, settings, "b1", [
+        mcl(owner, "upstreamLineage", {"upstreams": [{"dataset": up}]}, version=1, time=1_000, actor=ANN)
+        for owner, up in zip(owners, inputs)
+    ], 0)  # fmt: skip
+    assert publish_lineage(spark, settings).rows_in == len(owners)
+    refined_batch(spark, settings, "b2", [
+        mcl(inputs[n], "status", {"removed": True}, version=1, time=2_000, actor=BOB) for n in deleted
+    ], 1)  # fmt: skip
+    assert publish_lineage(spark, settings).rows_in == 2 * len(deleted)  # the deleted, and the owners of their edges
+    refined_batch(spark, settings, "b3", [
+        mcl(owner, "upstreamLineage", {"upstreams": [{"dataset": up}, {"dataset": shared}]}, version=2, time=3_000, actor=ANN)
+        for owner, up in zip(owners, inputs)
+    ], 2)  # fmt: skip
+    assert publish_lineage(spark, settings).rows_in == len(owners)
+    expected = {(up, owner, "dataset", 1_000, ANN, 2_000, BOB) for owner, up in zip(owners[: len(deleted)], inputs)}
+    expected |= {(up, owner, "dataset", 1_000, ANN, None, None) for owner, up in zip(owners[len(deleted) :], inputs[len(deleted) :])}
+    expected |= {(shared, owner, "dataset", 3_000, ANN, None, None) for owner in owners}
     assert edges(spark, settings) == expected
 
 
