@@ -219,7 +219,8 @@ class ChangeEventReader:
             condition = condition & scope.arrow
         if not files:
             return dataset.schema.empty_table().select(_EVENT_COLUMNS)
-        return pa.concat_tables(files).filter(condition)
+        # Files read under an earlier version of the schema are unified with the later ones.
+        return pa.concat_tables(files, promote_options="permissive").filter(condition)
 
 
 def reached_changes(
