@@ -79,3 +79,10 @@ def delta_log_actions(location: Path) -> list[dict]:
     """Every action of the Delta table at `location`, in commit order (one dict per line of its JSON commits)."""
     commits = sorted((location / "_delta_log").glob("*.json"))
     return [json.loads(line) for commit in commits for line in commit.read_text().splitlines()]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the files named in tests/longest_first.txt first, in its order; the rest keep theirs."""
+    listed = (REPO / "tests" / "longest_first.txt").read_text().splitlines()
+    rank = {name: index for index, name in enumerate(line for line in listed if line and not line.startswith("#"))}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
