@@ -32,9 +32,10 @@ WITH logged_keys AS (
     s.prev_record_hash,
     s.prev_batch_id,
     FALSE AS flag_only,
-    CAST(0 AS BIGINT) AS log_seq
+    CAST(0 AS BIGINT) AS log_seq,
+    k.entity_urn IS NOT NULL AS logged
   FROM silver.aspect_state AS s
-  JOIN logged_keys AS k
+  LEFT JOIN logged_keys AS k
     ON s.entity_urn = k.entity_urn AND s.aspect_name = k.aspect_name
   UNION ALL
   SELECT
@@ -62,19 +63,31 @@ WITH logged_keys AS (
     l.prev_record_hash,
     l.prev_batch_id,
     l.flag_only,
-    l.log_seq
+    l.log_seq,
+    TRUE AS logged
   FROM silver.aspect_state_log AS l
 ), ranked AS (
   SELECT
     c.*,
     ROW_NUMBER() OVER (PARTITION BY c.entity_urn, c.aspect_name ORDER BY c.order_key DESC, c.log_seq DESC) AS newest
   FROM candidates AS c
-  WHERE NOT c.flag_only
-), winners AS (
+  WHERE c.logged AND NOT c.flag_only
+), logged_winners AS (
   SELECT
     *
   FROM ranked
   WHERE newest = 1
+), winners AS (
+  -- a key the log does not name keeps its state row, unranked: only logged keys need the window
+  SELECT
+    *
+  FROM logged_winners
+  UNION ALL
+  SELECT
+    c.*,
+    1 AS newest
+  FROM candidates AS c
+  WHERE NOT c.logged
 ), flags AS (
   SELECT
     c.entity_urn,
@@ -82,39 +95,10 @@ WITH logged_keys AS (
     c.entity_deleted,
     ROW_NUMBER() OVER (PARTITION BY c.entity_urn, c.aspect_name ORDER BY c.log_seq DESC) AS newest
   FROM candidates AS c
-  JOIN winners AS w
+  JOIN logged_winners AS w
     ON c.entity_urn = w.entity_urn AND c.aspect_name = w.aspect_name
   WHERE c.flag_only AND c.log_seq > w.log_seq
 )
-SELECT
-  s.entity_urn,
-  s.entity_type,
-  s.aspect_name,
-  s.aspect_json,
-  s.version,
-  s.order_key,
-  s.change_type,
-  s.created_time,
-  s.created_actor,
-  s.deleted,
-  s.entity_deleted,
-  s.record_hash,
-  s.batch_id,
-  s.updated_at,
-  s.source_file,
-  s.line_number,
-  s.prev_version,
-  s.prev_order_key,
-  s.prev_change_type,
-  s.prev_created_time,
-  s.prev_created_actor,
-  s.prev_record_hash,
-  s.prev_batch_id
-FROM silver.aspect_state AS s
-LEFT JOIN logged_keys AS k
-  ON s.entity_urn = k.entity_urn AND s.aspect_name = k.aspect_name
-WHERE k.entity_urn IS NULL
-UNION ALL
 SELECT
   w.entity_urn,
   w.entity_type,
