@@ -14,14 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import ENTITY_CHANGE_EVENTS
 from gold.ece_documents import ece_document
 from pipelines.privacy.display import json_lines_with_identities
-from pipelines.runtime.io import read_table, write_lines
+from pipelines.runtime.io import read_time_window, write_lines
 
 EVENTS_TABLE = ENTITY_CHANGE_EVENTS
 
@@ -30,13 +28,7 @@ def select_events(
     spark: SparkSession, settings: Settings, since_ms: int | None = None, until_ms: int | None = None
 ) -> DataFrame:
     """The change events with since_ms <= event time < until_ms, in event time order (stable)."""
-    if since_ms is not None and until_ms is not None and since_ms > until_ms:
-        raise InputError(f"since_ms: {since_ms} is after until_ms {until_ms}")
-    events_df = read_table(spark, settings, EVENTS_TABLE)
-    if since_ms is not None:
-        events_df = events_df.filter(F.col("event_time") >= F.lit(since_ms))
-    if until_ms is not None:
-        events_df = events_df.filter(F.col("event_time") < F.lit(until_ms))
+    events_df = read_time_window(spark, settings, EVENTS_TABLE, "event_time", since_ms, until_ms)
     return events_df.orderBy("event_time", "source_order_key", "event_id")
 
 

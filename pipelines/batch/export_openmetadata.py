@@ -12,14 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import OPENMETADATA_CHANGE_EVENTS
 from gold.openmetadata import event_filter_predicate, to_change_event_json
 from pipelines.privacy.display import json_lines_with_identities
-from pipelines.runtime.io import read_table, write_lines
+from pipelines.runtime.io import read_time_window, write_lines
 
 CHANGE_EVENTS_TABLE = OPENMETADATA_CHANGE_EVENTS
 
@@ -37,15 +35,9 @@ def select_change_events(
         InputError: when since_ms is after until_ms.
         RequestError: for an eventFilter the spec does not allow (naming the key and value).
     """
-    if since_ms is not None and until_ms is not None and since_ms > until_ms:
-        raise InputError(f"since_ms: {since_ms} is after until_ms {until_ms}")
     predicate = event_filter_predicate(event_filter)
-    events_df = read_table(spark, settings, CHANGE_EVENTS_TABLE).filter(predicate)
-    if since_ms is not None:
-        events_df = events_df.filter(F.col("timestamp") >= F.lit(since_ms))
-    if until_ms is not None:
-        events_df = events_df.filter(F.col("timestamp") < F.lit(until_ms))
-    return events_df.orderBy("timestamp", "entity_id", "entity_sequence", "id")
+    events_df = read_time_window(spark, settings, CHANGE_EVENTS_TABLE, "timestamp", since_ms, until_ms)
+    return events_df.filter(predicate).orderBy("timestamp", "entity_id", "entity_sequence", "id")
 
 
 def write_openmetadata_jsonl(

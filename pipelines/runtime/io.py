@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameWriter, Row, SparkSession
+from pyspark.sql import functions as F
 
 from conf.errors import ConcurrencyError, InputError
 from conf.locations import Location
@@ -37,6 +38,37 @@ _COMMIT_RACE_MARKERS = (
 def read_table(spark: SparkSession, settings: Settings, table_key: str) -> DataFrame:
     """Return a declared table as a DataFrame (registered by name at session start)."""
     return spark.table(home_of(settings).table_name(table_key))
+
+
+def read_time_window(
+    spark: SparkSession,
+    settings: Settings,
+    table_key: str,
+    time_column: str,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> DataFrame:
+    """Return a declared table's rows with since_ms <= `time_column` < until_ms.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings.
+        table_key: the table's registry key.
+        time_column: the epoch-millisecond column the window applies to.
+        since_ms: first time included; None: from the first row.
+        until_ms: first time excluded; None: to the last row.
+
+    Raises:
+        InputError: when since_ms is after until_ms.
+    """
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise InputError(f"since_ms: {since_ms} is after until_ms {until_ms}")
+    rows_df = read_table(spark, settings, table_key)
+    if since_ms is not None:
+        rows_df = rows_df.filter(F.col(time_column) >= F.lit(since_ms))
+    if until_ms is not None:
+        rows_df = rows_df.filter(F.col(time_column) < F.lit(until_ms))
+    return rows_df
 
 
 # Rows per row group of scratch Parquet files. A row group is the unit a reader hands to one core: the
