@@ -22,13 +22,12 @@ from pyspark.sql import functions as F
 
 from conf.settings import Settings
 from conf.tables import table_name, table_spec
+from conf.values import DAY_MS
 from pipelines.batch.audit_chain import link_batches
 from pipelines.batch.legal_holds import LegalHold, active_holds, held_rows
 from pipelines.batch.retention_cuts import CUTS_TABLE
 from pipelines.runtime.io import append, read_table, retry_commit, sql_string
 from pipelines.runtime.maintenance import maintenance_for
-
-DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True)

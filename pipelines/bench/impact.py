@@ -19,10 +19,9 @@ from typing import Any
 
 import typer
 
+from conf.values import DAY_MS
 from pipelines.bench.harness import bench_settings, latency_summary, measure, write_result
 from pipelines.cli.console import console
-
-DAY_MS = 86_400_000
 
 
 def register(bench_app: typer.Typer) -> None:
