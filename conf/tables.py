@@ -251,13 +251,16 @@ _SPECS = (
         "edge_id STRING, upstream_urn STRING, downstream_urn STRING, edge_kind STRING, owner_urn STRING, "
         "aspect_name STRING, valid_from_time BIGINT, valid_from_version BIGINT, valid_from_aspect STRING, "
         "added_by STRING, valid_to_time BIGINT, valid_to_version BIGINT, valid_to_aspect STRING, "
-        "removed_by STRING, batch_id STRING",
+        "removed_by STRING, batch_id STRING, published_seq BIGINT",
         (),
         "One lineage edge (upstream_urn -> downstream_urn) for one span of its validity, in epoch ms "
         "[valid_from_time, valid_to_time), valid_to_* null while it holds: held by aspect_name of owner_urn "
         "(edge_kind dataset, column, job-input, job-output, chart-input, dashboard-chart, ...), added and "
         "removed by the version (and actor) of that aspect, or of the owner's status / key aspect when a "
-        "delete ended it or a restore started it again; batch_id: the publish that last derived the owner's edges.",
+        "delete ended it or a restore started it again; batch_id: the publish that last derived the owner's edges. "
+        "Append-only between compactions: each publish appends its owners' rows numbered published_seq (null: 0) "
+        "and one row with edge_kind null per owner; an owner's edges are its rows of its highest published_seq "
+        "(gold.lineage_graph and the readers fold them so).",
     ),
     TableSpec(
         "ops",
@@ -409,7 +412,11 @@ AUDIT_CHAIN = "ops.audit_chain"
 # Columns declared after a table was first released: a home built before gets them added in place
 # (null in its old rows), and the audit chain leaves them out of a row's canonical form while null,
 # so links recorded before them still verify.
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"gold.audit_events": ("domain",), "ops.subscriptions": ("scope",)}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gold.audit_events": ("domain",),
+    "ops.subscriptions": ("scope",),
+    "gold.lineage_edges": ("published_seq",),
+}
 
 
 def table_spec(table_key: str) -> TableSpec:

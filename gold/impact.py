@@ -21,6 +21,8 @@ from conf.errors import InputError
 DIRECTIONS = ("upstream", "downstream")
 # The kind of the edges between schema fields (fineGrainedLineages): not walked between entities.
 COLUMN_KIND = "column"
+# gold.lineage_edges: the publish that appended a row; an owner's edges are its rows of its newest publish.
+PUBLISHED_SEQ = "published_seq"
 
 
 @dataclass(frozen=True)

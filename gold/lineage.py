@@ -14,7 +14,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from gold.impact import COLUMN_KIND
+from gold.impact import COLUMN_KIND, PUBLISHED_SEQ
 from silver.aspects import is_key_aspect
 
 # Each lineage aspect, with the entity types that write it.
@@ -340,3 +340,39 @@ def to_lineage_edges(versions_df: DataFrame) -> DataFrame:
         F.col("to_aspect").alias("valid_to_aspect"),
         F.col("to_actor").alias("removed_by"),
     )  # fmt: skip
+
+
+def to_publish_markers(owners_df: DataFrame) -> DataFrame:
+    """One marker row per owner a publish derived: `owner_urn` with every edge column null (edge_kind null marks it).
+
+    Appended with the owners' edges under the publish's `published_seq`, it makes that publish the
+    owner's newest even when the owner holds no edge any more, so its older rows fold away.
+    """
+    numbers = {"valid_from_time", "valid_from_version", "valid_to_time", "valid_to_version"}
+    nulls = [F.lit(None).cast("bigint" if c in numbers else "string").alias(c) for c in EDGE_COLUMNS if c != "owner_urn"]
+    return owners_df.select("owner_urn", *nulls)
+
+
+def to_current_edges(edges_df: DataFrame) -> DataFrame:
+    """The rows of each owner's newest publish, markers left out: the lineage edges as they stand.
+
+    Args:
+        edges_df: rows of gold.lineage_edges (published_seq null counts as 0, before any later publish).
+
+    Returns:
+        `edges_df`'s columns: per owner, its rows of the highest published_seq among its rows, the
+        markers (edge_kind null) dropped.
+    """
+    seq = F.coalesce(F.col(PUBLISHED_SEQ), F.lit(0))
+    newest_df = (
+        edges_df.filter(F.col("edge_kind").isNull())
+        .groupBy(F.col("owner_urn").alias("_newest_owner"))
+        .agg(F.max(seq).alias("_newest_seq"))
+    )
+    # Only the owners published since the last compaction have markers: the other rows stand as they are.
+    return (
+        edges_df.filter(F.col("edge_kind").isNotNull())
+        .join(F.broadcast(newest_df), F.col("owner_urn") == F.col("_newest_owner"), "left")
+        .filter(F.col("_newest_seq").isNull() | (seq == F.col("_newest_seq")))
+        .drop("_newest_owner", "_newest_seq")
+    )

@@ -14,4 +14,12 @@ SELECT
   e.valid_from_time,
   e.valid_to_time
 FROM gold.lineage_edges AS e
-WHERE e.edge_kind <> 'column'
+-- Each owner's rows of its newest publish only: a publish appends its owners' rows and one marker row
+-- (edge_kind null) each, and the owners without a marker (none since the last compaction) keep theirs.
+LEFT JOIN (
+  SELECT m.owner_urn, max(coalesce(m.published_seq, 0)) AS newest_seq
+  FROM gold.lineage_edges AS m
+  WHERE m.edge_kind IS NULL
+  GROUP BY m.owner_urn
+) AS p ON p.owner_urn = e.owner_urn
+WHERE e.edge_kind <> 'column' AND (p.newest_seq IS NULL OR coalesce(e.published_seq, 0) = p.newest_seq)

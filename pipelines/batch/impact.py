@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 from conf.errors import InputError
 from conf.settings import Settings
 from gold.impact import COLUMN_KIND, ChangeEvent, Edge, ImpactRow, impact
+from gold.lineage import to_current_edges
 from pipelines.runtime.io import read_table
 
 
@@ -30,7 +31,7 @@ def impact_of(
     """
     if not urn.startswith("urn:li:"):
         raise InputError(f"urn: {urn!r} is not a DataHub urn (urn:li:<type>:<id>)")
-    edges_df = read_table(spark, settings, "gold.lineage_edges").filter(
+    edges_df = to_current_edges(read_table(spark, settings, "gold.lineage_edges")).filter(
         (F.col("edge_kind") != COLUMN_KIND)
         & (F.col("valid_from_time") < F.lit(end_ms))
         & (F.col("valid_to_time").isNull() | (F.col("valid_to_time") > F.lit(start_ms)))

@@ -3,15 +3,14 @@
 Incremental by entity. The entities whose lineage aspects, `status` or key aspect a pending batch
 wrote, and the owners of edges whose other end such a batch deleted or restored, have their edges
 derived again from their whole aspect history in bronze (the batches refine finished) and the ends'
-lifecycle, and those owners' rows in the table are replaced by them in one commit. So a late version
-lands where it belongs, and a re-run after a crash derives the same rows and changes nothing more:
+lifecycle, and appended as those owners' newest rows in one commit (readers fold each owner to its
+newest publish: `gold.lineage.to_current_edges`). So a late version lands where it belongs, and a
+re-run after a crash derives the same rows again:
   1. stage: the owners, their versions, their edges' ends' lifecycle versions and the owners' edges,
      written to Parquet under `<home>/_scratch/publish_lineage`;
-  2. replace the owners' rows: by naming them (replaceWhere) for a micro-batch's few, else a MERGE on
-     edge_id (new spans inserted, changed ones updated, the entities' stale spans deleted; an append
-     when none of the entities has a row yet);
-  3. record progress for each batch (last).
-"""
+  2. append the owners' rows and a marker row per owner under the table's next version as
+     published_seq (a bulk publish then folds the table; `lakehouse maintain --optimize` folds it too);
+  3. record progress for each batch (last)."""
 
 from __future__ import annotations
 
@@ -23,14 +22,17 @@ from pyspark.sql import functions as F
 from conf.locations import Location
 from conf.settings import Settings
 from gold.lineage import (
-    EDGE_COLUMNS, LINEAGE_ASPECTS, STATUS_ASPECT, entity_of, is_lineage_input, to_lineage_edges, to_version_edges,
+    LINEAGE_ASPECTS, STATUS_ASPECT, entity_of, is_lineage_input, to_current_edges, to_lineage_edges,
+    to_publish_markers, to_version_edges,
 )  # fmt: skip
+from gold.impact import PUBLISHED_SEQ
 from pipelines.batch.refine import STAGE as REFINE_STAGE
 from pipelines.runtime.faults import crash_point
 from pipelines.runtime.home import home_of
 from pipelines.runtime.io import (
-    any_stored, append, insert_row, merge, read_table, replace_where, retry_commit, sql_string, write_scratch,
+    any_stored, append, read_table, replace_where, retry_commit, write_scratch,
 )  # fmt: skip
+from pipelines.runtime.maintenance import maintenance_for
 from pipelines.runtime.progress import StageResult, finished_batches, pending_batches, record_progress
 from silver.aspects import is_key_aspect
 from silver.patching import with_patches_applied
@@ -189,7 +191,7 @@ def publish_lineage(spark: SparkSession, settings: Settings, run_id: str | None 
     staged_df = write_scratch(edges_df, folder / "edges", storage)
     entities, edges = owners_df.count(), staged_df.count()
     if entities:
-        replace_owner_edges(spark, settings, staged_df, owners_df, folder)
+        append_owner_edges(spark, settings, staged_df, owners_df, batch_ids[-1], folder)
     crash_point("publish_lineage.merged")
     for batch_id in batch_ids:
         record_progress(
@@ -199,56 +201,60 @@ def publish_lineage(spark: SparkSession, settings: Settings, run_id: str | None 
     return StageResult(STAGE, tuple(batch_ids), entities, edges, {"entities": float(entities), "edges": float(edges)})
 
 
-# The most owners whose rows are replaced by naming them (beyond, a MERGE): the plan stays bounded.
-MAX_REPLACED_OWNERS = 1_000
+# The most owners a publish appends rows for without folding the table afterwards: beyond, the
+# publish rewrites the table anyway in size, and folding keeps the superseded rows from piling up.
+MAX_APPENDED_OWNERS = 1_000
 
 
-def replace_owner_edges(
-    spark: SparkSession, settings: Settings, edges_df: DataFrame, owners_df: DataFrame, scratch: Location
+def append_owner_edges(
+    spark: SparkSession, settings: Settings, edges_df: DataFrame, owners_df: DataFrame, batch_id: str, scratch: Location
 ) -> None:
-    """Make the table's rows of the owners in `owners_df` exactly `edges_df`.
+    """Make the owners' edges in the table exactly `edges_df`: appended under a new `published_seq`.
 
-    A few owners (a micro-batch's): their rows replaced by name in one overwrite (replaceWhere), which
-    rewrites the files holding them without a join. More: one MERGE on edge_id, or an append when none
-    of the owners has a row yet (a re-run after a crash then finds them and MERGEs the same rows). The
-    MERGE's source (the spans, and the owners' stale rows to delete) is staged first: read from the
-    table inside the MERGE, it took about twice as long.
+    The owners' rows go in with one marker row each (edge_kind null) so that readers (`to_current_edges`)
+    keep, per owner, only its newest publish's rows, even for an owner left with no edge. An append
+    writes only the new rows: replacing them in place rewrote the whole data files holding any of
+    them (two of about 47 MB at 100k entities). The sequence is the table's next version: higher than
+    every earlier publish's, and a re-run after a crash appends the same rows under a higher one.
+    More owners than `MAX_APPENDED_OWNERS` (a bulk publish) need no marker when none of them had a row
+    yet, and fold the table afterwards when some had.
 
     Args:
         spark: the session.
         settings: the lakehouse settings.
-        edges_df: the owners' edge spans, with the table's columns.
-        owners_df: `owner_urn` of every owner whose rows are replaced (those with no edge left included).
-        scratch: a scratch folder for the staged source.
+        edges_df: the owners' edge spans, with the table's columns but published_seq.
+        owners_df: `owner_urn` of every owner derived (those with no edge left included).
+        batch_id: the batch the markers name (the last one published).
+        scratch: a scratch folder for a fold.
     """
-    columns = [*EDGE_COLUMNS, "batch_id"]
-    owners = [row.owner_urn for row in owners_df.limit(MAX_REPLACED_OWNERS + 1).collect()]
-    if len(owners) <= MAX_REPLACED_OWNERS:
-        predicate = f"owner_urn IN ({', '.join(sql_string(owner) for owner in owners)})"
-        retry_commit(lambda: replace_where(edges_df, settings, TARGET_TABLE, predicate))
-        return
+    bulk = owners_df.limit(MAX_APPENDED_OWNERS + 1).count() > MAX_APPENDED_OWNERS
+    if bulk and not any_stored(owners_df, read_table(spark, settings, TARGET_TABLE), ["owner_urn"]):
+        # No row of these owners yet (a first publish, new entities): nothing to supersede, no marker.
+        rows_df = edges_df
+    else:
+        rows_df = edges_df.unionByName(to_publish_markers(owners_df).withColumn("batch_id", F.lit(batch_id)))
+    seq = maintenance_for(settings, spark).version(TARGET_TABLE) + 1
+    retry_commit(lambda: append(rows_df.withColumn(PUBLISHED_SEQ, F.lit(seq).cast("bigint")), settings, TARGET_TABLE))
+    if bulk:
+        compact_lineage_edges(spark, settings, scratch)
+
+
+def compact_lineage_edges(spark: SparkSession, settings: Settings, scratch: Location) -> int:
+    """Fold gold.lineage_edges: each owner's superseded rows and the publish markers removed, in one overwrite.
+
+    Args:
+        spark: the session (tables registered).
+        settings: the lakehouse settings.
+        scratch: a scratch folder for the folded rows (staged: the overwrite reads its own table).
+
+    Returns:
+        The rows removed.
+    """
     stored_df = read_table(spark, settings, TARGET_TABLE)
-    if not any_stored(owners_df, stored_df, ["owner_urn"]):
-        # No row of these owners yet (a first publish, new entities): nothing to update or delete.
-        retry_commit(lambda: append(edges_df, settings, TARGET_TABLE))
-        return
-    stale_df = (
-        stored_df.join(owners_df, "owner_urn", "left_semi")
-        .join(edges_df.select("edge_id"), "edge_id", "left_anti")
-        .select(*columns)
-    )
-    source_df = write_scratch(
-        edges_df.select(*columns, F.lit(False).alias("stale")).unionByName(stale_df.withColumn("stale", F.lit(True))),
-        scratch / "merge_source",
-        home_of(settings).storage,
-    )
-    target = home_of(settings).table_name(TARGET_TABLE)
-    updates = ", ".join(f"{c} = s.{c}" for c in columns if c != "edge_id")
-    merge(
-        spark,
-        source_df,
-        lambda source: f"MERGE INTO {target} AS t USING {source} AS s ON t.edge_id = s.edge_id "
-        f"WHEN MATCHED AND s.stale THEN DELETE WHEN MATCHED THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED AND NOT s.stale THEN {insert_row(TARGET_TABLE)}",
-        view_name="publish_lineage_source",
-    )
+    markers = stored_df.filter(F.col("edge_kind").isNull()).limit(1).count()
+    if not markers:
+        return 0
+    before = stored_df.count()
+    folded_df = write_scratch(to_current_edges(stored_df), scratch / "folded", home_of(settings).storage)
+    retry_commit(lambda: replace_where(folded_df, settings, TARGET_TABLE, "true"))
+    return before - folded_df.count()

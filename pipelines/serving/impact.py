@@ -30,7 +30,7 @@ from conf.settings import Settings
 from conf.tables import table_location
 from conf.values import parse_time_ms, whole_number
 from gold.impact import (
-    COLUMN_KIND, DIRECTIONS, ChangeEvent, EdgeIndex, ImpactRow, LineageGraph, graph_at, reached_events,
+    COLUMN_KIND, DIRECTIONS, PUBLISHED_SEQ, ChangeEvent, EdgeIndex, ImpactRow, LineageGraph, graph_at, reached_events,
 )  # fmt: skip
 from pipelines.runtime.storage import delta_storage_options, table_exists
 from pipelines.serving.access_log import note_result
@@ -151,11 +151,39 @@ class LineageIndex:
         with self._lock:
             if self._cached is not None and self._cached[0] == version:
                 return self._cached[1]
-        columns = ["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time", "edge_kind"]
-        index = EdgeIndex.from_arrow(dataset().to_table(columns=columns, filter=ds.field("edge_kind") != COLUMN_KIND))
+        index = EdgeIndex.from_arrow(current_entity_edges(dataset()))
         with self._lock:
             self._cached = (version, index)
         return index
+
+
+_EDGE_INDEX_COLUMNS = ["upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time", "edge_kind"]
+
+
+def current_entity_edges(edges: ds.Dataset) -> pa.Table:
+    """The entity edges (column edges left out) of each owner's newest publish in gold.lineage_edges.
+
+    A publish appends its owners' rows and one marker (edge_kind null) per owner under a higher
+    published_seq: an owner with markers keeps only its rows of its newest marker's publish; the
+    others (none published since the last compaction) keep all theirs, read as before.
+
+    Args:
+        edges: the table as a dataset.
+
+    Returns:
+        upstream_urn, downstream_urn, valid_from_time, valid_to_time, edge_kind.
+    """
+    entity_edges = ds.field("edge_kind") != COLUMN_KIND
+    markers = edges.to_table(columns=["owner_urn", PUBLISHED_SEQ], filter=ds.field("edge_kind").is_null())
+    if markers.num_rows == 0:
+        return edges.to_table(columns=_EDGE_INDEX_COLUMNS, filter=entity_edges)
+    newest = markers.group_by("owner_urn").aggregate([(PUBLISHED_SEQ, "max")])
+    rows = edges.to_table(columns=[*_EDGE_INDEX_COLUMNS, "owner_urn", PUBLISHED_SEQ], filter=entity_edges)
+    published = pc.is_in(rows["owner_urn"], value_set=newest["owner_urn"])
+    untouched = rows.filter(pc.invert(published)).select(_EDGE_INDEX_COLUMNS)
+    touched = rows.filter(published).join(newest, "owner_urn")
+    newest_rows = pc.equal(pc.fill_null(touched[PUBLISHED_SEQ], 0), touched[f"{PUBLISHED_SEQ}_max"])
+    return pa.concat_tables([untouched, touched.filter(newest_rows).select(_EDGE_INDEX_COLUMNS)])
 
 
 class ChangeEventReader:

@@ -16,8 +16,13 @@ from datahub.metadata.schema_classes import (
     UpstreamLineageClass,
 )
 
-from gold.lineage import EDGE_COLUMNS
-from pipelines.batch.publish_lineage import MAX_NAMED_ENTITIES, MAX_REPLACED_OWNERS, publish_lineage
+from deltalake import DeltaTable
+
+from conf.tables import table_location
+from gold.impact import PUBLISHED_SEQ
+from gold.lineage import EDGE_COLUMNS, to_current_edges
+from pipelines.batch.publish_lineage import MAX_APPENDED_OWNERS, MAX_NAMED_ENTITIES, compact_lineage_edges, publish_lineage
+from pipelines.serving.impact import current_entity_edges
 from pipelines.runtime.io import read_table
 from pipelines.runtime.progress import record_progress
 from tests.conftest import make_settings, register_fresh_tables
@@ -40,7 +45,14 @@ def refined_batch(spark, settings, batch_id: str, records: list[dict], index: in
 
 def edges(spark, settings) -> set[tuple]:
     names = ("upstream_urn", "downstream_urn", "edge_kind", "valid_from_time", "added_by", "valid_to_time", "removed_by")
-    return {tuple(r[n] for n in names) for r in read_table(spark, settings, "gold.lineage_edges").collect()}
+    rows = [tuple(r[n] for n in names) for r in current_rows(spark, settings)]
+    assert len(rows) == len(set(rows)), "an edge span twice in the folded table"
+    return set(rows)
+
+
+def current_rows(spark, settings) -> list:
+    """The table's rows as readers see them: each owner's newest publish."""
+    return to_current_edges(read_table(spark, settings, "gold.lineage_edges")).collect()
 
 
 def test_each_batch_rederives_only_the_entities_it_wrote_and_a_rerun_changes_nothing(spark, tmp_path):
@@ -72,8 +84,7 @@ def test_each_batch_rederives_only_the_entities_it_wrote_and_a_rerun_changes_not
         (B, CHART, "chart-input", 4_000, ANN, None, None),
     }
     assert edges(spark, settings) == expected
-    rows = read_table(spark, settings, "gold.lineage_edges").collect()
-    assert {r.batch_id for r in rows if r.owner_urn == CHART} == {"b2"}
+    assert {r.batch_id for r in current_rows(spark, settings) if r.owner_urn == CHART} == {"b2"}
     assert publish_lineage(spark, settings).batch_ids == ()
     assert edges(spark, settings) == expected
 
@@ -122,7 +133,7 @@ def test_a_deleted_upstream_ends_the_edge_and_its_restore_reopens_it_while_the_a
         (B, CHART, "chart-input", 4_000, ANN, None, None),
     }
     assert edges(spark, settings) == expected
-    restored = {r.valid_from_aspect for r in read_table(spark, settings, "gold.lineage_edges").collect() if r.valid_from_time == 4_000}
+    restored = {r.valid_from_aspect for r in current_rows(spark, settings) if r.valid_from_time == 4_000}
     assert restored == {"datasetKey"}
     assert publish_lineage(spark, settings).batch_ids == ()
     assert edges(spark, settings) == expected
@@ -130,11 +141,11 @@ def test_a_deleted_upstream_ends_the_edge_and_its_restore_reopens_it_while_the_a
 
 
 def test_many_owners_and_many_deleted_ends_take_the_joined_path_with_the_same_rows(spark, tmp_path):
-    # Past MAX_NAMED_ENTITIES deleted ends the owners are found by joins, past MAX_REPLACED_OWNERS
-    # their rows are MERGEd: the rows are those a few named ones give.
+    # Past MAX_NAMED_ENTITIES deleted ends the owners are found by joins, past MAX_APPENDED_OWNERS
+    # the table is folded after the append: the rows are those a few named ones give.
     settings = make_settings(tmp_path)
     register_fresh_tables(spark, settings)
-    owners = [f"urn:li:dataset:(urn:li:dataPlatform:hive,o{n},PROD)" for n in range(MAX_REPLACED_OWNERS + 1)]
+    owners = [f"urn:li:dataset:(urn:li:dataPlatform:hive,o{n},PROD)" for n in range(MAX_APPENDED_OWNERS + 1)]
     inputs = [f"urn:li:dataset:(urn:li:dataPlatform:hive,i{n},PROD)" for n in range(len(owners))]
     shared = "urn:li:dataset:(urn:li:dataPlatform:hive,shared,PROD)"
     deleted = range(MAX_NAMED_ENTITIES + 1)
@@ -156,6 +167,50 @@ def test_many_owners_and_many_deleted_ends_take_the_joined_path_with_the_same_ro
     expected |= {(up, owner, "dataset", 1_000, ANN, None, None) for owner, up in zip(owners[len(deleted) :], inputs[len(deleted) :])}
     expected |= {(shared, owner, "dataset", 3_000, ANN, None, None) for owner in owners}
     assert edges(spark, settings) == expected
+    assert read_table(spark, settings, "gold.lineage_edges").count() == len(expected)  # folded: no row superseded
+
+
+def data_files(settings) -> set[str]:
+    return set(DeltaTable(str(table_location(settings, "gold.lineage_edges"))).file_uris())
+
+
+def test_a_micro_batch_appends_its_owners_newest_rows_and_every_reader_sees_only_those(spark, tmp_path):
+    settings = make_settings(tmp_path)
+    register_fresh_tables(spark, settings)
+    refined_batch(spark, settings, "b1", [
+        mcl(B, "upstreamLineage", {"upstreams": [{"dataset": A}]}, version=1, time=1_000, actor=ANN),
+        mcl(CHART, "chartInfo", {"title": "t", "inputs": [{"string": B}]}, version=1, time=1_000, actor=ANN),
+        mcl(DASH, "dashboardInfo", {"title": "d", "charts": [CHART]}, version=1, time=1_000, actor=ANN),
+    ], 0)  # fmt: skip
+    publish_lineage(spark, settings)
+    first_files = data_files(settings)
+    # b's upstream replaced, the dashboard left with no edge at all: its older row must fold away too.
+    refined_batch(spark, settings, "b2", [
+        mcl(B, "upstreamLineage", {"upstreams": [{"dataset": C}]}, version=2, time=2_000, actor=BOB),
+        mcl(DASH, "dashboardInfo", {"title": "d", "charts": []}, version=2, time=2_000, actor=BOB),
+    ], 1)  # fmt: skip
+    publish_lineage(spark, settings)
+    assert first_files <= data_files(settings)  # appended: the files holding the owners' earlier rows are kept
+    expected = {
+        (A, B, "dataset", 1_000, ANN, 2_000, BOB),
+        (C, B, "dataset", 2_000, BOB, None, None),
+        (B, CHART, "chart-input", 1_000, ANN, None, None),
+        (CHART, DASH, "dashboard-chart", 1_000, ANN, 2_000, BOB),
+    }
+    assert edges(spark, settings) == expected
+    stored = read_table(spark, settings, "gold.lineage_edges")
+    assert stored.count() > len(expected)  # the superseded rows and the markers are still stored
+    names = ("upstream_urn", "downstream_urn", "valid_from_time", "valid_to_time")
+    served = current_entity_edges(DeltaTable(str(table_location(settings, "gold.lineage_edges"))).to_pyarrow_dataset())
+    assert sorted(zip(*(served[n].to_pylist() for n in names))) == sorted((e[0], e[1], e[3], e[5]) for e in expected)
+    in_view = spark.sql(f"SELECT {', '.join(names)} FROM gold.lineage_graph").collect()
+    assert sorted(tuple(r) for r in in_view) == sorted((e[0], e[1], e[3], e[5]) for e in expected)
+
+    assert compact_lineage_edges(spark, settings, settings.home / "_scratch" / "fold") > 0
+    assert edges(spark, settings) == expected
+    stored_rows = read_table(spark, settings, "gold.lineage_edges").collect()
+    assert len(stored_rows) == len(expected) and all(r.edge_kind is not None for r in stored_rows)
+    assert compact_lineage_edges(spark, settings, settings.home / "_scratch" / "fold") == 0
 
 
 def sdk_proposals() -> list[dict]:
@@ -195,4 +250,4 @@ def test_lineage_written_by_datahubs_sdk_classes(spark, tmp_path):
         (CHART, DASH, "dashboard-chart", 1_300, actor, None, None),
         (A, DASH, "dashboard-dataset", 1_300, actor, None, None),
     }
-    assert set(read_table(spark, settings, "gold.lineage_edges").columns) == {*EDGE_COLUMNS, "batch_id"}
+    assert set(read_table(spark, settings, "gold.lineage_edges").columns) == {*EDGE_COLUMNS, "batch_id", PUBLISHED_SEQ}
