@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,9 +21,8 @@ from datagen.history import generate_history
 from pipelines.batch.chain_verification import verify_chain
 from pipelines.runtime.state_store import read_state
 from pipelines.orchestration.jobs import run_job
-from pipelines.orchestration.watch import Watcher
-from pipelines.orchestration.watch_process import StopSignal
 from tests.conftest import make_settings, register_fresh_tables
+from tests.pipelines.orchestration.watchers import in_process_watcher
 from tests.pipelines.batch.datahub_producers import patch_proposals
 
 pytestmark = pytest.mark.slow
@@ -152,16 +150,8 @@ def test_the_life_crossed_the_merge_path_with_patches_deletes_and_domains(spark,
 def test_a_watcher_taking_the_same_input_in_micro_batches_across_folds_ends_with_the_same_tables(
     spark, life_inputs, one_run_home, tmp_path
 ):
-    settings = make_settings(tmp_path / "watched")
     # A small log: the micro-batches are logged, and the log is folded several times on the way.
-    settings = dataclasses.replace(
-        settings,
-        mlflow=dataclasses.replace(settings.mlflow, enabled=False),
-        refine=dataclasses.replace(settings.refine, state_log_max_rows=9_000),
-    )
-    register_fresh_tables(spark, settings)
-    watcher = Watcher(settings, StopSignal())
-    session = SimpleNamespace(spark=spark)  # the test session stands in for the watcher's own
+    settings, watcher, session = in_process_watcher(spark, tmp_path / "watched", refine={"state_log_max_rows": 9_000})
     files = sorted(p for folder in life_inputs for p in folder.rglob("*") if p.is_file())
     micro_batches = [files[i : i + MICRO_BATCH_FILES] for i in range(0, len(files), MICRO_BATCH_FILES)]
     for micro_batch in micro_batches:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -32,9 +30,10 @@ from pipelines.bench.processes import (
 )
 from pipelines.runtime.io import read_table
 from pipelines.serving.tokens import create_token
-from tests.conftest import FIXTURES, make_settings, register_fresh_tables
+from tests.conftest import FIXTURES, make_settings
 from tests.pipelines.batch.test_crash_resume import table_contents
 from tests.pipelines.cli.test_cli import run_cli
+from tests.pipelines.orchestration.watchers import in_process_watcher
 
 
 def _status(home: Path) -> dict:
@@ -217,15 +216,7 @@ def test_watch_and_serve_files_become_searchable_and_sigterm_exits_0(tmp_path):
 
 @pytest.mark.slow
 def test_change_events_are_published_beside_a_micro_batch_at_most_every_interval_and_when_told(spark, tmp_path):
-    settings = make_settings(tmp_path / "home")
-    settings = dataclasses.replace(
-        settings,
-        mlflow=dataclasses.replace(settings.mlflow, enabled=False),
-        watch=dataclasses.replace(settings.watch, openmetadata_every_seconds=3600.0),
-    )
-    register_fresh_tables(spark, settings)
-    watcher = Watcher(settings, StopSignal())
-    session = SimpleNamespace(spark=spark)  # the test session stands in for the watcher's own
+    settings, watcher, session = in_process_watcher(spark, tmp_path / "home", watch={"openmetadata_every_seconds": 3600.0})
     now_ms = int(time.time() * 1000)
     landing = settings.landing_paths[0]
     for name in ("one", "two", "three"):
