@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -17,8 +19,11 @@ def register(app: typer.Typer) -> None:
     anomalies_app = typer.Typer(help="Flag unusual actor activity with a model registered in MLflow.", no_args_is_help=True)
     app.add_typer(anomalies_app, name="anomalies")
 
-    def _now(now: str | None) -> int | None:
-        return parse_time_ms(now, "--now") if now else None
+    def _run_locked(ctx: typer.Context, lock_name: str, job: Callable[..., Any], now: str | None) -> Any:
+        """Run `job(spark, settings, now_ms)` under the run lock; `now` is the --now option's text."""
+        state = state_of(ctx)
+        with state.locked_session(lock_name) as spark:
+            return job(spark, state.settings, parse_time_ms(now, "--now") if now else None)
 
     @anomalies_app.command("train")
     def train_command(
@@ -28,9 +33,7 @@ def register(app: typer.Typer) -> None:
         """Train on the last anomalies.training_days of change events, register the model, move the alias to it."""
         from pipelines.batch.anomalies import train
 
-        state = state_of(ctx)
-        with state.locked_session("anomalies-train") as spark:
-            result = train(spark, state.settings, _now(now))
+        result = _run_locked(ctx, "anomalies-train", train, now)
         console.print(
             f"registered {result.model_name} version {result.version} as @{result.alias} "
             f"(rows {result.training_rows}, {result.seconds:.1f} s, run {result.run_id})"
@@ -44,9 +47,7 @@ def register(app: typer.Typer) -> None:
         """Score the last anomalies.score_days with the aliased model into gold.actor_anomalies (replacing that window)."""
         from pipelines.batch.anomalies import score_window
 
-        state = state_of(ctx)
-        with state.locked_session("anomalies-score") as spark:
-            result = score_window(spark, state.settings, _now(now))
+        result = _run_locked(ctx, "anomalies-score", score_window, now)
         console.print(
             f"scored {result.scored_rows} buckets with {result.model_name} version {result.version}: "
             f"{result.anomalies} flagged ({result.seconds:.1f} s)"
