@@ -31,6 +31,8 @@ USAGE_MALFORMED_KINDS = (
     ("iso_time", "timestamp", "not_epoch_ms"),
 )
 
+# A "missing" kind is its line without that top-level field.
+_MISSING_FIELDS = {kind: fld for kind, fld, reason in (*_SNAPSHOT_MALFORMED_KINDS, *USAGE_MALFORMED_KINDS) if reason == "missing"}
 _UNKNOWN_USAGE_TYPES = ("SearchAcrossEntitiesEvent", "PageViewEvent", "ExportCsvEvent")
 
 
@@ -43,12 +45,8 @@ def _corrupt(line: str, kind: str, rng: random.Random) -> str:
     if kind == "malformed_json":
         return line[: max(1, int(len(line) * (0.2 + 0.6 * rng.random())))]
     doc = json.loads(line)
-    if kind == "missing_entity_urn":
-        doc.pop("entityUrn")
-    elif kind == "missing_aspect_name":
-        doc.pop("aspectName")
-    elif kind == "missing_change_type":
-        doc.pop("changeType")
+    if kind in _MISSING_FIELDS:
+        doc.pop(_MISSING_FIELDS[kind])
     elif kind == "bad_urn":
         urn = doc["entityUrn"]
         doc["entityUrn"] = rng.choice((urn.replace("urn:li:", "", 1), "urn:li:" + doc["entityType"],
@@ -61,12 +59,6 @@ def _corrupt(line: str, kind: str, rng: random.Random) -> str:
             doc["created"]["time"] = _iso(doc["created"]["time"])
         else:
             doc["systemMetadata"]["lastObserved"] = _iso(doc["systemMetadata"]["lastObserved"])
-    elif kind == "missing_actor":
-        doc.pop("actorUrn")
-    elif kind == "missing_type":
-        doc.pop("type")
-    elif kind == "missing_timestamp":
-        doc.pop("timestamp")
     elif kind == "unknown_type":
         doc["type"] = rng.choice(_UNKNOWN_USAGE_TYPES)
     elif kind == "iso_time_usage":
