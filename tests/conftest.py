@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,8 +82,29 @@ def delta_log_actions(location: Path) -> list[dict]:
     return [json.loads(line) for commit in commits for line in commit.read_text().splitlines()]
 
 
+# A test of a pure transform runs on JVM Spark too when its id names the `classic` engine (`pure_spark`).
+ON_JVM = re.compile(r"[\[-]classic[\]-]")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the files named in tests/longest_first.txt first, in its order; the rest keep theirs."""
+    """Order the run: the JVM tests first, then the files named in tests/longest_first.txt in its order.
+
+    The rest keep their order. Under `make test` each worker takes a file at a time, and the JVM tests
+    of every file go to one worker (`pytest_xdist_make_scheduler`), so one JVM starts, not two.
+    """
     listed = (REPO / "tests" / "longest_first.txt").read_text().splitlines()
     rank = {name: index for index, name in enumerate(line for line in listed if line and not line.startswith("#"))}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+    items.sort(key=lambda item: (not ON_JVM.search(item.nodeid), rank.get(item.nodeid.split("::")[0], len(rank))))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """With `--dist loadfile`: a file at a time per worker, and every JVM test in one unit of its own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrJvmScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "JVM Spark" if ON_JVM.search(nodeid) else super()._split_scope(nodeid)
+
+    return FileOrJvmScheduling(config, log)
