@@ -8,6 +8,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from conf.settings import Settings
@@ -77,13 +78,20 @@ def tracked_run(settings: Settings, run_name: str, tags: Mapping[str, str] | Non
 
 
 def recent_runs(settings: Settings, limit: int = 20) -> list[dict[str, Any]]:
-    """Return the latest runs of the experiment, newest first, with their parameters and metrics."""
+    """Return the latest runs of the experiment, newest first, with their parameters and metrics.
+
+    A home whose local store was never written has no runs: that is answered without opening the
+    store, which would create and migrate it (about 3 CPU-seconds, and a write from a reading command).
+    """
+    uri = settings.mlflow_tracking_uri
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return []
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     import mlflow
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
+    mlflow.set_tracking_uri(uri)
     experiment = mlflow.get_experiment_by_name(settings.mlflow.experiment)
     if experiment is None:
         return []

@@ -114,7 +114,7 @@ WRITING_COMMANDS = [
 def test_every_reading_command_runs_on_an_s3_home(s3, s3_home, tmp_path):
     out = tmp_path / "events.jsonl"
     commands = [*READING_COMMANDS, ("export", "events", "--format", "ece-jsonl", "--out", str(out))]
-    # The first command alone: it creates the local MLflow store, which two first opens would both migrate.
+    # The first command alone: a first open of the local MLflow store creates it, which two at once would both migrate.
     results = {commands[0]: _run(s3, s3_home, *commands[0])}
     with ThreadPoolExecutor(max_workers=3) as pool:
         results.update(zip(commands[1:], pool.map(lambda args: _run(s3, s3_home, *args), commands[1:])))
