@@ -43,6 +43,31 @@ def _split_by_entity(source: Path, first: Path, second: Path) -> None:
             (one if hashlib.sha256(urn.encode()).digest()[0] % 2 == 0 else two).write(line + "\n")
 
 
+def half_published_home(spark, tmp_path_factory, prefix: str, settings_overrides: list[str]) -> tuple[Path, Settings, Path]:
+    """Publish half of the shared fixture's entities into a new home a server's unprivileged user can reach.
+
+    Returns:
+        (the root to remove afterwards, the home's settings, the folder holding `second.jsonl`: the other half).
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o711)
+    settings = load_settings("local", home=root / "home", env={}, overrides=settings_overrides)
+    inputs = tmp_path_factory.mktemp(f"{prefix}inputs")
+    _split_by_entity(FIXTURES / "history-small.mcl.jsonl", inputs / "first.jsonl", inputs / "second.jsonl")
+    register_fresh_tables(spark, settings)
+    run_job(settings, paths=[inputs / "first.jsonl"], spark=spark)
+    return root, settings, inputs
+
+
+def sql_server_process(settings: Settings, settings_overrides: list[str], *options: str) -> subprocess.Popen:
+    """Start `lakehouse sql-server` on the home (no inherited lakehouse or engine variables), its output piped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE"))}
+    env["LAKEHOUSE_BI_PASSWORD"] = PASSWORD
+    command = [LAKEHOUSE, "--home", str(settings.home), *[a for o in settings_overrides for a in ("--set", o)],
+               "sql-server", *options]  # fmt: skip
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def overrides(port: int) -> list[str]:
     return ["mlflow.enabled=false", f"bi.port={port}", "bi.sync_on_publish=true", "bi.sync_interval_seconds=0"]
 
@@ -101,20 +126,10 @@ def replica(spark, tmp_path_factory) -> Iterator[tuple[Settings, int, Path]]:
     assert JDBC_JAR.exists() and shutil.which("javac"), "Debian's libpostgresql-jdbc-java and javac: `make postgres`"
     postgres_bindir()  # raises when Debian's postgresql is missing
     # The server runs as an unprivileged user when the tests run as root: its home must be reachable.
-    root = Path(tempfile.mkdtemp(prefix="lakehouse-bi-"))
-    root.chmod(0o711)
     port = free_loopback_port()
-    settings = load_settings("local", home=root / "home", env={}, overrides=overrides(port))
-    inputs = tmp_path_factory.mktemp("bi-inputs")
-    _split_by_entity(FIXTURES / "history-small.mcl.jsonl", inputs / "first.jsonl", inputs / "second.jsonl")
-    register_fresh_tables(spark, settings)
-    run_job(settings, paths=[inputs / "first.jsonl"], spark=spark)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE"))}
-    env["LAKEHOUSE_BI_PASSWORD"] = PASSWORD
+    root, settings, inputs = half_published_home(spark, tmp_path_factory, "lakehouse-bi-", overrides(port))
     cert, key = _self_signed(inputs)
-    command = [LAKEHOUSE, "--home", str(settings.home), *[a for o in overrides(port) for a in ("--set", o)], "sql-server",
-               "--tls-cert", str(cert), "--tls-key", str(key)]  # fmt: skip
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = sql_server_process(settings, overrides(port), "--tls-cert", str(cert), "--tls-key", str(key))
     try:
         _wait_for_replica(port, process)
         yield settings, port, inputs / "second.jsonl"

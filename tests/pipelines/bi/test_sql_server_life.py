@@ -6,30 +6,25 @@ fixture's entities; the tests publish the other half and watch what the running 
 
 from __future__ import annotations
 
-import os
 import queue
 import shutil
 import signal
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import psycopg.conninfo
 import pytest
 from deltalake import DeltaTable
 
-from conf.settings import load_settings
 from conf.tables import table_location
 from pipelines.orchestration.jobs import run_job
 from pipelines.bi.cluster import writer_conninfo
 from pipelines.runtime.engine_servers import free_loopback_port
-from tests.conftest import FIXTURES, register_fresh_tables
-from tests.pipelines.bi.conftest import PASSWORD, _split_by_entity, reader_conninfo
-from tests.pipelines.cli.test_cli import LAKEHOUSE, run_cli
+from tests.conftest import register_fresh_tables
+from tests.pipelines.bi.conftest import half_published_home, reader_conninfo, sql_server_process
+from tests.pipelines.cli.test_cli import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -68,18 +63,9 @@ def server(spark, tmp_path_factory) -> Iterator[tuple]:
     Yields (settings, port, process, output, logins): `logins` holds the audit row count each bi_reader
     login saw before the command said it was ready.
     """
-    root = Path(tempfile.mkdtemp(prefix="lakehouse-bi-life-"))
-    root.chmod(0o711)
     port = free_loopback_port()
-    settings = load_settings("local", home=root / "home", env={}, overrides=_overrides(port))
-    inputs = tmp_path_factory.mktemp("bi-life-inputs")
-    _split_by_entity(FIXTURES / "history-small.mcl.jsonl", inputs / "first.jsonl", inputs / "second.jsonl")
-    register_fresh_tables(spark, settings)
-    run_job(settings, paths=[inputs / "first.jsonl"], spark=spark)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "SPARK_REMOTE", "SPARK_CONNECT_MODE"))}
-    env["LAKEHOUSE_BI_PASSWORD"] = PASSWORD
-    command = [LAKEHOUSE, "--home", str(settings.home), *[a for o in _overrides(port) for a in ("--set", o)], "sql-server"]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    root, settings, inputs = half_published_home(spark, tmp_path_factory, "lakehouse-bi-life-", _overrides(port))
+    process = sql_server_process(settings, _overrides(port))
     output = Output(process.stdout)
     logins: list[int] = []
     ready = threading.Event()
