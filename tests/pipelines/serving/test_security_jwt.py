@@ -6,7 +6,7 @@ import dataclasses
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import httpx
 import jwt
@@ -18,6 +18,7 @@ from pipelines.batch.publish_audit import publish_audit
 from pipelines.runtime.io import append
 from pipelines.serving.api import SEARCH_PATH, create_app, serving
 from tests.pipelines.audit_inputs import land_refined_batch, rows_df, usage_event
+from tests.pipelines.json_endpoints import JsonHandler
 from tests.pipelines.serving.test_security_scopes import _state_row
 
 NOW = int(time.time() * 1000)
@@ -57,18 +58,10 @@ def idp(spark, lakehouse):
     signing = _key()
     jwks.keys = [_jwk(signing, "k1")]
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self):  # noqa: N802 - the http.server hook
             jwks.fetches += 1
-            body = json.dumps({"keys": jwks.keys}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
+            self.answer_json(200, {"keys": jwks.keys})
 
     provider = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=provider.serve_forever, daemon=True).start()

@@ -9,7 +9,7 @@ import io
 import json
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import fastavro
 import pytest
@@ -20,31 +20,25 @@ from pipelines.batch.kafka.client import consumer_config, open_consumer, topic_p
 from pipelines.batch.kafka.registry import AvroDecoder
 from pipelines.bench.kafka import loopback_broker
 from tests.pipelines.bi.conftest import _self_signed
+from tests.pipelines.json_endpoints import JsonHandler
 
 _USER, _PASSWORD, _TOKEN = "lakehouse", "registry-secret", "a-bearer-token"
 _SCHEMA = {"type": "record", "name": "Small", "fields": [{"name": "entityUrn", "type": "string"}]}
 
 
-class _GuardedRegistry(BaseHTTPRequestHandler):
+class _GuardedRegistry(JsonHandler):
     """A Schema Registry serving schema id 3 to requests with the basic auth or bearer credentials, 401 to others."""
+
+    content_type = "application/vnd.schemaregistry.v1+json"
 
     def do_GET(self):  # noqa: N802 - the handler's name in http.server
         basic = "Basic " + base64.b64encode(f"{_USER}:{_PASSWORD}".encode()).decode()
         if self.headers.get("Authorization") not in (basic, f"Bearer {_TOKEN}"):
-            self._answer(401, {"error_code": 401, "message": "Unauthorized"})
+            self.answer_json(401, {"error_code": 401, "message": "Unauthorized"})
         elif self.path.startswith("/schemas/ids/3"):
-            self._answer(200, {"schema": json.dumps(_SCHEMA)})
+            self.answer_json(200, {"schema": json.dumps(_SCHEMA)})
         else:
-            self._answer(404, {"error_code": 40403, "message": "Schema not found"})
-
-    def _answer(self, status: int, body: dict) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        self.end_headers()
-        self.wfile.write(json.dumps(body).encode())
-
-    def log_message(self, *args):
-        pass
+            self.answer_json(404, {"error_code": 40403, "message": "Schema not found"})
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +173,7 @@ def test_a_broker_that_requires_sasl_reports_the_refused_scram_login_naming_the_
     assert "'pw'" not in message
 
 
-class _TokenEndpoint(BaseHTTPRequestHandler):
+class _TokenEndpoint(JsonHandler):
     """An OAuth token endpoint: records each request and grants an (unsigned) access token."""
 
     requests: list[tuple[str | None, str]] = []
@@ -188,15 +182,7 @@ class _TokenEndpoint(BaseHTTPRequestHandler):
         self.requests.append((self.headers.get("Authorization"), self.rfile.read(int(self.headers["Content-Length"])).decode()))
         claims = base64.urlsafe_b64encode(json.dumps({"sub": "client-1", "exp": 4102444800, "iat": 1700000000}).encode())
         token = "eyJhbGciOiJub25lIn0." + claims.decode().rstrip("=") + "."
-        body = json.dumps({"access_token": token, "token_type": "bearer", "expires_in": 3600}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.answer_json(200, {"access_token": token, "token_type": "bearer", "expires_in": 3600})
 
 
 @pytest.mark.slow
