@@ -9,7 +9,7 @@ import typer
 
 from conf.errors import InputError
 from conf.settings import Settings
-from conf.tables import TABLES, schema_name, table_location, table_name
+from conf.tables import LINEAGE_EDGES, TABLES, schema_name, table_location, table_name
 from pipelines.cli.console import CSV_HELP, console, error_console, print_rows, print_table
 
 if TYPE_CHECKING:
@@ -122,6 +122,11 @@ def register(app: typer.Typer) -> None:
                 if optimize:
                     if key == STATE_TABLE:
                         console.print(f"{key}: folded {fold_state_log(spark, state.settings)} logged rows")
+                    if key == LINEAGE_EDGES:
+                        from pipelines.batch.publish_lineage import compact_lineage_edges
+
+                        folded = compact_lineage_edges(spark, state.settings, state.settings.home / "_scratch" / "maintain")
+                        console.print(f"{key}: folded away {folded} superseded rows")
                     metrics = maintenance.optimize(key)
                     console.print(f"{key}: optimized ({metrics.get('numFilesRemoved', 0)} files compacted)")
                 if vacuum:
