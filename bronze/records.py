@@ -65,8 +65,8 @@ USAGE_DOCUMENT = (
     "loginSource STRING, loginDenialReason STRING, usageSource STRING"
 )
 
-# The typed columns of each family, in bronze table order.
-SNAPSHOT_FIELDS = (
+# What a snapshot record says of its aspect version: who wrote which value when.
+SNAPSHOT_RECORD_FIELDS = (
     "entity_urn",
     "entity_type",
     "aspect_name",
@@ -75,10 +75,9 @@ SNAPSHOT_FIELDS = (
     "version",
     "created_time",
     "created_actor",
-    "system_metadata",
-    "run_id",
-    "source_kind",
 )
+# The typed columns of each family, in bronze table order.
+SNAPSHOT_FIELDS = (*SNAPSHOT_RECORD_FIELDS, "system_metadata", "run_id", "source_kind")
 USAGE_FIELDS = (
     "event_type",
     "actor_urn",
@@ -98,17 +97,7 @@ USAGE_FIELDS = (
 # What makes two snapshot records the same record: landing it again is a duplicate. The hash covers the
 # urn, aspect and version (the dedupe key) and the content, and the input form, so an MCP line and the
 # file-sink element of the same write are two deliveries (silver orders and de-duplicates those).
-SNAPSHOT_HASH_FIELDS = (
-    "source_kind",
-    "entity_urn",
-    "entity_type",
-    "aspect_name",
-    "change_type",
-    "aspect_json",
-    "version",
-    "created_time",
-    "created_actor",
-)
+SNAPSHOT_HASH_FIELDS = ("source_kind", *SNAPSHOT_RECORD_FIELDS)
 # A usage event is the same event when every typed field is equal (key order or spacing of the
 # document does not matter).
 USAGE_HASH_FIELDS = USAGE_FIELDS[:-1]

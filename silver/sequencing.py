@@ -15,25 +15,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from bronze.records import SNAPSHOT_RECORD_FIELDS
 from silver.order_keys import ARRIVAL_ORDER, BY_TIME, BY_VERSION, CRC_DIGITS, DELETE_RANK, KEY_DIGITS, OTHER_RANK, PATCH
 
 
 # The bronze.aspect_snapshots columns the sequencing reads.
-BRONZE_COLUMNS = (
-    "entity_urn",
-    "entity_type",
-    "aspect_name",
-    "change_type",
-    "aspect_json",
-    "version",
-    "created_time",
-    "created_actor",
-    "record_hash",
-    "batch_id",
-    "source_file",
-    "line_number",
-    "landed_at",
-)
+BRONZE_COLUMNS = (*SNAPSHOT_RECORD_FIELDS, "record_hash", "batch_id", "source_file", "line_number", "landed_at")
 
 
 # The columns of an aspect version pair, the input of every change event generator.
