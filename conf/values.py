@@ -122,3 +122,13 @@ def check_port(name: str, port: object, zero_allowed: bool = False) -> int:
     if problem:
         raise ConfigError(problem)
     return port  # type: ignore[return-value]
+
+
+def check_at_least(name: str, value: float, low: float) -> None:
+    """Check a count or limit given to a component against its smallest meaningful value.
+
+    Raises:
+        ConfigError: naming the argument and the value.
+    """
+    if value < low:
+        raise ConfigError(f"{name}: {value!r} must be at least {low}")

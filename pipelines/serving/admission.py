@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from conf.errors import ConcurrencyError, ConfigError
+from conf.values import check_at_least
 
 # The columns of a worker's row on the board.
 PID, ADMITTED, RUNNING, SERVED, STARTED_MS = range(5)
@@ -59,8 +60,7 @@ class WorkerBoard:
     """
 
     def __init__(self, workers: int, lock_path: Path | None = None):
-        if workers < 1:
-            raise ConfigError(f"workers: {workers!r} must be at least 1")
+        check_at_least("workers", workers, 1)
         self.workers = workers
         self._map = mmap.mmap(-1, workers * _FIELDS * 8)
         self._rows = np.frombuffer(self._map, dtype=np.int64).reshape(workers, _FIELDS)
@@ -161,10 +161,8 @@ class Admission:
         board: WorkerBoard | None = None,
         worker: int = 0,
     ):
-        if slots < 1:
-            raise ConfigError(f"slots: {slots!r} must be at least 1")
-        if queue_depth < 0:
-            raise ConfigError(f"queue_depth: {queue_depth!r} must be at least 0")
+        check_at_least("slots", slots, 1)
+        check_at_least("queue_depth", queue_depth, 0)
         if wait_timeout_s <= 0:
             raise ConfigError(f"wait_timeout_s: {wait_timeout_s!r} must be above 0")
         self.slots = slots

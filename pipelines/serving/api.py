@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 
 from conf.errors import AuthError, ConfigError, RequestError
 from conf.settings import Settings
-from conf.values import check_port
+from conf.values import check_at_least, check_port
 from gold.serving_contract import EVENT_TYPES
 from gold.scroll_ids import ScrollSigner
 from gold.search_request import BODY_FILTERS, DEFAULT_SIZE, MAX_SIZE, SearchRequest
@@ -139,8 +139,7 @@ def create_app(
     """
     serve_settings = settings.serve
     slots = serve_settings.query_slots if max_queries is None else max_queries
-    if slots < 1:
-        raise ConfigError(f"max_queries: {slots!r} must be at least 1")
+    check_at_least("max_queries", slots, 1)
     admission = admission or Admission(slots, serve_settings.queue_depth, serve_settings.queue_timeout_seconds)
     search_engine = engine or open_engine(settings, spark)
     limiter = RateLimiter(serve_settings.rate_limit_per_minute, serve_settings.rate_limit_burst, rate_buckets)

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from conf.errors import ConfigError, RequestError
+from conf.errors import RequestError
+from conf.values import check_at_least
 
 # Buckets full again (the caller idle long enough) are dropped once this many callers are tracked.
 _PRUNE_ABOVE = 10_000
@@ -85,8 +86,7 @@ class SharedTokenBuckets(TokenBuckets):
     """
 
     def __init__(self, lock: Callable[[], contextlib.AbstractContextManager], slots: int = 4096):
-        if slots < 1:
-            raise ConfigError(f"slots: {slots!r} must be at least 1")
+        check_at_least("slots", slots, 1)
         self._lock_of = lock
         self._map = mmap.mmap(-1, slots * 3 * 8)
         self._keys = np.frombuffer(self._map, dtype=np.int64, count=slots)
@@ -125,10 +125,8 @@ class RateLimiter:
     def __init__(
         self, per_minute: int, burst: int, buckets: TokenBuckets | None = None, clock: Callable[[], float] = time.monotonic
     ):
-        if per_minute < 0:
-            raise ConfigError(f"per_minute: {per_minute!r} must be at least 0")
-        if burst < 1:
-            raise ConfigError(f"burst: {burst!r} must be at least 1")
+        check_at_least("per_minute", per_minute, 0)
+        check_at_least("burst", burst, 1)
         self.per_minute = per_minute
         self.burst = burst
         self._buckets = buckets or TokenBuckets()

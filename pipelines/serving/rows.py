@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from conf.errors import ConfigError
+from conf.values import check_at_least
 from pipelines.runtime.storage import open_source
 from pipelines.serving.index import FileIndex
 
@@ -38,8 +39,7 @@ class RowGroupCache:
     """
 
     def __init__(self, max_bytes: int, columns: Sequence[str], footers: int = FOOTERS_KEPT):
-        if max_bytes < 0:
-            raise ConfigError(f"max_bytes: {max_bytes!r} must be at least 0")
+        check_at_least("max_bytes", max_bytes, 0)
         if not columns:
             raise ConfigError("columns: at least one column must be read")
         self.columns = tuple(columns)

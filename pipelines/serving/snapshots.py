@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 
 from conf.errors import ConfigError, RequestError
 from conf.locations import is_object_url
+from conf.values import check_at_least
 from pipelines.runtime.storage import delta_storage_options, file_exists, table_exists
 from pipelines.serving.index import FileIndex, build_file_index
 
@@ -164,10 +165,8 @@ class TableSnapshots:
         retired: Callable[[set[str]], None] | None = None,
         build: Callable[[str, Mapping[str, object]], FileIndex] = build_file_index,
     ):
-        if check_interval_s < 0:
-            raise ConfigError(f"check_interval_s: {check_interval_s!r} must be at least 0")
-        if keep_versions < 1:
-            raise ConfigError(f"keep_versions: {keep_versions!r} must be at least 1")
+        check_at_least("check_interval_s", check_interval_s, 0)
+        check_at_least("keep_versions", keep_versions, 1)
         self._location = location
         self._interval = check_interval_s
         self._keep = keep_versions

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from conf.errors import ConfigError
 from pipelines.serving.rate_limit import RateLimitedError, RateLimiter, SharedTokenBuckets, TokenBuckets
 
 
@@ -56,3 +57,16 @@ def test_a_full_shared_table_gives_a_new_caller_the_most_rested_bucket():
     limiter.check("token:new")  # the table is full: the idle caller's bucket (refilled) is taken over
     with pytest.raises(RateLimitedError):
         limiter.check("token:busy")  # the busy caller's empty bucket was kept, not handed out
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RateLimiter(per_minute=-1, burst=1), "per_minute: -1 must be at least 0"),
+        (lambda: RateLimiter(per_minute=60, burst=0), "burst: 0 must be at least 1"),
+        (lambda: SharedTokenBuckets(_lock(), slots=0), "slots: 0 must be at least 1"),
+    ],
+)
+def test_a_limit_below_its_least_is_refused_naming_it_and_the_value(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()
