@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-from tests.pipelines.serving.test_erasure import ERASED, ERASED_AGENT, ERASED_IP, KEPT, USAGE, files_holding
+from tests.pipelines.serving.test_erasure import ERASED, ERASED_AGENT, ERASED_IP, KEPT, files_holding, home_with_logins
 from tests.pipelines.cli.test_cli import run_cli
 
 CLEAR = ("--set", "mlflow.enabled=false")
@@ -20,10 +19,7 @@ PSEUDONYMOUS = (*CLEAR, "--set", "privacy.pseudonymise=true")
 @pytest.fixture(scope="module")
 def clear_home(tmp_path_factory) -> Path:
     """The shipped history and two logins landed and published as today: identities in clear."""
-    home = tmp_path_factory.mktemp("migration") / "home"
-    (home / "landing").mkdir(parents=True)
-    shutil.copy(FIXTURES / "history-small.mcl.jsonl", home / "landing")
-    (home / "landing" / "usage.jsonl").write_text("".join(json.dumps(e) + "\n" for e in USAGE))
+    home = home_with_logins(tmp_path_factory.mktemp("migration") / "home")
     run_cli(*CLEAR, "run", home=home)
     return home
 

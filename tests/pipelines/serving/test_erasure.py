@@ -34,13 +34,18 @@ def lakehouse(home: Path, *args: str, check: bool = True):
     return run_cli(*SETTINGS, *args, home=home, check=check)
 
 
-@pytest.fixture(scope="module")
-def landed_home(tmp_path_factory) -> Path:
-    """The shipped history and two logins landed and published with pseudonymisation on."""
-    home = tmp_path_factory.mktemp("erasure") / "home"
+def home_with_logins(home: Path) -> Path:
+    """Return `home` with its landing folder (created) holding the shipped history and USAGE's events."""
     (home / "landing").mkdir(parents=True)
     shutil.copy(FIXTURES / "history-small.mcl.jsonl", home / "landing")
     (home / "landing" / "usage.jsonl").write_text("".join(json.dumps(e) + "\n" for e in USAGE))
+    return home
+
+
+@pytest.fixture(scope="module")
+def landed_home(tmp_path_factory) -> Path:
+    """The shipped history and two logins landed and published with pseudonymisation on."""
+    home = home_with_logins(tmp_path_factory.mktemp("erasure") / "home")
     lakehouse(home, "run")
     return home
 
