@@ -121,6 +121,16 @@ def _wait(driver, condition, timeout=30):
         raise AssertionError(f"timed out; page message: {message!r}") from None
 
 
+def _downloaded_csv(driver, button_id: str, name: str) -> list[dict[str, str]]:
+    """Click the export button `button_id` and return the rows of the CSV file `name` it downloads."""
+    driver.find_element(By.ID, button_id).click()
+    target = driver.downloads / name
+    deadline = time.monotonic() + 15
+    while not target.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return list(csv.DictReader(io.StringIO(target.read_text())))
+
+
 def _open(driver, url):
     """Load `url` and wait until the page has routed and finished its requests."""
     driver.get(url)
@@ -233,12 +243,7 @@ def test_search_by_actor_pages_through_every_row_and_exports_them(browser, explo
     document = json.loads(raw.text)
     assert document["actorUrn"] == ALICE and document["entityUrn"] == ORDERS and document["aspectName"] == "schemaMetadata"
 
-    browser.find_element(By.ID, "export-csv").click()
-    target = browser.downloads / "audit-events.csv"
-    deadline = time.monotonic() + 15
-    while not target.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    exported = list(csv.DictReader(io.StringIO(target.read_text())))
+    exported = _downloaded_csv(browser, "export-csv", "audit-events.csv")
     assert [r["eventType"] for r in exported] == [r[2] for r in rows]
     assert {r["actorUrn"] for r in exported} == {ALICE}
     assert exported[-1]["timeUtc"] == "2024-03-01T08:00:00.000Z"
@@ -431,12 +436,7 @@ def test_change_search_by_urn_prefix_and_category_pages_newest_first(browser, ex
     # Every hive dataset change since the first day: the three of the orders table, two of the hostile one.
     _open(browser, explorer["url"] + "/?" + urlencode({"view": "changes", "entity": "urn:li:dataset:(urn:li:dataPlatform:hive,*", "since": "2024-03-01"}))
     assert browser.find_element(By.ID, "changes-total").text == "5 matching change events, 5 shown"
-    browser.find_element(By.ID, "changes-csv").click()
-    target = browser.downloads / "change-events.csv"
-    deadline = time.monotonic() + 15
-    while not target.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    exported = list(csv.DictReader(io.StringIO(target.read_text())))
+    exported = _downloaded_csv(browser, "changes-csv", "change-events.csv")
     assert [r["category"] for r in exported].count("TAG") == 3 and len(exported) == 5
     browser.save_screenshot(str(IMAGES / "explorer-changes.png"))
 
