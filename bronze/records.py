@@ -102,19 +102,10 @@ SNAPSHOT_HASH_FIELDS = ("source_kind", *SNAPSHOT_RECORD_FIELDS)
 # document does not matter).
 USAGE_HASH_FIELDS = USAGE_FIELDS[:-1]
 
+# Where a staged row's line came from: every line column but its text.
+LINE_ORIGIN_COLUMNS = tuple(column for column in LINE_COLUMNS if column != "value")
 # Columns every staged row carries besides its family's fields.
-STAGED_COLUMNS = (
-    "file_index",
-    "source_file",
-    "mid",
-    "line_crc",
-    "line_bytes",
-    "line_number",
-    "blank",
-    "record_hash",
-    "reason",
-    "raw_text",
-)
+STAGED_COLUMNS = (*LINE_ORIGIN_COLUMNS, "blank", "record_hash", "reason", "raw_text")
 
 
 def parse_snapshot_lines(lines_df: DataFrame, kind: str, *, default_actor: str, max_record_bytes: int) -> DataFrame:
@@ -327,24 +318,14 @@ def _staged(
     otherwise = F.lit(None).cast("string") if last_problem is None else last_problem
     reason = F.when(blank, F.lit(None).cast("string")).otherwise(first_problem(checks, otherwise))
     shaped_df = parsed_df.select(
-        "file_index",
-        "source_file",
-        "mid",
-        "line_crc",
-        "line_bytes",
-        "line_number",
+        *LINE_ORIGIN_COLUMNS,
         blank.alias("blank"),
         reason.alias("reason"),
         F.col("value"),
         *[column.alias(name) for name, column in typed.items()],
     )
     return shaped_df.select(
-        "file_index",
-        "source_file",
-        "mid",
-        "line_crc",
-        "line_bytes",
-        "line_number",
+        *LINE_ORIGIN_COLUMNS,
         "blank",
         F.when(F.col("reason").isNull() & ~F.col("blank"), record_hash(hash_fields)).alias("record_hash"),
         "reason",
