@@ -23,6 +23,7 @@ from gold.impact import PUBLISHED_SEQ
 from gold.lineage import EDGE_COLUMNS, to_current_edges
 from pipelines.batch.publish_lineage import MAX_APPENDED_OWNERS, MAX_NAMED_ENTITIES, compact_lineage_edges, publish_lineage
 from pipelines.serving.impact import current_entity_edges
+from pipelines.runtime.home import home_of
 from pipelines.runtime.io import read_table
 from pipelines.runtime.progress import record_progress
 from tests.conftest import make_settings, register_fresh_tables
@@ -211,6 +212,33 @@ def test_a_micro_batch_appends_its_owners_newest_rows_and_every_reader_sees_only
     stored_rows = read_table(spark, settings, "gold.lineage_edges").collect()
     assert len(stored_rows) == len(expected) and all(r.edge_kind is not None for r in stored_rows)
     assert compact_lineage_edges(spark, settings, settings.home / "_scratch" / "fold") == 0
+
+
+def test_rows_from_before_the_sequence_count_as_the_oldest_publish(spark, tmp_path):
+    # A home whose table gained published_seq in place: its rows hold null there.
+    settings = make_settings(tmp_path)
+    register_fresh_tables(spark, settings)
+    refined_batch(spark, settings, "b1", [
+        mcl(B, "upstreamLineage", {"upstreams": [{"dataset": A}]}, version=1, time=1_000, actor=ANN),
+        mcl(CHART, "chartInfo", {"title": "t", "inputs": [{"string": B}]}, version=1, time=1_000, actor=ANN),
+    ], 0)  # fmt: skip
+    publish_lineage(spark, settings)
+    spark.sql(f"DELETE FROM {home_of(settings).table_name('gold.lineage_edges')} WHERE edge_kind IS NULL").collect()
+    spark.sql(f"UPDATE {home_of(settings).table_name('gold.lineage_edges')} SET published_seq = NULL").collect()
+    refined_batch(spark, settings, "b2", [
+        mcl(B, "upstreamLineage", {"upstreams": [{"dataset": C}]}, version=2, time=2_000, actor=BOB),
+    ], 1)  # fmt: skip
+    publish_lineage(spark, settings)
+    expected = {
+        (A, B, "dataset", 1_000, ANN, 2_000, BOB),
+        (C, B, "dataset", 2_000, BOB, None, None),
+        (B, CHART, "chart-input", 1_000, ANN, None, None),  # the chart's row from before, kept
+    }
+    assert edges(spark, settings) == expected
+    served = current_entity_edges(DeltaTable(str(table_location(settings, "gold.lineage_edges"))).to_pyarrow_dataset())
+    assert sorted(zip(served["upstream_urn"].to_pylist(), served["valid_from_time"].to_pylist())) == [
+        (A, 1_000), (B, 1_000), (C, 2_000),
+    ]  # fmt: skip
 
 
 def sdk_proposals() -> list[dict]:
