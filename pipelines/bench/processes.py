@@ -20,7 +20,7 @@ from conf.errors import ConfigError
 from conf.settings import Settings
 from pipelines.bench.harness import process_tree
 from pipelines.runtime.engine_servers import free_loopback_port as free_port  # noqa: F401 - the benchmarks' name for it
-from pipelines.runtime.engine_servers import stop_process
+from pipelines.runtime.engine_servers import stop_process as stop
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 SEARCH_PATH = "/openapi/v1/events/audit/search"
@@ -135,18 +135,6 @@ def rss_bytes(pid: int) -> dict[str, int]:
     return fields
 
 
-def stop(process: subprocess.Popen, timeout: float = 30.0) -> int:
-    """SIGTERM a child and wait for it; kill it if it outlives `timeout`. Returns its exit code."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    return process.returncode
-
-
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll `condition` until it returns something truthy, and return that.
 
@@ -234,5 +222,5 @@ def _proc_kb(path: Path, field: str) -> int:
 def stop_search_server(process: subprocess.Popen) -> dict[str, int | None]:
     """Stop the server (SIGTERM, as a supervisor does); return its memory figures taken just before."""
     memory = server_memory(process.pid)
-    stop_process(process)
+    stop(process)
     return memory

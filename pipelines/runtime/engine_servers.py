@@ -71,14 +71,20 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
             stop_process(process)
 
 
-def stop_process(process: subprocess.Popen) -> None:
-    """Stop a child process: SIGTERM, as a supervisor does, then SIGKILL if it has not exited within 30 s."""
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def stop_process(process: subprocess.Popen, timeout: float = 30.0) -> int:
+    """Stop a child process: SIGTERM, as a supervisor does, then SIGKILL if it outlives `timeout` seconds.
+
+    Returns:
+        Its exit code (a process that had exited already keeps its own).
+    """
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 def wait_for_port(process, port: int, log, deadline: float, what: str) -> None:

@@ -8,7 +8,6 @@ then every file and folder under the home is looked at.
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import subprocess
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipelines.runtime.engine_servers import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port, stop_process
 from tests.conftest import FIXTURES
 from tests.pipelines.cli.test_cli import LAKEHOUSE, run_cli
 
@@ -52,12 +51,7 @@ def _serve_one_search(home: Path, token: str) -> None:
             except httpx.HTTPError:
                 time.sleep(0.2)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=30)
 
 
 def test_a_run_and_a_server_write_files_for_their_owner_only(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from pipelines.batch.publish_audit import publish_audit
 from pipelines.batch.publish_openmetadata import publish_openmetadata
 from pipelines.batch.refine import refine
 from pipelines.batch.timeline import aspects_as_of, entity_history
-from pipelines.runtime.engine_servers import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port, stop_process
 from pipelines.serving.api import SEARCH_PATH
 from pipelines.serving.as_of import read_aspects_as_of
 from pipelines.serving.explorer_data import read_entity_history
@@ -124,12 +123,7 @@ def server(home, tmp_path_factory):
         except httpx.HTTPError:
             time.sleep(0.1)
     yield {"url": url, "headers": headers, "imports_log": imports_log, "log": folder / "serve.log"}
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_process(process, timeout=20)
 
 
 def test_the_timeline_read_in_process_equals_the_spark_read(spark, home):
