@@ -42,7 +42,7 @@ from conf.settings_sections import (
 from conf.identity_checks import check_access_log, check_identity
 from conf.locations import is_object_url
 from conf.tables import TABLES
-from conf.values import port_problem
+from conf.values import least_problem, port_problem
 
 # storage.file_access: who besides their owner may read the files a command writes (pipelines/runtime/home.py).
 FILE_ACCESS = ("owner", "group")
@@ -118,8 +118,10 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
     problems.extend(_check_backfill(settings.ingest.backfill, ok))
     if ok("audit_chain.signing") and settings.audit_chain.signing not in ("none", "hmac", "ed25519"):
         problems.append(f"audit_chain.signing: {settings.audit_chain.signing!r} is not one of none, hmac, ed25519")
-    if ok("audit_chain.max_examples") and settings.audit_chain.max_examples < 1:
-        problems.append(f"audit_chain.max_examples: {settings.audit_chain.max_examples!r} must be at least 1")
+    if ok("audit_chain.max_examples") and (
+        problem := least_problem("audit_chain.max_examples", settings.audit_chain.max_examples, 1)
+    ):
+        problems.append(problem)
     checkpoint = settings.audit_chain.checkpoint
     if ok("audit_chain.checkpoint") and checkpoint is not None and not (
         is_object_url(checkpoint) or Path(checkpoint).expanduser().is_absolute()
@@ -170,8 +172,10 @@ def _check_backfill(backfill: BackfillSettings, ok) -> list[str]:
         problems.append(problem)
     if ok("ingest.backfill.handoff_margin_seconds") and backfill.handoff_margin_seconds < 0:
         problems.append(f"ingest.backfill.handoff_margin_seconds: {backfill.handoff_margin_seconds!r} must be 0 or more")
-    if ok("ingest.backfill.window_rows") and backfill.window_rows < 1:
-        problems.append(f"ingest.backfill.window_rows: {backfill.window_rows!r} must be at least 1")
+    if ok("ingest.backfill.window_rows") and (
+        problem := least_problem("ingest.backfill.window_rows", backfill.window_rows, 1)
+    ):
+        problems.append(problem)
     if ok("ingest.backfill.table") and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?", backfill.table):
         problems.append(f"ingest.backfill.table: {backfill.table!r} is not a table name (letters, digits, _)")
     return problems
@@ -200,8 +204,8 @@ def _check_kafka(kafka: KafkaSettings, ok) -> list[str]:
     if ok("ingest.kafka.group_id") and not kafka.group_id.strip():
         problems.append(f"ingest.kafka.group_id: {kafka.group_id!r} must name a consumer group")
     for name in ("max_records", "max_bytes"):
-        if ok(f"ingest.kafka.{name}") and getattr(kafka, name) < 1:
-            problems.append(f"ingest.kafka.{name}: {getattr(kafka, name)!r} must be at least 1")
+        if ok(f"ingest.kafka.{name}") and (problem := least_problem(f"ingest.kafka.{name}", getattr(kafka, name), 1)):
+            problems.append(problem)
     if ok("ingest.kafka.timeout_seconds") and kafka.timeout_seconds <= 0:
         problems.append(f"ingest.kafka.timeout_seconds: {kafka.timeout_seconds!r} must be greater than 0")
     if ok("ingest.kafka.start_at") and kafka.start_at not in KAFKA_START_AT:
@@ -268,8 +272,8 @@ def _check_subscriptions(subscriptions: SubscriptionSettings, ok) -> list[str]:
         "error_excerpt_chars": subscriptions.error_excerpt_chars,
     }
     for name, value in at_least_one.items():
-        if ok(f"subscriptions.{name}") and value < 1:
-            problems.append(f"subscriptions.{name}: {value!r} must be at least 1")
+        if ok(f"subscriptions.{name}") and (problem := least_problem(f"subscriptions.{name}", value, 1)):
+            problems.append(problem)
     if ok("subscriptions.retry_max_ms", "subscriptions.retry_initial_ms") and (
         subscriptions.retry_max_ms < subscriptions.retry_initial_ms
     ):
@@ -318,8 +322,8 @@ def _check_anomalies(anomalies: AnomalySettings, ok) -> list[str]:
     problems = []
     for name in ("baseline_days", "min_history", "training_days", "score_days", "score_interval_minutes"):
         value = getattr(anomalies, name)
-        if ok(f"anomalies.{name}") and value < 1:
-            problems.append(f"anomalies.{name}: {value!r} must be at least 1")
+        if ok(f"anomalies.{name}") and (problem := least_problem(f"anomalies.{name}", value, 1)):
+            problems.append(problem)
     if ok("anomalies.threshold_spread") and anomalies.threshold_spread <= 0:
         problems.append(f"anomalies.threshold_spread: {anomalies.threshold_spread!r} must be positive")
     if ok("anomalies.detector") and anomalies.detector not in ("robust", "forest", "combined"):
@@ -354,14 +358,16 @@ def _check_serve(serve: ServeSettings, ok: Callable[..., bool]) -> list[str]:
         ("rate_limit_burst", serve.rate_limit_burst, 1),
         ("workers", serve.workers, 0),
     ):
-        if ok(f"serve.{name}") and value < least:
-            problems.append(f"serve.{name}: {value!r} must be at least {least}")
+        if ok(f"serve.{name}") and (problem := least_problem(f"serve.{name}", value, least)):
+            problems.append(problem)
     if ok("serve.max_size") and serve.max_size > SEARCH_MAX_SIZE:
         problems.append(f"serve.max_size: {serve.max_size!r} is above the search contract's limit {SEARCH_MAX_SIZE}")
     if ok("serve.queue_timeout_seconds") and serve.queue_timeout_seconds <= 0:
         problems.append(f"serve.queue_timeout_seconds: {serve.queue_timeout_seconds!r} must be above 0")
-    if ok("serve.version_check_seconds") and serve.version_check_seconds < 0:
-        problems.append(f"serve.version_check_seconds: {serve.version_check_seconds!r} must be at least 0")
+    if ok("serve.version_check_seconds") and (
+        problem := least_problem("serve.version_check_seconds", serve.version_check_seconds, 0)
+    ):
+        problems.append(problem)
     if ok("serve.tls_cert_file", "serve.tls_key_file") and (serve.tls_cert_file is None) != (serve.tls_key_file is None):
         problems.append(
             f"serve.tls_cert_file: {serve.tls_cert_file!r} and serve.tls_key_file: {serve.tls_key_file!r} "
@@ -377,8 +383,8 @@ def _check_bi(bi: BiSettings, ok: Callable[..., bool]) -> list[str]:
         problems.append(problem)
     if ok("bi.sync_interval_seconds") and bi.sync_interval_seconds < 0:
         problems.append(f"bi.sync_interval_seconds: {bi.sync_interval_seconds!r} must be 0 (no polling) or more")
-    if ok("bi.lock_timeout_ms") and bi.lock_timeout_ms < 1:
-        problems.append(f"bi.lock_timeout_ms: {bi.lock_timeout_ms!r} must be at least 1")
+    if ok("bi.lock_timeout_ms") and (problem := least_problem("bi.lock_timeout_ms", bi.lock_timeout_ms, 1)):
+        problems.append(problem)
     if ok("bi.idle_transaction_timeout_seconds") and bi.idle_transaction_timeout_seconds < 0:
         problems.append(f"bi.idle_transaction_timeout_seconds: {bi.idle_transaction_timeout_seconds!r} must be 0 (never) or more")
     if ok("bi.run_as") and not bi.run_as.strip():

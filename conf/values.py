@@ -124,11 +124,23 @@ def check_port(name: str, port: object, zero_allowed: bool = False) -> int:
     return port  # type: ignore[return-value]
 
 
+def least_problem(name: str, value: float, low: float) -> str | None:
+    """What is wrong with a count or limit below its smallest meaningful value, naming it and the value; None if nothing.
+
+    Args:
+        name: the setting or argument, e.g. `serve.workers`.
+        value: the value.
+        low: the smallest value allowed.
+    """
+    return f"{name}: {value!r} must be at least {low}" if value < low else None
+
+
 def check_at_least(name: str, value: float, low: float) -> None:
-    """Check a count or limit given to a component against its smallest meaningful value.
+    """Check a count or limit given to a component against its smallest meaningful value (`least_problem`).
 
     Raises:
         ConfigError: naming the argument and the value.
     """
-    if value < low:
-        raise ConfigError(f"{name}: {value!r} must be at least {low}")
+    problem = least_problem(name, value, low)
+    if problem:
+        raise ConfigError(problem)

@@ -327,3 +327,20 @@ def test_the_state_log_size_is_a_count_of_rows_and_0_merges_every_batch(tmp_path
     with pytest.raises(ConfigError) as caught:
         load_settings(home=tmp_path, env={}, overrides=["refine.state_log_max_rows=-1"])
     assert "refine.state_log_max_rows: -1 must be 0 or more" in caught.value.problems
+
+
+def test_counts_below_their_least_are_named_with_their_values_all_at_once(tmp_path: Path):
+    overrides = ["audit_chain.max_examples=0", "ingest.backfill.window_rows=0", "ingest.kafka.max_records=0",
+                 "subscriptions.error_excerpt_chars=0", "anomalies.baseline_days=0", "bi.lock_timeout_ms=0",
+                 "serve.version_check_seconds=-1"]  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        load_settings("local", home=tmp_path, env={}, overrides=overrides)
+    assert set(caught.value.problems) == {
+        "audit_chain.max_examples: 0 must be at least 1",
+        "ingest.backfill.window_rows: 0 must be at least 1",
+        "ingest.kafka.max_records: 0 must be at least 1",
+        "subscriptions.error_excerpt_chars: 0 must be at least 1",
+        "anomalies.baseline_days: 0 must be at least 1",
+        "bi.lock_timeout_ms: 0 must be at least 1",
+        "serve.version_check_seconds: -1.0 must be at least 0",
+    }
