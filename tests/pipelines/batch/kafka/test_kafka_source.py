@@ -7,7 +7,7 @@ import json
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import fastavro
@@ -27,6 +27,7 @@ from pipelines.runtime.io import read_table
 from tests.conftest import FIXTURES, make_settings, register_fresh_tables
 from tests.pipelines.batch.kafka.conftest import kafka_sets, kafka_settings
 from tests.pipelines.cli.test_cli import run_cli
+from tests.pipelines.json_endpoints import JsonHandler
 
 MCL_FIXTURE = FIXTURES / "history-small.mcl.jsonl"
 # What identifies an event apart from where its record was read and in which batch.
@@ -117,22 +118,19 @@ def test_poison_messages_are_quarantined_with_their_offsets_and_the_others_land(
     ]
 
 
-class _Registry(BaseHTTPRequestHandler):
+class _Registry(JsonHandler):
     """A Schema Registry answering GET /schemas/ids/<id> from `schemas`."""
 
+    content_type = "application/vnd.schemaregistry.v1+json"
     schemas: dict[int, str] = {}
 
     def do_GET(self):  # noqa: N802 - the handler's name in http.server
         schema_id = self.path.rsplit("/", 1)[-1]
         text = self.schemas.get(int(schema_id)) if schema_id.isdigit() else None
-        body = json.dumps({"schema": text} if text else {"error_code": 40403, "message": "Schema not found"})
-        self.send_response(200 if text else 404)
-        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args):
-        pass
+        if text:
+            self.answer_json(200, {"schema": text})
+        else:
+            self.answer_json(404, {"error_code": 40403, "message": "Schema not found"})
 
 
 def _avro_record(line: str, field_names: dict[str, set[str]]) -> dict:
