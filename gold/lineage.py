@@ -167,7 +167,7 @@ def to_version_edges(versions_df: DataFrame) -> DataFrame:
     )
 
 
-def _aspect_intervals(versions_df: DataFrame) -> DataFrame:
+def _aspect_intervals(versions_df: DataFrame, version_edges_df: DataFrame | None = None) -> DataFrame:
     """Each edge's runs of consecutive versions of its aspect: from the version adding it to the one removing it."""
     key = ["entity_urn", "aspect_name"]
     edge = ["upstream_urn", "downstream_urn", "edge_kind"]
@@ -175,7 +175,9 @@ def _aspect_intervals(versions_df: DataFrame) -> DataFrame:
         "_idx", F.row_number().over(Window.partitionBy(*key).orderBy("order_key"))
     )
     stamps_df = numbered_df.select(*key, "_idx", "created_time", "version", "created_actor")
-    present_df = to_version_edges(numbered_df).join(numbered_df.select(*key, "order_key", "_idx"), [*key, "order_key"])
+    if version_edges_df is None:
+        version_edges_df = to_version_edges(numbered_df)
+    present_df = version_edges_df.join(numbered_df.select(*key, "order_key", "_idx"), [*key, "order_key"])
     island = F.col("_idx") - F.row_number().over(Window.partitionBy(*key, *edge).orderBy("_idx"))
     runs_df = (
         present_df.withColumn("_island", island)
@@ -299,7 +301,7 @@ def _within_alive(spans_df: DataFrame, alive_df: DataFrame, entity: Column) -> D
     return joined_df.select(*[bounds[c].alias(c) if c in bounds else F.col(c) for c in columns])
 
 
-def to_lineage_edges(versions_df: DataFrame) -> DataFrame:
+def to_lineage_edges(versions_df: DataFrame, version_edges_df: DataFrame | None = None) -> DataFrame:
     """Every lineage edge of the given entities with the spans it was valid, from their full aspect history.
 
     Args:
@@ -307,6 +309,7 @@ def to_lineage_edges(versions_df: DataFrame) -> DataFrame:
             aspect_name, order_key, version, created_time, created_actor, new_json) of the lineage
             aspects, `status` and key aspect of each owner it holds, and of the `status` and key aspect
             of the entities at the other end of their edges (only lineage aspects make edges).
+        version_edges_df: `to_version_edges(versions_df)` when already at hand (staged): not parsed again.
 
     Returns:
         `EDGE_COLUMNS`: one row per edge and span; valid_to_* null while the edge holds. A span
@@ -315,7 +318,7 @@ def to_lineage_edges(versions_df: DataFrame) -> DataFrame:
         delete of one of them (valid_*_aspect names which).
     """
     alive_df = _alive_intervals(versions_df)
-    spans_df = _aspect_intervals(versions_df)
+    spans_df = _aspect_intervals(versions_df, version_edges_df)
     for entity in (F.col("entity_urn"), entity_of(F.col("upstream_urn")), entity_of(F.col("downstream_urn"))):
         spans_df = _within_alive(spans_df, alive_df, entity)
     return spans_df.select(

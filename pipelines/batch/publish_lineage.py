@@ -118,9 +118,13 @@ def lineage_versions(settings: Settings, inputs_df: DataFrame, owners_df: DataFr
     return _accepted_versions(inputs_df.join(owners, "entity_urn", "left_semi"), settings)
 
 
-def edge_ends(versions_df: DataFrame) -> DataFrame:
-    """The entities (`entity_urn`) at the far end of the owners' edges, owners left out (a schema field by its dataset)."""
-    edges_df = to_version_edges(versions_df)
+def edge_ends(versions_df: DataFrame, edges_df: DataFrame) -> DataFrame:
+    """The entities (`entity_urn`) at the far end of the owners' edges, owners left out (a schema field by its dataset).
+
+    Args:
+        versions_df: the owners' versions (`lineage_versions`).
+        edges_df: the edges of each of those versions (`gold.lineage.to_version_edges`).
+    """
     return (
         edges_df.select(entity_of(F.col("upstream_urn")).alias("entity_urn"))
         .unionByName(edges_df.select(entity_of(F.col("downstream_urn")).alias("entity_urn")))
@@ -168,9 +172,11 @@ def publish_lineage(spark: SparkSession, settings: Settings, run_id: str | None 
     owners_df = write_scratch(lineage_owners(inputs_df, batch_ids), folder / "owners", storage)
     versions_df = write_scratch(lineage_versions(settings, inputs_df, owners_df), folder / "versions", storage)
     # Staged apart: planned as one with the versions read back, the engine took seconds over a few rows.
-    end_urns_df = write_scratch(edge_ends(versions_df), folder / "end_urns", storage)
+    # Parsed once: the ends and the edges' spans both start from each version's edges.
+    version_edges_df = write_scratch(to_version_edges(versions_df), folder / "version_edges", storage)
+    end_urns_df = edge_ends(versions_df, version_edges_df)
     ends_df = write_scratch(end_lifecycle_versions(settings, inputs_df, end_urns_df), folder / "ends", storage)
-    edges_df = to_lineage_edges(versions_df.unionByName(ends_df)).withColumn("batch_id", F.lit(batch_ids[-1]))
+    edges_df = to_lineage_edges(versions_df.unionByName(ends_df), version_edges_df).withColumn("batch_id", F.lit(batch_ids[-1]))
     staged_df = write_scratch(edges_df, folder / "edges", storage)
     entities, edges = owners_df.count(), staged_df.count()
     if entities:
