@@ -180,7 +180,7 @@ def publish_lineage(spark: SparkSession, settings: Settings, run_id: str | None 
     staged_df = write_scratch(edges_df, folder / "edges", storage)
     entities, edges = owners_df.count(), staged_df.count()
     if entities:
-        append_owner_edges(spark, settings, staged_df, owners_df, batch_ids[-1], folder)
+        append_owner_edges(spark, settings, staged_df, owners_df, entities > MAX_APPENDED_OWNERS, batch_ids[-1], folder)
     crash_point("publish_lineage.merged")
     for batch_id in batch_ids:
         record_progress(
@@ -196,7 +196,13 @@ MAX_APPENDED_OWNERS = 1_000
 
 
 def append_owner_edges(
-    spark: SparkSession, settings: Settings, edges_df: DataFrame, owners_df: DataFrame, batch_id: str, scratch: Location
+    spark: SparkSession,
+    settings: Settings,
+    edges_df: DataFrame,
+    owners_df: DataFrame,
+    bulk: bool,
+    batch_id: str,
+    scratch: Location,
 ) -> None:
     """Make the owners' edges in the table exactly `edges_df`: appended under a new `published_seq`.
 
@@ -213,10 +219,10 @@ def append_owner_edges(
         settings: the lakehouse settings.
         edges_df: the owners' edge spans, with the table's columns but published_seq.
         owners_df: `owner_urn` of every owner derived (those with no edge left included).
+        bulk: more owners than `MAX_APPENDED_OWNERS`.
         batch_id: the batch the markers name (the last one published).
         scratch: a scratch folder for a fold.
     """
-    bulk = owners_df.limit(MAX_APPENDED_OWNERS + 1).count() > MAX_APPENDED_OWNERS
     if bulk and not any_stored(owners_df, read_table(spark, settings, TARGET_TABLE), ["owner_urn"]):
         # No row of these owners yet (a first publish, new entities): nothing to supersede, no marker.
         rows_df = edges_df
