@@ -10,7 +10,8 @@ re-run after a crash derives the same rows again:
      written to Parquet under `<home>/_scratch/publish_lineage`;
   2. append the owners' rows and a marker row per owner under the table's next version as
      published_seq (a bulk publish then folds the table; `lakehouse maintain --optimize` folds it too);
-  3. record progress for each batch (last)."""
+  3. record progress for each batch (last).
+"""
 
 from __future__ import annotations
 
