@@ -4,6 +4,9 @@ An event at time t on entity E reaches the target T (direction upstream: E feeds
 feeds E) when a path of at most `depth` edges, each valid at t (valid_from_time <= t < valid_to_time),
 leads from T to E. The path reported is the shortest, and among the shortest the smallest by its
 urns in order, so the answer does not depend on the order edges are read in.
+
+One module over 400 lines: the index of edge spans and the walk over it are one algorithm, each half
+meaningless without the other.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ The load phases measure the server as it runs once started: before the warm-up, 
 wrote at start (the index and row files, gigabytes at 10M rows) are flushed to disk, so their writeback
 does not run during the phases; the warm-up then reaches every worker, where the latency phase's one
 connection reaches one. Both are reported (`start_flush_s`, `warmup`).
+
+One module over 400 lines: the phases of one benchmark run in order against one server; the clients
+and the request mix are in their own modules.
 """
 
 from __future__ import annotations
