@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlencode
@@ -46,7 +47,9 @@ from tests.pipelines.serving.explorer_inputs import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-IMAGES = REPO / "docs" / "images"
+# The screenshots the docs show are taken by these tests: into docs/images when UPDATE_DOC_IMAGES is set,
+# otherwise into a scratch folder, so that a run of the suite leaves the checkout as it was.
+IMAGES = REPO / "docs" / "images" if os.environ.get("UPDATE_DOC_IMAGES") else Path(tempfile.mkdtemp(prefix="explorer-images-"))
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.slow
