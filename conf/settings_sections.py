@@ -468,8 +468,12 @@ class Settings:
         return self.secret_path(self.api.tokens_file)
 
     @property
+    def mlflow_local_store(self) -> Path | None:
+        """The local MLflow store's database file under home; None when a tracking URI is configured."""
+        return None if self.mlflow.tracking_uri else self.local_home / "mlruns" / "mlflow.db"
+
+    @property
     def mlflow_tracking_uri(self) -> str:
         """The MLflow tracking URI: the configured one or a local store under home."""
-        if self.mlflow.tracking_uri:
-            return self.mlflow.tracking_uri
-        return f"sqlite:///{self.local_home / 'mlruns' / 'mlflow.db'}"
+        local_store = self.mlflow_local_store
+        return f"sqlite:///{local_store}" if local_store else self.mlflow.tracking_uri

@@ -8,7 +8,6 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from conf.settings import Settings
@@ -62,9 +61,9 @@ def tracked_run(settings: Settings, run_name: str, tags: Mapping[str, str] | Non
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
-    if settings.mlflow.tracking_uri is None:
+    if settings.mlflow_local_store is not None:
         # A local store keeps its artifacts beside it under home, not in the working directory.
-        store = settings.local_home / "mlruns"
+        store = settings.mlflow_local_store.parent
         store.mkdir(parents=True, exist_ok=True)
         if mlflow.get_experiment_by_name(settings.mlflow.experiment) is None:
             mlflow.create_experiment(settings.mlflow.experiment, artifact_location=(store / "artifacts").as_uri())
@@ -83,15 +82,14 @@ def recent_runs(settings: Settings, limit: int = 20) -> list[dict[str, Any]]:
     A home whose local store was never written has no runs: that is answered without opening the
     store, which would create and migrate it (about 3 CPU-seconds, and a write from a reading command).
     """
-    uri = settings.mlflow_tracking_uri
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if settings.mlflow_local_store is not None and not settings.mlflow_local_store.exists():
         return []
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     import mlflow
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    mlflow.set_tracking_uri(uri)
+    mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
     experiment = mlflow.get_experiment_by_name(settings.mlflow.experiment)
     if experiment is None:
         return []
