@@ -18,7 +18,7 @@ from typing import Any
 import typer
 
 from pipelines.bench.databases import LocalDatabase, local_mariadb, local_postgres
-from pipelines.bench.harness import bench_settings, measure, write_result
+from pipelines.bench.harness import bench_settings, measure, peak_rss_since_reset, reset_peak_rss, write_result
 
 VERSIONS_PER_KEY = 10
 BASE_MS = 1_672_531_200_000  # 2023-01-01T00:00:00Z
@@ -133,23 +133,6 @@ def backfill_run(database: LocalDatabase, work: Path, window_rows: int) -> dict[
         "versions_per_s": round(read / took.wall_s, 1),
         "peak_rss_bytes": peak,
     }
-
-
-def reset_peak_rss() -> None:
-    """Start this process's peak resident size (VmHWM) over from its current size (Linux; no-op elsewhere)."""
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def peak_rss_since_reset() -> int:
-    """This process's peak resident size since `reset_peak_rss`, in bytes (the lifetime peak where unsupported)."""
-    from pipelines.bench.harness import peak_rss_bytes
-
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return peak_rss_bytes()
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -51,6 +51,21 @@ def peak_rss_bytes() -> int:
     return max(own, children) * 1024  # Linux reports kilobytes
 
 
+def reset_peak_rss() -> None:
+    """Start this process's peak resident size (VmHWM) over from its current size (Linux; no-op elsewhere)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_since_reset() -> int:
+    """This process's peak resident size since `reset_peak_rss`, in bytes (the lifetime peak where unsupported)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return peak_rss_bytes()
+
+
 def process_tree(pid: int) -> list[int]:
     """A process and its children, e.g. a server and its worker processes (Linux /proc; the process alone elsewhere)."""
     pids = [pid]

@@ -8,32 +8,15 @@ events, usage events, bronze snapshots, activity rows): the life must end where 
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
-from conf.settings import Settings
-from conf.tables import ACTOR_ACTIVITY_DAILY, ASPECT_SNAPSHOTS, ASPECT_STATE, AUDIT_EVENTS, ENTITY_CHANGE_EVENTS, OPENMETADATA_CHANGE_EVENTS, USAGE_EVENTS
 from pipelines.bench.harness import bench_settings, measure, write_result
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-# The columns that identify each compared table's rows whatever the cut into batches (batch ids, write
-# times and the state's prev_* columns depend on it).
-IDENTITY_COLUMNS = {
-    ASPECT_SNAPSHOTS: ("record_hash",),
-    USAGE_EVENTS: ("record_hash",),
-    ASPECT_STATE: ("entity_urn", "aspect_name", "version", "record_hash", "deleted", "entity_deleted"),
-    ENTITY_CHANGE_EVENTS: ("event_id", "category", "operation", "actor", "event_time", "version"),
-    AUDIT_EVENTS: ("event_id", "event_type", "timestamp", "actor_urn", "entity_urn", "aspect_name", "origin", "source_id"),
-    OPENMETADATA_CHANGE_EVENTS: ("id", "event_type", "entity_urn", "timestamp", "user_name"),
-    ACTOR_ACTIVITY_DAILY: ("actor_urn", "activity_date", "events_total", "events_by_type", "changes_by_category"),
-}
+from pipelines.bench.table_hashes import identity_hashes
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -119,22 +102,3 @@ def run_life_bench(
     finally:
         if work is None:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-
-
-def identity_hashes(spark: SparkSession, settings: Settings) -> dict[str, dict[str, Any]]:
-    """Per compared table: its row count and the SHA-256 of its sorted identity rows.
-
-    The state is read as its readers see it, with the log of small batches applied (`read_state`).
-    """
-    from pipelines.runtime.state_store import STATE_TABLE, read_state
-    from pipelines.runtime.io import read_table
-
-    hashes = {}
-    for key, columns in IDENTITY_COLUMNS.items():
-        table_df = read_state(spark, settings) if key == STATE_TABLE else read_table(spark, settings, key)
-        rows = sorted("\x1f".join(map(str, row)) for row in table_df.select(*columns).collect())
-        digest = hashlib.sha256("\x1e".join(rows).encode()).hexdigest()
-        hashes[key] = {"rows": len(rows), "sha256": digest}
-    return hashes

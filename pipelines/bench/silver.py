@@ -30,16 +30,18 @@ import typer
 
 from conf.errors import InputError
 from conf.settings import Settings, load_settings
-from conf.tables import ENTITY_CHANGE_EVENTS
+from conf.tables import ASPECT_STATE, ENTITY_CHANGE_EVENTS
 from pipelines.bench.harness import Measurement, measure, write_result
 from pipelines.bench.silver_baseline import BaselineMismatch, compare_with_baseline
 from pipelines.bench.silver_classic import event_ids, part_files, run_classic
+from pipelines.bench.table_hashes import identity_hashes
 from pipelines.bench.silver_remote import (
     CLUSTER_ENVIRONMENT,
     CLUSTER_SPARK_CONF,
     OtherProcessesCpu,
     S3Endpoint,
     bench_home,
+    engine_server_peak_rss_bytes,
     parse_assignments,
     parse_engine_choice,
     print_compared,
@@ -114,7 +116,7 @@ def register(bench_app: typer.Typer) -> None:
             compared = run_compared(
                 run_silver_bench, choices, runs, work, versions=versions, batches=batches, seed=seed,
                 baseline=baseline, floors=floors, micro_batches=micro_batches, micro_records=micro_records,
-                cluster_environment=environment, cluster_spark_conf=spark_conf,
+                cluster_environment=environment, cluster_spark_conf=spark_conf, hash_tables=True,
             )  # fmt: skip
             print_compared(compared, write_result(out, "silver-compare", compared))
             return
@@ -161,6 +163,7 @@ def run_silver_bench(
     cluster_environment: dict[str, str] | None = None,
     cluster_spark_conf: dict[str, str] | None = None,
     pseudonymise: bool = False,
+    hash_tables: bool = False,
 ) -> dict[str, Any]:
     """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
 
@@ -174,7 +177,9 @@ def run_silver_bench(
     With `storage="s3"`, the home and the input files are on an S3-protocol server (`s3`, or moto's server
     started for this run; `pipelines.bench.silver_remote`); `cluster_environment` goes to the sail-cluster
     server over `silver_remote.CLUSTER_ENVIRONMENT`, `cluster_spark_conf` to its session over
-    `silver_remote.CLUSTER_SPARK_CONF`. With `pseudonymise` (sail only), the home lands with privacy.pseudonymise on.
+    `silver_remote.CLUSTER_SPARK_CONF`. With `pseudonymise` (sail only), the home lands with privacy.pseudonymise on. With `hash_tables` (sail
+    only), `table_hashes` holds the change events' and the state's identity hashes (`pipelines.bench.table_hashes`),
+    taken after refine and not timed.
 
     Raises:
         InputError: for an unknown engine or storage, a batch count larger than the versions, or a step
@@ -219,6 +224,7 @@ def run_silver_bench(
                     cluster=engine == "sail-cluster", s3=s3 if storage == "s3" else None,
                     cluster_environment={**CLUSTER_ENVIRONMENT, **(cluster_environment or {})},
                     cluster_spark_conf={**CLUSTER_SPARK_CONF, **(cluster_spark_conf or {})}, pseudonymise=pseudonymise,
+                    hash_tables=hash_tables,
                 )  # fmt: skip
         else:
             figures = run_classic(folder, batch_dirs, collect_ids=baseline)
@@ -252,6 +258,8 @@ def run_silver_bench(
             # CPU seconds of the other processes on the same cores, per step: the sail-cluster server with its
             # workers, and the S3 server (moto: Python, its own cost, not the engine's).
             **{key: figures[key] for key in ("engine_server_cpu_s", "s3_server_cpu_s") if figures.get(key)},
+            # The sail-cluster server and its workers, summed; the driver's is peak_rss_bytes.
+            **{key: figures[key] for key in ("engine_server_peak_rss_bytes", "table_hashes") if figures.get(key)},
             **compared,
             **(
                 {
@@ -293,6 +301,7 @@ def _run_sail(
     cluster_environment: dict[str, str] | None = None,
     cluster_spark_conf: dict[str, str] | None = None,
     pseudonymise: bool = False,
+    hash_tables: bool = False,
 ) -> dict[str, Any]:
     from pipelines.bench.floors import measure_floors
     from pipelines.bench.micro_batches import run_micro_batches
@@ -330,7 +339,9 @@ def _run_sail(
                     {"batch_id": ",".join(result.batch_ids), "versions": result.rows_in, "events": result.rows_out,
                      "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps, "steps_cpu_s": steps_cpu}
                 )
+        server_peak_rss = engine_server_peak_rss_bytes() if cluster else None
         ids = event_ids(read_table(spark, settings, ENTITY_CHANGE_EVENTS)) if collect_ids else None
+        hashes = identity_hashes(spark, settings, (ENTITY_CHANGE_EVENTS, ASPECT_STATE)) if hash_tables else None
         floor_figures = (
             measure_floors(spark, settings, part_files(batch_dirs[-1]), folder / "floors") if floors else None
         )
@@ -349,6 +360,8 @@ def _run_sail(
         "floors": floor_figures,
         "micro_batches": micro_figures,
         "engine_server_cpu_s": other_cpu.engine_server,
+        "engine_server_peak_rss_bytes": server_peak_rss,
+        "table_hashes": hashes,
         "s3_server_cpu_s": other_cpu.s3_server,
     }
 

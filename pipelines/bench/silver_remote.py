@@ -172,14 +172,29 @@ def remove_prefix(s3: S3Endpoint, prefix: ObjectLocation) -> None:
 
 def engine_server_cpu_seconds() -> float:
     """CPU seconds of this process's running `sail spark server` children and their workers (0 if none)."""
-    total = 0.0
+    members = [member for pid in _engine_servers() for member in [pid, *_descendants(pid)]]
+    return round(sum(_own_cpu_seconds(member) for member in members), 3)
+
+
+def engine_server_peak_rss_bytes() -> int | None:
+    """The summed peak resident memory of this process's running `sail spark server` children and their workers.
+
+    None when no server runs (or /proc does not tell).
+    """
+    from pipelines.bench.processes import server_memory
+
+    return sum(server_memory(pid)["peak_rss_bytes"] or 0 for pid in _engine_servers()) or None
+
+
+def _engine_servers() -> list[int]:
+    servers = []
     for pid in _children(os.getpid()):
         with contextlib.suppress(OSError):
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             # `sail` is a Python entry point: the interpreter comes first on its command line.
             if b"spark" in command and b"server" in command and any(Path(a.decode()).name == "sail" for a in command[:2]):
-                total += sum(_own_cpu_seconds(member) for member in [pid, *_descendants(pid)])
-    return round(total, 3)
+                servers.append(pid)
+    return servers
 
 
 def _children(pid: int) -> list[int]:
@@ -257,7 +272,10 @@ def print_compared(compared: dict[str, Any], path: Path) -> None:
         console.print(
             f"{label}: land + refine {median['pipeline_wall_s']} s (land {median['landing_wall_s']} s, refine "
             f"{median['refine_wall_s']} s; median of {median['runs']}), {compared['ratio_to_first'][label]}x the first"
+            + (f" ({compared['ratio_to_first_less_s3_cpu'][label]}x less the S3 server's CPU)" if median["s3_server_cpu_s"] else "")
         )
+    if compared["tables_equal"] is not None:
+        console.print(f"tables equal to the first run's (change events and state, by hash): {compared['tables_equal']}")
     console.print(f"-> {path}")
 
 
@@ -268,7 +286,7 @@ def run_compared(
     work: Path | None,
     **options: Any,
 ) -> dict[str, Any]:
-    """Run each engine `runs` times in alternating order on one generated input; medians and ratios.
+    """Run each engine `runs` times in alternating order on one generated input; medians, ratios, equal tables.
 
     Args:
         run_one: `pipelines.bench.silver.run_silver_bench`.
@@ -280,7 +298,8 @@ def run_compared(
     Returns:
         `runs`: every run's result, in the order run; `median`: per engine, the median land, refine and
         land + refine walls and server CPU seconds; `ratio_to_first`: each engine's median land + refine wall over the
-        first engine's.
+        first engine's; `tables_equal`: whether every run's table hashes equal those of the first run with the
+        same pseudonymise setting (None when no run hashed its tables; runs that did not are left out). Each run runs in a process of its own (`run_in_own_process`).
     """
     if runs < 1:
         raise InputError(f"--runs: {runs!r} must be at least 1")
@@ -292,8 +311,10 @@ def run_compared(
             s3 = stack.enter_context(s3_server(folder)) if any(c.storage == "s3" for c in choices) else None
             for round_index in range(runs):
                 for choice in choices if round_index % 2 == 0 else list(reversed(choices)):
-                    result = run_one(engine=choice.engine, storage=choice.storage, pseudonymise=choice.pseudonymise, s3=s3,
-                                     work=folder, **options)  # fmt: skip
+                    result = run_in_own_process(
+                        run_one, engine=choice.engine, storage=choice.storage, pseudonymise=choice.pseudonymise, s3=s3,
+                        work=folder, **options,
+                    )  # fmt: skip
                     results.append({"label": choice.label, "round": round_index, **result})
     finally:
         if work is None:
@@ -308,10 +329,40 @@ def run_compared(
         "runs": results,
         "median": median,
         "ratio_to_first": {label: round(m["pipeline_wall_s"] / first, 3) if first else None for label, m in median.items()},
+        # The S3 server (moto, Python) works on the same cores: each engine's wall less that server's CPU
+        # seconds, over the first engine's wall, sets its cost aside (an estimate: some of it overlaps waits).
+        "ratio_to_first_less_s3_cpu": {
+            label: round((m["pipeline_wall_s"] - (m["s3_server_cpu_s"] or 0)) / first, 3) if first else None
+            for label, m in median.items()
+        },
+        "tables_equal": _tables_equal(results),
         "load_average_1m": {
             "before": results[0]["load_average_1m"]["before"], "after": results[-1]["load_average_1m"]["after"]
         },
     }  # fmt: skip
+
+
+def run_in_own_process(run_one: Callable[..., dict[str, Any]], **arguments: Any) -> dict[str, Any]:
+    """`run_one(**arguments)` in a new interpreter, so each run's CPU and peak memory are its own.
+
+    The embedded engine runs inside the process that drives it and keeps its memory after a run: in one
+    process, a remote run after an embedded one would report the embedded run's peak as its driver's.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(run_one, **arguments).result()
+
+
+def _tables_equal(results: list[dict[str, Any]]) -> bool | None:
+    hashed = [r for r in results if r.get("table_hashes")]
+    if not hashed:
+        return None
+    first = {}
+    for result in hashed:
+        first.setdefault(result["pseudonymise"], result["table_hashes"])
+    return all(r["table_hashes"] == first[r["pseudonymise"]] for r in hashed)
 
 
 def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -326,6 +377,8 @@ def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
         "pipeline_wall_s": median_of(lambda r: r["landing"]["wall_s"] + r["refine"]["wall_s"]),
         "client_cpu_s": median_of(lambda r: r["landing"]["cpu_s"] + r["refine"]["cpu_s"]),
         "engine_server_cpu_s": median_of(lambda r: _sum_or_none(r.get("engine_server_cpu_s"))),
+        "driver_peak_rss_bytes": median_of(lambda r: r["peak_rss_bytes"]),
+        "engine_server_peak_rss_bytes": median_of(lambda r: r.get("engine_server_peak_rss_bytes")),
         "s3_server_cpu_s": median_of(lambda r: _sum_or_none(r.get("s3_server_cpu_s"))),
         # All three processes' CPU: on a busy machine the walls vary with the other work, this much less.
         "all_cpu_s": median_of(

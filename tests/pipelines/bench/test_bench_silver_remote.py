@@ -18,7 +18,7 @@ from tests.pipelines.cli.test_cli import run_cli
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory) -> tuple[dict, Path]:
     folder = tmp_path_factory.mktemp("bench-remote")
-    run_cli("bench", "silver", "--versions", "1000", "--seed", "3", "--engine", "sail",
+    run_cli("bench", "silver", "--versions", "1000", "--batches", "2", "--seed", "3", "--engine", "sail",
             "--engine", "sail-cluster:s3", "--storage", "local", "--baseline", "--work", str(folder / "work"),
             "--out", str(folder / "out"), timeout=600)  # fmt: skip
     (path,) = (folder / "out").glob("silver-compare-*.json")
@@ -38,6 +38,30 @@ def test_both_engines_derive_the_baselines_event_ids_and_the_s3_run_writes_nothi
     assert [b["versions"] for b in local["per_batch"]] == [b["versions"] for b in remote["per_batch"]]
     # The S3 run ran second and removed the local run's home first: its tables were all on the S3 server.
     assert not (work / "home").exists()
+
+
+@pytest.mark.slow
+def test_each_run_hashes_its_tables_and_the_remote_run_equals_the_embedded_one(compared):
+    result, _ = compared
+    local, remote = result["runs"]
+    assert set(local["table_hashes"]) == {"silver.entity_change_events", "silver.aspect_state"}
+    assert local["table_hashes"]["silver.entity_change_events"]["rows"] == local["events"]
+    assert remote["table_hashes"] == local["table_hashes"]
+    assert result["tables_equal"] is True
+
+
+@pytest.mark.slow
+def test_each_run_reports_its_own_driver_memory_and_the_servers(compared):
+    result, _ = compared
+    local, remote = result["runs"]
+    # Each run had a process of its own: the remote run's driver holds no engine, so it peaks far lower
+    # than the embedded run's (which would be its peak too, had both run in one process).
+    assert 0 < remote["peak_rss_bytes"] < local["peak_rss_bytes"] / 2
+    assert "engine_server_peak_rss_bytes" not in local
+    assert remote["engine_server_peak_rss_bytes"] > remote["peak_rss_bytes"]
+    assert result["median"]["sail-cluster:s3"]["engine_server_peak_rss_bytes"] == remote["engine_server_peak_rss_bytes"]
+    less_s3 = (result["median"]["sail-cluster:s3"]["pipeline_wall_s"] - result["median"]["sail-cluster:s3"]["s3_server_cpu_s"])
+    assert result["ratio_to_first_less_s3_cpu"]["sail-cluster:s3"] == round(less_s3 / result["median"]["sail:local"]["pipeline_wall_s"], 3)
 
 
 @pytest.mark.slow
