@@ -11,9 +11,12 @@ from datetime import datetime
 from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from bronze.records import is_landable
+
+
 def filter_landable(staged_df: DataFrame) -> DataFrame:
     """Keep the records that passed validation (not blank, no reason)."""
-    return staged_df.filter(F.col("reason").isNull() & ~F.col("blank"))
+    return staged_df.filter(is_landable())
 
 
 def filter_quarantined(staged_df: DataFrame) -> DataFrame:

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bronze.pseudonym_rules import PERSON_PREFIX, PERSON_URN_PATTERN, PSEUDONYM_HEX, PSEUDONYM_PREFIX
-from bronze.records import SNAPSHOT_HASH_FIELDS, USAGE_HASH_FIELDS, record_hash
+from bronze.records import SNAPSHOT_HASH_FIELDS, USAGE_HASH_FIELDS, is_landable, record_hash
 
 _BLOCK = 64
 
@@ -44,13 +44,18 @@ def to_person_urns(text: Column) -> Column:
     return F.filter(found, lambda urn: ~urn.startswith(PSEUDONYM_PREFIX))
 
 
-def with_pseudonymous_text(text: Column, secret: bytes) -> Column:
+def with_pseudonymous_text(text: Column, secret: bytes, found_urns: Column | None = None) -> Column:
     """The text with every person urn in it replaced by its pseudonym.
 
     Urns are replaced longest-first among those sharing a prefix (descending order puts `...:ann2` before
     `...:ann`), so one urn is never replaced inside a longer one.
+
+    Args:
+        text: the text.
+        secret: the pseudonym secret.
+        found_urns: `to_person_urns(text)` when a column already holds it (landing keeps it for the identities).
     """
-    urns = F.sort_array(F.array_distinct(to_person_urns(text)), asc=False)
+    urns = F.sort_array(F.array_distinct(to_person_urns(text) if found_urns is None else found_urns), asc=False)
     replaced = F.aggregate(urns, text, lambda acc, urn: F.replace(acc, urn, to_pseudonym(urn, secret)))
     return F.when(text.isNull(), text).otherwise(replaced)
 
@@ -64,39 +69,92 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
     """Staged usage rows with actor, entity, source IP, user agent and the raw document pseudonymous.
 
     The record hash is recomputed from the pseudonymous fields: a hash of the identity would let anyone
-    holding a guess test it.
+    holding a guess test it. FOUND_IDENTITIES lists the identities replaced (`with_found_identities`); the
+    source IP and user agent are owned by the actor, read from a quarantined record's text when it has no
+    typed fields.
     """
+    texts = ("actor_urn", "entity_urn", "raw_document", "raw_text", "reason")
+    quarantined_text = F.col("raw_text").isNotNull() & F.col("source_ip").isNull()
+
+    def typed_or_quoted(name: str, path: str) -> Column:
+        return F.when(quarantined_text, F.get_json_object(F.col("raw_text"), path)).otherwise(F.col(name))
+
     ip = to_pseudonym(F.col("source_ip"), secret, "ip-")
     agent = to_pseudonym(F.col("user_agent"), secret, "ua-")
+    owner = typed_or_quoted("actor_urn", "$.actorUrn")
+    owned = [
+        F.struct(F.lit("ip").alias("kind"), typed_or_quoted("source_ip", "$.sourceIP").alias("identity"), owner.alias("owner")),
+        F.struct(F.lit("user-agent").alias("kind"), typed_or_quoted("user_agent", "$.userAgent").alias("identity"), owner.alias("owner")),
+    ]  # fmt: skip
+    found_df = _with_found_urns(staged_df, texts)
 
     def pseudonymous_document(name: str) -> Column:
-        text = with_pseudonymous_text(F.col(name), secret)
+        text = with_pseudonymous_text(F.col(name), secret, F.col(_found(name)))
         return _replace_value(_replace_value(text, F.col("source_ip"), ip), F.col("user_agent"), agent)
 
     # A quarantined record keeps its text and a reason quoting it: both are pseudonymised as the document.
-    pseudonymous_df = staged_df.withColumns({
-        "actor_urn": with_pseudonymous_text(F.col("actor_urn"), secret),
-        "entity_urn": with_pseudonymous_text(F.col("entity_urn"), secret),
+    pseudonymous_df = found_df.withColumns({
+        "actor_urn": with_pseudonymous_text(F.col("actor_urn"), secret, F.col(_found("actor_urn"))),
+        "entity_urn": with_pseudonymous_text(F.col("entity_urn"), secret, F.col(_found("entity_urn"))),
         "raw_document": pseudonymous_document("raw_document"),
         "source_ip": ip,
         "user_agent": agent,
         "raw_text": pseudonymous_document("raw_text"),
         "reason": pseudonymous_document("reason"),
+        FOUND_IDENTITIES: F.concat(_people(texts), F.filter(F.array(*owned), _named)),
     })  # fmt: skip
-    return _with_record_hash(pseudonymous_df, USAGE_HASH_FIELDS)
+    return _with_record_hash(pseudonymous_df.drop(*map(_found, texts)), USAGE_HASH_FIELDS)
 
 
 def pseudonymise_snapshots(staged_df: DataFrame, secret: bytes) -> DataFrame:
-    """Staged aspect snapshot rows with every person urn in every text field pseudonymous (hash recomputed)."""
-    columns = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text", "reason")
-    pseudonymous_df = staged_df.withColumns({name: with_pseudonymous_text(F.col(name), secret) for name in columns})
-    return _with_record_hash(pseudonymous_df, SNAPSHOT_HASH_FIELDS)
+    """Staged aspect snapshot rows with every person urn in every text field pseudonymous (hash recomputed).
+
+    FOUND_IDENTITIES lists the person urns replaced.
+    """
+    texts = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text", "reason")
+    pseudonymous_df = _with_found_urns(staged_df, texts).withColumns({
+        **{name: with_pseudonymous_text(F.col(name), secret, F.col(_found(name))) for name in texts},
+        FOUND_IDENTITIES: _people(texts),
+    })  # fmt: skip
+    return _with_record_hash(pseudonymous_df.drop(*map(_found, texts)), SNAPSHOT_HASH_FIELDS)
+
+
+# The identities a staged row held before it was pseudonymised: an array of (kind, identity, owner)
+# structs, kind person (owner: itself), ip or user-agent (owner: the actor). Landing records them from
+# the staged rows (`pipelines.privacy.landing`), so the text is searched for urns once.
+FOUND_IDENTITIES = "found_identities"
+
+
+def _found(name: str) -> str:
+    return f"_found_urns_{name}"
+
+
+def _with_found_urns(staged_df: DataFrame, texts: Iterable[str]) -> DataFrame:
+    """Each text's person urns in a column of its own, computed once for both the replacement and the identities."""
+    return staged_df.withColumns({_found(name): to_person_urns(F.col(name)) for name in texts})
+
+
+def _people(texts: Iterable[str]) -> Column:
+    """(person, urn, urn) structs of the urns `_with_found_urns` found in the texts."""
+    urns = F.array_distinct(F.flatten(F.array(*(F.col(_found(name)) for name in texts))))
+    return F.transform(urns, lambda urn: F.struct(F.lit("person").alias("kind"), urn.alias("identity"), urn.alias("owner")))
+
+
+def _named(identity: Column) -> Column:
+    """An owned identity worth recording: a value and an owner, neither empty."""
+    return (
+        identity["identity"].isNotNull() & (F.length(identity["identity"]) > 0)
+        & identity["owner"].isNotNull() & (F.length(identity["owner"]) > 0)
+    )  # fmt: skip
 
 
 def _with_record_hash(staged_df: DataFrame, hash_fields: Iterable[str]) -> DataFrame:
-    return staged_df.withColumn(
-        "record_hash", F.when(F.col("record_hash").isNotNull(), record_hash(hash_fields)).otherwise(F.col("record_hash"))
-    )
+    """The record hash of the pseudonymous fields, for the rows staging gave one (`bronze.records`' rule).
+
+    The condition is staging's own (`is_landable`), not "had a hash": naming the identity's hash here would make the
+    engine compute it only to test it for null, a second SHA-256 over every record.
+    """
+    return staged_df.withColumn("record_hash", F.when(is_landable(), record_hash(hash_fields)))
 
 
 # Columns that hold a source IP or a user agent, and the raw documents that repeat them.

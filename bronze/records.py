@@ -327,11 +327,16 @@ def _staged(
     return shaped_df.select(
         *LINE_ORIGIN_COLUMNS,
         "blank",
-        F.when(F.col("reason").isNull() & ~F.col("blank"), record_hash(hash_fields)).alias("record_hash"),
+        F.when(is_landable(), record_hash(hash_fields)).alias("record_hash"),
         "reason",
         F.when(F.col("reason").isNotNull(), F.substring(F.col("value"), 1, max_record_bytes)).alias("raw_text"),
         *typed.keys(),
     )
+
+
+def is_landable() -> Column:
+    """True for a staged row that passed validation (not blank, no reason): it lands and has a record hash."""
+    return F.col("reason").isNull() & ~F.col("blank")
 
 
 def record_hash(fields: Iterable[str]) -> Column:

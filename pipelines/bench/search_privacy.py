@@ -28,17 +28,20 @@ ORDERS = (("on", "off"), ("off", "on"))
 QUARANTINE_COLUMNS = ("raw_text", "reason")
 
 
-def pseudonymised_usage_rows(spark: SparkSession, settings: Settings, lines_df: DataFrame, rows_df: DataFrame,
-                             scratch: Location) -> DataFrame:  # fmt: skip
+def pseudonymised_usage_rows(settings: Settings, rows_df: DataFrame, scratch: Location) -> DataFrame:
     """Usage rows as landing stores them with privacy on: their identities recorded, the rows pseudonymous."""
     from pyspark.sql import functions as F
 
-    from pipelines.privacy.landing import USAGE_FAMILY, pseudonymise_staged
+    from bronze.pseudonyms import FOUND_IDENTITIES
+    from pipelines.privacy.landing import USAGE_FAMILY, pseudonymise_staged, record_found_identities
 
-    # Landing's staged rows also carry a quarantined record's text and reason: none here.
-    missing = [name for name in QUARANTINE_COLUMNS if name not in rows_df.columns]
-    staged_df = rows_df.withColumns({name: F.lit(None).cast("string") for name in missing})
-    return pseudonymise_staged(settings, USAGE_FAMILY, lines_df, staged_df, scratch).drop(*missing)
+    # Landing's staged rows also carry a quarantined record's text and reason, and the blank flag: none here.
+    missing = {name: F.lit(None).cast("string") for name in QUARANTINE_COLUMNS if name not in rows_df.columns}
+    if "blank" not in rows_df.columns:
+        missing["blank"] = F.lit(False)
+    staged_df = pseudonymise_staged(settings, USAGE_FAMILY, rows_df.withColumns(missing))
+    record_found_identities(settings, staged_df, scratch)
+    return staged_df.drop(FOUND_IDENTITIES, *missing)
 
 
 def bench_pseudonymisation(settings: Settings, bench_engine: Any, *, token: str, mix: tuple[str, list[str], int, int],

@@ -93,15 +93,20 @@ def _as_text(table_df: DataFrame, name: str) -> Column:
     return column.cast("string")
 
 
-def sorted_rows_hash(rows_df: DataFrame) -> dict[str, Any]:
-    """The row count and SHA-256 of a one-column (`row`) DataFrame's values, sorted, joined by a record separator."""
+def sorted_rows_hash(rows_df: DataFrame, slice_rows: int = _SLICE_ROWS) -> dict[str, Any]:
+    """The row count and SHA-256 of a one-column (`row`) DataFrame's values, sorted, joined by a record separator.
+
+    Args:
+        rows_df: the rows (`identity_rows`).
+        slice_rows: rows turned into Python strings at a time (the digest does not depend on it).
+    """
     import pyarrow.compute as pc
 
     rows = rows_df.toArrow().column("row")
     ordered = rows.take(pc.sort_indices(rows))
     digest = hashlib.sha256()
-    for start in range(0, len(ordered), _SLICE_ROWS):
+    for start in range(0, len(ordered), slice_rows):
         if start:
             digest.update(_ROW.encode())
-        digest.update(_ROW.join(ordered.slice(start, _SLICE_ROWS).to_pylist()).encode())
+        digest.update(_ROW.join(ordered.slice(start, slice_rows).to_pylist()).encode())
     return {"rows": len(ordered), "sha256": digest.hexdigest()}

@@ -144,29 +144,6 @@ def _sealed_rows(
     return rows
 
 
-def identities_of_lines(lines_df: DataFrame, family: str) -> DataFrame:
-    """The (kind, identity, owner) triples of input lines, distinct, read from the raw text (no JSON parse).
-
-    Every person urn in a line is one; a usage document's source IP and user agent are owned by its actor.
-    """
-    from pyspark.sql import functions as F
-
-    from bronze.pseudonyms import to_person_urns
-
-    people_df = lines_df.select(F.explode(to_person_urns(F.col("value"))).alias("identity")).select(
-        F.lit("person").alias("kind"), "identity", F.col("identity").alias("owner")
-    )
-    if family != "bronze.usage_events":
-        return people_df.distinct()
-    owner = F.get_json_object(F.col("value"), "$.actorUrn")
-    pairs = []
-    for kind, path in (("ip", "$.sourceIP"), ("user-agent", "$.userAgent")):
-        value = F.get_json_object(F.col("value"), path)
-        pairs.append(lines_df.select(F.lit(kind).alias("kind"), value.alias("identity"), owner.alias("owner"))
-                     .filter(F.col("identity").isNotNull() & F.col("owner").isNotNull()))  # fmt: skip
-    return people_df.unionByName(pairs[0]).unionByName(pairs[1]).distinct()
-
-
 def resolve_identities(
     spark: SparkSession, settings: Settings, keys: KeyStore, pseudonyms: Iterable[str]
 ) -> dict[str, str]:

@@ -1,33 +1,45 @@
-"""The landing hook: staged rows pseudonymised, and the identities they held recorded encrypted first."""
+"""The landing hooks: staged rows pseudonymised, and the identities they held recorded encrypted before the commit."""
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from bronze.pseudonyms import pseudonymise_snapshots, pseudonymise_usage
-from conf.settings import Settings
+from bronze.pseudonyms import FOUND_IDENTITIES, pseudonymise_snapshots, pseudonymise_usage
 from conf.locations import Location
-from pipelines.privacy.identities import identities_of_lines, record_staged_identities
+from conf.settings import Settings
+from pipelines.privacy.identities import record_staged_identities
 from pipelines.privacy.keystore import key_store_for
 
 USAGE_FAMILY = "bronze.usage_events"
 
 
-def pseudonymise_staged(
-    settings: Settings, family: str, lines_df: DataFrame, staged_df: DataFrame, scratch: Location
-) -> DataFrame:
-    """Record the identities of the input lines (encrypted per person), then return their staged rows pseudonymous.
+def pseudonymise_staged(settings: Settings, family: str, staged_df: DataFrame) -> DataFrame:
+    """The staged rows pseudonymous, with the identities each held in FOUND_IDENTITIES.
 
     Args:
         settings: the lakehouse settings (privacy.key_file; the key store is created on first use).
         family: the bronze table the rows go to (usage events or aspect snapshots).
-        lines_df: the input lines (their raw text is searched for identities: no second JSON parse).
-        staged_df: the staged rows as parsed from them.
-        scratch: a folder of the batch's scratch for the identities staged on their way to the table.
+        staged_df: the staged rows as parsed from the input lines.
     """
-    keys = key_store_for(settings, create=True)
-    record_staged_identities(staged_df.sparkSession, settings, keys, identities_of_lines(lines_df, family), scratch)
-    secret = keys.pseudonym_secret()
+    secret = key_store_for(settings, create=True).pseudonym_secret()
     if family == USAGE_FAMILY:
         return pseudonymise_usage(staged_df, secret)
     return pseudonymise_snapshots(staged_df, secret)
+
+
+def record_found_identities(settings: Settings, staged_df: DataFrame, scratch: Location) -> int:
+    """Record, encrypted per person, the identities staged rows held (`pseudonymise_staged`); return how many were new.
+
+    Landing calls it once the pseudonymous rows are staged and before it commits them: a batch that stops
+    in between leaves identities without rows, never rows without their identities.
+
+    Args:
+        settings: the lakehouse settings.
+        staged_df: the staged rows, read back with their FOUND_IDENTITIES column.
+        scratch: a folder of the batch's scratch for the identities staged on their way to the table.
+    """
+    keys = key_store_for(settings, create=True)
+    found = F.explode(F.col(FOUND_IDENTITIES)).alias("found")
+    identities_df = staged_df.select(found).select("found.kind", "found.identity", "found.owner")
+    return record_staged_identities(staged_df.sparkSession, settings, keys, identities_df, scratch)

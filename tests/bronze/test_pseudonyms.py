@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import re
 
 import pytest
 from pyspark.sql import functions as F
 
 from bronze.pseudonym_rules import pseudonym_of
-from bronze.pseudonyms import to_pseudonym, with_pseudonymous_text
+from bronze.pseudonyms import pseudonymise_snapshots, pseudonymise_usage, to_pseudonym, with_pseudonymous_text
+from bronze.records import parse_snapshot_lines, parse_usage_lines
+from tests.bronze.record_inputs import ACTOR, DEFAULT_ACTOR, LIMIT, lines_df, mcl, usage
 
-pytestmark = pytest.mark.pure
 
 SECRET = b"s" * 32
 
 
+@pytest.mark.pure
 def test_the_engine_computes_the_keyed_pseudonym_python_does(pure_spark):
     df = pure_spark.createDataFrame([("urn:li:corpuser:jdoe",), (None,), ("urn:li:corpuser:p-0123456789abcdef01234567",)], "u string")
     got = [r.p for r in df.select(to_pseudonym(F.col("u"), SECRET).alias("p")).collect()]
@@ -24,6 +28,7 @@ def test_the_engine_computes_the_keyed_pseudonym_python_does(pure_spark):
     assert pseudonym_of("urn:li:corpuser:jdoe", SECRET) == expected
 
 
+@pytest.mark.pure
 def test_every_person_urn_in_text_is_replaced_and_none_inside_a_longer_one(pure_spark):
     text = '{"owners":[{"owner":"urn:li:corpuser:ann"},{"owner":"urn:li:corpuser:ann2"}],"by":"urn:li:corpuser:ann"}'
     df = pure_spark.createDataFrame([(text,)], "t string")
@@ -31,3 +36,40 @@ def test_every_person_urn_in_text_is_replaced_and_none_inside_a_longer_one(pure_
     ann, ann2 = pseudonym_of("urn:li:corpuser:ann", SECRET), pseudonym_of("urn:li:corpuser:ann2", SECRET)
     assert got == text.replace("urn:li:corpuser:ann2", ann2).replace('urn:li:corpuser:ann"', ann + '"')
     assert got.count(ann) == 2 and got.count(ann2) == 1
+
+
+def _found(rows) -> set[tuple[str, str, str]]:
+    return {(f.kind, f.identity, f.owner) for row in rows for f in row.found_identities}
+
+
+def test_staged_snapshots_keep_every_person_urn_they_replaced_once_each(spark):
+    owners = '{"owners":[{"owner":"urn:li:corpuser:ann"},{"owner":"urn:li:corpuser:ann2"}]}'
+    good = mcl(aspectName="ownership", aspect={"value": owners, "contentType": "application/json"})
+    broken = '{"entityUrn": "urn:li:corpuser:bob", "changeType": 7'
+    staged_df = parse_snapshot_lines(
+        lines_df(spark, [json.dumps(good), broken]), "mcl", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT
+    )
+    rows = pseudonymise_snapshots(staged_df, SECRET).orderBy("line_number").collect()
+    people = {"urn:li:corpuser:ann", "urn:li:corpuser:ann2", ACTOR, "urn:li:corpuser:bob"}
+    assert _found(rows) == {("person", urn, urn) for urn in people}
+    assert [len(r.found_identities) for r in rows] == [3, 1]
+    # No identity is left in the stored columns, the landed row's hash is the pseudonymous fields' and the
+    # quarantined one has none.
+    stored = json.dumps([{k: v for k, v in r.asDict().items() if k != "found_identities"} for r in rows])
+    assert not re.search(r"urn:li:corpuser:(?!p-)", stored)
+    original = staged_df.orderBy("line_number").collect()
+    assert rows[0].record_hash not in (None, original[0].record_hash) and rows[1].record_hash is None
+
+
+def test_staged_usage_keeps_its_address_and_agent_owned_by_the_actor_also_when_quarantined(spark):
+    good = usage(sourceIP="10.0.0.1", userAgent="Mozilla/5.0")
+    # A timestamp that is not a number quarantines the record: its fields are read from its text.
+    bad = usage(actorUrn="urn:li:corpuser:bob", timestamp="soon", sourceIP="10.0.0.2")
+    staged_df = parse_usage_lines(lines_df(spark, [json.dumps(good), json.dumps(bad)]), max_record_bytes=LIMIT)
+    rows = pseudonymise_usage(staged_df, SECRET).orderBy("line_number").collect()
+    assert rows[0].reason is None and rows[1].reason is not None
+    assert _found(rows) == {
+        ("person", ACTOR, ACTOR), ("ip", "10.0.0.1", ACTOR), ("user-agent", "Mozilla/5.0", ACTOR),
+        ("person", "urn:li:corpuser:bob", "urn:li:corpuser:bob"), ("ip", "10.0.0.2", "urn:li:corpuser:bob"),
+    }  # fmt: skip
+    assert (rows[0].source_ip, rows[0].user_agent) == (pseudonym_of("10.0.0.1", SECRET, "ip-"), pseudonym_of("Mozilla/5.0", SECRET, "ua-"))
