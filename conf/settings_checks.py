@@ -71,6 +71,8 @@ def value_problems(settings: Settings, bad: Collection[str] = ()) -> list[str]:
         )
     if ok("engine.connect_url") and engine.connect_url and not engine.connect_url.startswith("sc://"):
         problems.append(f"engine.connect_url: {engine.connect_url!r} does not start with sc://")
+    if ok("engine.batch_rows") and engine.batch_rows is not None:
+        problems.extend(filter(None, [least_problem("engine.batch_rows", engine.batch_rows, 64)]))
     if ok("engine.memory_limit_mb") and engine.memory_limit_mb is not None and engine.memory_limit_mb < 256:
         problems.append(f"engine.memory_limit_mb: {engine.memory_limit_mb!r} is below 256 (or null for no limit)")
     for layer in LAYERS:

@@ -29,6 +29,7 @@ class EngineSettings:
     memory_limit_mb: int | None = None
     parquet_filter_pushdown: bool = True
     native_lag_ignore_nulls: bool = True
+    batch_rows: int | None = None
 
 
 @dataclass(frozen=True)

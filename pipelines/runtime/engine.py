@@ -126,14 +126,26 @@ def _local_session(settings: Settings, plan_sizes: PlanSizes | None) -> Iterator
         server.stop()
 
 
-def sail_environment(settings: Settings) -> dict[str, str]:
+# Sail's cluster runner (0.7.2) streams each record batch between its workers as one gRPC message, and a
+# worker refuses a message over 4 MiB ("decoded message length too large"): at Sail's 8192 rows, a batch
+# of snapshot rows of 600 bytes is 5 MB, and refine of a 500k-version batch stopped there. 2048 rows keep
+# rows of up to 2 kB under it (tests/pipelines/runtime/test_engine_defects.py).
+CLUSTER_RUNNER_BATCH_ROWS = 2048
+CLUSTER_MODES = ("local-cluster", "kubernetes-cluster")
+
+
+def sail_environment(settings: Settings, mode: str = "local") -> dict[str, str]:
     """The environment a Sail server needs for these settings (it reads its configuration there at start).
 
     The embedded engine gets it in this process; a remote Sail server (`sail spark server`, Sail on
     Kubernetes) must be started with it, since nothing a client sends changes it (docs/scaling.md).
 
     Args:
-        settings: the lakehouse settings (`engine.memory_limit_mb`, `engine.parquet_filter_pushdown`).
+        settings: the lakehouse settings (`engine.memory_limit_mb`, `engine.parquet_filter_pushdown`,
+            `engine.batch_rows`).
+        mode: the server's `SAIL_MODE`: `local` (one process), `local-cluster` or `kubernetes-cluster`
+            (the cluster runner, whose record batches are CLUSTER_RUNNER_BATCH_ROWS unless
+            `engine.batch_rows` says otherwise).
 
     Returns:
         SAIL_* variable names and values.
@@ -148,6 +160,9 @@ def sail_environment(settings: Settings) -> dict[str, str]:
         # columns are decoded again for the output instead of kept from the filter.
         "SAIL_PARQUET__MAX_PREDICATE_CACHE_SIZE": "0",
     }
+    batch_rows = settings.engine.batch_rows or (CLUSTER_RUNNER_BATCH_ROWS if mode in CLUSTER_MODES else None)
+    if batch_rows is not None:
+        environment["SAIL_EXECUTION__BATCH_SIZE"] = str(batch_rows)
     if settings.engine.memory_limit_mb is not None:
         environment["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "fair"
         environment["SAIL_RUNTIME__MEMORY_POOL__FAIR__MAX_SIZE"] = str(settings.engine.memory_limit_mb * 2**20)

@@ -123,7 +123,7 @@ def sail_connect_server(
 ) -> Iterator[str]:
     """Run Sail as a Spark Connect server in its own process on loopback (`sail spark server`).
 
-    The server gets `sail_environment(settings)`, the home's object-storage options
+    The server gets `sail_environment(settings, mode)`, the home's object-storage options
     (`storage_options(settings)`: an `s3://` home is read and written by the server itself) and
     `SAIL_MODE` in its environment, as a remote Sail deployment must; in `local-cluster` mode it starts a
     driver and workers that exchange data over the network (the runner Sail uses on Kubernetes).
@@ -149,7 +149,7 @@ def sail_connect_server(
     sail = shutil.which("sail") or os.path.join(os.path.dirname(sys.executable), "sail")
     port = free_loopback_port()
     server_environment = {
-        **os.environ, "RUST_LOG": "error", **sail_environment(settings), **storage_options(settings), "SAIL_MODE": mode,
+        **os.environ, "RUST_LOG": "error", **sail_environment(settings, mode), **storage_options(settings), "SAIL_MODE": mode,
         **(environment or {}),
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="sail-server-") as scratch, tempfile.TemporaryFile(mode="w+") as log:

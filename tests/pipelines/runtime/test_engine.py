@@ -15,8 +15,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from conf.errors import ConfigError
+from conf.settings import load_settings
 from conf.tables import TABLES, table_location, table_name
-from pipelines.runtime.engine import check_reachable, java_message, open_session
+from pipelines.runtime.engine import check_reachable, java_message, open_session, sail_environment
 from pipelines.runtime.engine_servers import free_loopback_port
 from pipelines.runtime.io import append, read_table
 from tests.conftest import make_settings
@@ -174,3 +175,14 @@ def test_pushed_down_filters_do_not_use_the_parquet_predicate_cache(spark, hashe
     cached = re.search(r"predicate_cache_records=([\d.]+)", plan)
     assert pruned and float(pruned.group(1)) > 0, plan[-2000:]
     assert cached and float(cached.group(1)) == 0, plan[-2000:]
+
+
+def test_the_cluster_runner_is_started_with_batches_its_workers_accept_unless_a_size_is_set(tmp_path):
+    settings = make_settings(tmp_path / "home")
+    assert "SAIL_EXECUTION__BATCH_SIZE" not in sail_environment(settings)
+    for mode in ("local-cluster", "kubernetes-cluster"):
+        assert sail_environment(settings, mode)["SAIL_EXECUTION__BATCH_SIZE"] == "2048"
+    chosen = load_settings("local", home=tmp_path / "chosen", env={}, overrides=["engine.batch_rows=1024"])
+    assert sail_environment(chosen)["SAIL_EXECUTION__BATCH_SIZE"] == sail_environment(chosen, "local-cluster")["SAIL_EXECUTION__BATCH_SIZE"] == "1024"
+    with pytest.raises(ConfigError, match=r"engine.batch_rows: 10 must be at least 64"):
+        load_settings("local", home=tmp_path / "tiny", env={}, overrides=["engine.batch_rows=10"])
