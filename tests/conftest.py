@@ -108,3 +108,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return "JVM Spark" if ON_JVM.search(nodeid) else super()._split_scope(nodeid)
 
     return FileOrJvmScheduling(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """With SUITE_CPU_REPORT=<folder>, add each test's CPU seconds to a file per worker there.
+
+    A line per test: its id, this process's CPU seconds (the embedded engine runs in it) and those of
+    the children it waited for (CLI and server subprocesses): where a run's CPU goes, which wall times
+    on a busy machine do not tell.
+    """
+    import os
+
+    folder = os.environ.get("SUITE_CPU_REPORT")
+    if not folder:
+        return (yield)
+    import resource
+
+    def seconds(who: int) -> float:
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+
+    own, children = seconds(resource.RUSAGE_SELF), seconds(resource.RUSAGE_CHILDREN)
+    try:
+        return (yield)
+    finally:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        line = {"test": item.nodeid, "own_cpu_s": round(seconds(resource.RUSAGE_SELF) - own, 2),
+                "children_cpu_s": round(seconds(resource.RUSAGE_CHILDREN) - children, 2)}  # fmt: skip
+        with (Path(folder) / f"cpu-{worker}.jsonl").open("a") as out:
+            out.write(json.dumps(line) + "\n")
