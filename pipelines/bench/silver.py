@@ -178,7 +178,7 @@ def run_silver_bench(
     started for this run; `pipelines.bench.silver_remote`); `cluster_environment` goes to the sail-cluster
     server over `silver_remote.CLUSTER_ENVIRONMENT`, `cluster_spark_conf` to its session over
     `silver_remote.CLUSTER_SPARK_CONF`. With `pseudonymise` (sail only), the home lands with privacy.pseudonymise on. With `hash_tables` (sail
-    only), `table_hashes` holds the change events' and the state's identity hashes (`pipelines.bench.table_hashes`),
+    only, without pseudonyms: each home's secret makes its pseudonyms its own), `table_hashes` holds the change events' and the state's identity hashes (`pipelines.bench.table_hashes`),
     taken after refine and not timed.
 
     Raises:
@@ -341,7 +341,9 @@ def _run_sail(
                 )
         server_peak_rss = engine_server_peak_rss_bytes() if cluster else None
         ids = event_ids(read_table(spark, settings, ENTITY_CHANGE_EVENTS)) if collect_ids else None
-        hashes = identity_hashes(spark, settings, (ENTITY_CHANGE_EVENTS, ASPECT_STATE)) if hash_tables else None
+        # A home with pseudonyms has a secret of its own: its tables differ from every other home's by design.
+        hashed = hash_tables and not pseudonymise
+        hashes = identity_hashes(spark, settings, (ENTITY_CHANGE_EVENTS, ASPECT_STATE)) if hashed else None
         floor_figures = (
             measure_floors(spark, settings, part_files(batch_dirs[-1]), folder / "floors") if floors else None
         )

@@ -298,8 +298,8 @@ def run_compared(
     Returns:
         `runs`: every run's result, in the order run; `median`: per engine, the median land, refine and
         land + refine walls and server CPU seconds; `ratio_to_first`: each engine's median land + refine wall over the
-        first engine's; `tables_equal`: whether every run's table hashes equal those of the first run with the
-        same pseudonymise setting (None when no run hashed its tables; runs that did not are left out). Each run runs in a process of its own (`run_in_own_process`).
+        first engine's; `tables_equal`: whether the table hashes of every run that took them are equal (None
+        when none did: classic runs and runs with pseudonyms do not). Each run runs in a process of its own (`run_in_own_process`).
     """
     if runs < 1:
         raise InputError(f"--runs: {runs!r} must be at least 1")
@@ -356,13 +356,8 @@ def run_in_own_process(run_one: Callable[..., dict[str, Any]], **arguments: Any)
 
 
 def _tables_equal(results: list[dict[str, Any]]) -> bool | None:
-    hashed = [r for r in results if r.get("table_hashes")]
-    if not hashed:
-        return None
-    first = {}
-    for result in hashed:
-        first.setdefault(result["pseudonymise"], result["table_hashes"])
-    return all(r["table_hashes"] == first[r["pseudonymise"]] for r in hashed)
+    hashed = [r["table_hashes"] for r in results if r.get("table_hashes")]
+    return all(h == hashed[0] for h in hashed) if hashed else None
 
 
 def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -92,10 +92,12 @@ def record_staged_identities(
     pseudonym = F.coalesce(*(F.when(kind == name, to_pseudonym(identity, secret, prefix)) for name, prefix in IDENTITY_PREFIXES.items()))
     # A value already pseudonymous (a record landed again) names no one.
     named = F.coalesce(*(F.when(kind == name, ~identity.startswith(prefix)) for name, prefix in IDENTITY_PREFIXES.items()))
-    keyed_df = identities_df.filter(identity.isNotNull() & (identity != "") & F.col("owner").isNotNull() & named).select(
+    # Distinct first: a batch repeats the same few people on most of its rows, and each pseudonym is an HMAC.
+    named_df = identities_df.filter(identity.isNotNull() & (identity != "") & F.col("owner").isNotNull() & named)
+    keyed_df = named_df.select(kind, identity, "owner").distinct().select(
         pseudonym.alias("pseudonym"), kind, identity, to_pseudonym(F.col("owner"), secret).alias("owner")
     )
-    staged_df = write_scratch(keyed_df.distinct(), scratch, home_of(settings).storage)
+    staged_df = write_scratch(keyed_df, scratch, home_of(settings).storage)
     stored_df = read_table(spark, settings, IDENTITIES_TABLE).select("pseudonym", "owner")
     new = staged_df.join(stored_df, ["pseudonym", "owner"], "left_anti").collect()
     wanted = {(r.pseudonym, r.owner): (r.kind, r.identity) for r in new}

@@ -19,7 +19,7 @@ from conf.settings import Settings
 from conf.tables import table_location, table_name
 from datagen.history import generate_history
 from pipelines.batch.chain_verification import verify_chain
-from pipelines.runtime.state_store import read_state
+from pipelines.bench.table_hashes import IDENTITY_COLUMNS, identity_hashes
 from pipelines.orchestration.jobs import run_job
 from tests.conftest import make_settings, register_fresh_tables
 from tests.pipelines.orchestration.watchers import in_process_watcher
@@ -30,19 +30,6 @@ pytestmark = pytest.mark.slow
 BATCHES = 3
 # Files per watcher micro-batch: the three batches' 42 files make 5 micro-batches of about 17k records.
 MICRO_BATCH_FILES = 10
-# What identifies each table's rows independently of how the input was cut into batches: batch ids,
-# write times and the prev_* columns of the state (the row a batch replaced) depend on the cut.
-IDENTITIES = {
-    "silver.entity_change_events": ("event_id", "category", "operation", "actor", "event_time", "version"),
-    "gold.audit_events": ("event_id", "event_type", "timestamp", "actor_urn", "entity_urn", "aspect_name", "origin", "source_id"),
-    "silver.aspect_state": ("entity_urn", "aspect_name", "version", "record_hash", "deleted", "entity_deleted"),
-    "gold.openmetadata_change_events": ("id", "event_type", "entity_urn", "timestamp", "user_name"),
-    "bronze.usage_events": ("record_hash",),
-    "bronze.aspect_snapshots": ("record_hash",),
-    "gold.actor_activity_daily": ("actor_urn", "activity_date", "events_total", "events_by_type", "changes_by_category"),
-}
-
-
 @pytest.fixture(scope="module")
 def life_inputs(tmp_path_factory) -> list[Path]:
     """Three batch folders of generated history, each with PATCH proposals on some of its MCP-written datasets.
@@ -85,17 +72,11 @@ def _json_or_none(line: str) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def identities(spark, home: Path) -> dict[str, list[tuple]]:
-    """Each compared table's rows as sorted tuples of its identifying columns."""
+def identities(spark, home: Path) -> dict[str, dict]:
+    """Each compared table's row count and the hash of its sorted identity rows (`pipelines.bench.table_hashes`)."""
     settings = make_settings(home)
     register_fresh_tables(spark, settings)
-    found = {}
-    for key, columns in IDENTITIES.items():
-        # The state as its readers see it: the log of small batches applied.
-        table_df = read_state(spark, settings) if key == "silver.aspect_state" else spark.table(table_name(settings, key))
-        rows = table_df.select(*columns).collect()
-        found[key] = sorted(tuple(json.dumps(v, sort_keys=True, default=str) for v in row) for row in rows)
-    return found
+    return identity_hashes(spark, settings)
 
 
 def run_life(spark, home: Path, batches: list[list[Path]]) -> Settings:
@@ -129,8 +110,8 @@ def test_batches_run_one_at_a_time_end_with_the_tables_of_one_run(spark, one_run
     home = batch_by_batch_home
     expected = identities(spark, one_run_home)
     actual = identities(spark, home)
-    assert len(expected["silver.entity_change_events"]) > 30_000, "the life's input derived too few events"
-    for key in IDENTITIES:
+    assert expected["silver.entity_change_events"]["rows"] > 30_000, "the life's input derived too few events"
+    for key in IDENTITY_COLUMNS:
         assert actual[key] == expected[key], f"{key} differs between batch-by-batch runs and one run"
 
 
@@ -168,5 +149,5 @@ def test_a_watcher_taking_the_same_input_in_micro_batches_across_folds_ends_with
     assert len(merges) >= 2, "the watcher's micro-batches folded the log fewer than twice"
     expected = identities(spark, one_run_home)
     actual = identities(spark, settings.home)
-    for key in IDENTITIES:
+    for key in IDENTITY_COLUMNS:
         assert actual[key] == expected[key], f"{key} differs between micro-batches and one run"
