@@ -10,7 +10,7 @@ import contextlib
 import os
 import socket
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from conf.errors import ConfigError
 from conf.settings import Settings
@@ -26,7 +26,9 @@ def free_loopback_port() -> int:
 
 
 @contextlib.contextmanager
-def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0) -> Iterator[str]:
+def jvm_connect_server(
+    master: str = "local[2]", startup_timeout: float = 120.0, java_options: Sequence[str] = ()
+) -> Iterator[str]:
     """Run JVM Spark (pyspark's bundled jars) as a Spark Connect server on loopback.
 
     One process cannot mix classic PySpark sessions with Connect sessions, so JVM Spark is reached
@@ -35,6 +37,7 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
     Args:
         master: the Spark master of the server, e.g. `local[2]`.
         startup_timeout: seconds to wait for the server's port.
+        java_options: options of the server's JVM (`--driver-java-options`; in local mode the only JVM).
 
     Yields:
         The `sc://` URL of the server; it is stopped when the block ends.
@@ -58,6 +61,7 @@ def jvm_connect_server(master: str = "local[2]", startup_timeout: float = 120.0)
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.session.timeZone=UTC",
         "--conf", "spark.sql.shuffle.partitions=4",
+        *(["--driver-java-options", " ".join(java_options)] if java_options else []),
         "spark-internal",
     ]  # fmt: skip
     with tempfile.TemporaryFile(mode="w+") as log:
