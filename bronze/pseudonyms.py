@@ -69,7 +69,7 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
     """Staged usage rows with actor, entity, source IP, user agent and the raw document pseudonymous.
 
     The record hash is recomputed from the pseudonymous fields: a hash of the identity would let anyone
-    holding a guess test it. FOUND_IDENTITIES lists the identities replaced (`with_found_identities`); the
+    holding a guess test it. FOUND_IDENTITIES lists the identities replaced; the
     source IP and user agent are owned by the actor, read from a quarantined record's text when it has no
     typed fields.
     """

@@ -177,9 +177,10 @@ def run_silver_bench(
     With `storage="s3"`, the home and the input files are on an S3-protocol server (`s3`, or moto's server
     started for this run; `pipelines.bench.silver_remote`); `cluster_environment` goes to the sail-cluster
     server over `silver_remote.CLUSTER_ENVIRONMENT`, `cluster_spark_conf` to its session over
-    `silver_remote.CLUSTER_SPARK_CONF`. With `pseudonymise` (sail only), the home lands with privacy.pseudonymise on. With `hash_tables` (sail
-    only, without pseudonyms: each home's secret makes its pseudonyms its own), `table_hashes` holds the change events' and the state's identity hashes (`pipelines.bench.table_hashes`),
-    taken after refine and not timed.
+    `silver_remote.CLUSTER_SPARK_CONF`. With `pseudonymise` (sail only), the home lands with
+    privacy.pseudonymise on. With `hash_tables` (sail only, without pseudonyms: each home's secret makes
+    its pseudonyms its own), `table_hashes` holds the identity hashes of the change events and the state
+    (`pipelines.bench.table_hashes`), taken after refine and not timed.
 
     Raises:
         InputError: for an unknown engine or storage, a batch count larger than the versions, or a step

@@ -30,6 +30,8 @@ pytestmark = pytest.mark.slow
 BATCHES = 3
 # Files per watcher micro-batch: the three batches' 42 files make 5 micro-batches of about 17k records.
 MICRO_BATCH_FILES = 10
+
+
 @pytest.fixture(scope="module")
 def life_inputs(tmp_path_factory) -> list[Path]:
     """Three batch folders of generated history, each with PATCH proposals on some of its MCP-written datasets.
