@@ -102,22 +102,32 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         status = 500  # an exception that escapes every handler ends as a 500
+        observed = False
+
+        def observe() -> None:
+            nonlocal observed
+            observed = True
+            self.metrics.in_flight.dec()
+            method = scope.get("method", "")
+            self.metrics.observe(
+                endpoint_label(scope), method if method in _METHODS else "other", status, time.perf_counter() - started
+            )
 
         async def send_status(message: dict) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body") and not observed:
+                # Counted before the last byte leaves: a client that scrapes right after its response sees it.
+                observe()
             await send(message)
 
         self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, send_status)
         finally:
-            self.metrics.in_flight.dec()
-            method = scope.get("method", "")
-            self.metrics.observe(
-                endpoint_label(scope), method if method in _METHODS else "other", status, time.perf_counter() - started
-            )
+            if not observed:
+                observe()
 
 
 def endpoint_label(scope: dict) -> str:
