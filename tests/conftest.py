@@ -42,14 +42,18 @@ TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session")
-def classic_spark() -> Iterator[SparkSession]:
-    """JVM Spark local[2] (pyspark's own jars, no Delta) reached through Spark Connect."""
+def classic_url() -> Iterator[str]:
+    """The sc:// URL of JVM Spark local[2] (pyspark's own jars, no Delta) as a Spark Connect server."""
     with jvm_connect_server("local[2]", java_options=TEST_JVM_OPTIONS) as url:
-        settings = dataclasses.replace(
-            load_settings("local", env={}), engine=dataclasses.replace(load_settings("local", env={}).engine, kind="connect", connect_url=url)
-        )
-        with open_session(settings, register_tables=False) as session:
-            yield session
+        yield url
+
+
+@pytest.fixture(scope="session")
+def classic_spark(classic_url: str) -> Iterator[SparkSession]:
+    """JVM Spark local[2] reached through Spark Connect (`classic_url`)."""
+    settings = load_settings("local", env={}, overrides=("engine.kind=connect", f"engine.connect_url={classic_url}"))
+    with open_session(settings, register_tables=False) as session:
+        yield session
 
 
 @pytest.fixture(params=["sail", "classic"])

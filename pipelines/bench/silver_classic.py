@@ -8,7 +8,7 @@ The generated input's files and the derived event ids are read here for the embe
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,8 +96,20 @@ def _staged(spark: SparkSession, df: DataFrame, path: Path) -> DataFrame:
 
 
 
-def run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False) -> dict[str, Any]:
-    """Load and refine the batches on JVM Spark local[2]; the figures in `run_silver_bench`'s form."""
+def run_classic(
+    folder: Path, batch_dirs: list[Path], collect_ids: bool = False, connect_url: str | None = None
+) -> dict[str, Any]:
+    """Load and refine the batches on JVM Spark; the figures in `run_silver_bench`'s form.
+
+    Args:
+        folder: the bench's scratch folder.
+        batch_dirs: each batch's folder of MCL JSON files, in order.
+        collect_ids: also return the set of derived event ids.
+        connect_url: a JVM Spark Connect server already running; default: start local[2] for this run.
+
+    Raises:
+        ConfigError: when `connect_url` does not start with sc://.
+    """
     from pyspark.sql import functions as F
 
     from pipelines.runtime.engine import open_session
@@ -107,8 +119,8 @@ def run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False)
 
     base = bench_settings(folder / "home")
     out = folder / "classic"
-    with jvm_connect_server("local[2]") as url:
-        settings = dataclasses.replace(base, engine=dataclasses.replace(base.engine, kind="connect", connect_url=url))
+    with contextlib.nullcontext(connect_url) if connect_url else jvm_connect_server("local[2]") as url:
+        settings = bench_settings(folder / "home", "engine.kind=connect", f"engine.connect_url={url}")
         with open_session(settings, register_tables=False) as spark:
             with measure() as landing:
                 for index, batch_dir in enumerate(batch_dirs):
@@ -134,13 +146,13 @@ def run_classic(folder: Path, batch_dirs: list[Path], collect_ids: bool = False)
                     per_batch.append(
                         {"batch_id": batch_id, "versions": counts[1], "events": counts[0], "wall_s": one.wall_s, "cpu_s": one.cpu_s}
                     )
-            event_ids = event_ids(spark.read.parquet(str(out / "events" / "*"))) if collect_ids else None
-    # The JVM runs as a child process: its memory counts only once it has exited, as it has here.
+            derived_ids = event_ids(spark.read.parquet(str(out / "events" / "*"))) if collect_ids else None
+    # A JVM this run started is a child process: its memory counts only once it has exited, as it has here.
     total.peak_rss_bytes = max(total.peak_rss_bytes, peak_rss_bytes())
     return {
         "landing": landing,
         "landing_mode": "bench loader (Parquet)",
         "refine": total,
         "per_batch": per_batch,
-        "event_ids": event_ids,
+        "event_ids": derived_ids,
     }
