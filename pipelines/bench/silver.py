@@ -34,7 +34,6 @@ from conf.tables import ASPECT_STATE, ENTITY_CHANGE_EVENTS
 from pipelines.bench.harness import Measurement, measure, write_result
 from pipelines.bench.silver_baseline import BaselineMismatch, compare_with_baseline
 from pipelines.bench.silver_classic import event_ids, part_files, run_classic
-from pipelines.bench.table_hashes import identity_hashes
 from pipelines.bench.silver_remote import (
     CLUSTER_ENVIRONMENT,
     CLUSTER_SPARK_CONF,
@@ -48,6 +47,8 @@ from pipelines.bench.silver_remote import (
     run_compared,
     s3_server,
 )
+from pipelines.bench.table_hashes import identity_hashes
+from pipelines.bench.task_definitions import TASK_LOG_FILTER, log_offset, task_definition_figures
 from pipelines.cli.console import console
 
 if TYPE_CHECKING:
@@ -105,6 +106,10 @@ def register(bench_app: typer.Typer) -> None:
         pseudonymise: bool = typer.Option(
             False, "--pseudonymise", help="Run each engine with privacy.pseudonymise off and on, alternating (--runs rounds)."
         ),
+        classic_url: str | None = typer.Option(
+            None, "--classic-url",
+            help="classic: the sc:// URL of a JVM Spark Connect server already running (default: start local[2]).",
+        ),
     ) -> None:
         """Measure bronze -> silver: wall time, CPU, peak memory, versions/s and events/s (per batch too)."""
         choices = [parse_engine_choice(text, ENGINES, storage) for text in engines]
@@ -116,7 +121,7 @@ def register(bench_app: typer.Typer) -> None:
             compared = run_compared(
                 run_silver_bench, choices, runs, work, versions=versions, batches=batches, seed=seed,
                 baseline=baseline, floors=floors, micro_batches=micro_batches, micro_records=micro_records,
-                cluster_environment=environment, cluster_spark_conf=spark_conf, hash_tables=True,
+                cluster_environment=environment, cluster_spark_conf=spark_conf, hash_tables=True, classic_url=classic_url,
             )  # fmt: skip
             print_compared(compared, write_result(out, "silver-compare", compared))
             return
@@ -125,7 +130,7 @@ def register(bench_app: typer.Typer) -> None:
         result = run_silver_bench(
             versions=versions, batches=batches, engine=engine, seed=seed, work=work, baseline=baseline, floors=floors,
             micro_batches=micro_batches, micro_records=micro_records, storage=choice.storage,
-            cluster_environment=environment, cluster_spark_conf=spark_conf,
+            cluster_environment=environment, cluster_spark_conf=spark_conf, classic_url=classic_url,
         )  # fmt: skip
         path = write_result(out, f"silver-{engine}" + ("" if choice.storage == "local" else f"-{choice.storage}"), result)
         refine = result["refine"]
@@ -164,6 +169,7 @@ def run_silver_bench(
     cluster_spark_conf: dict[str, str] | None = None,
     pseudonymise: bool = False,
     hash_tables: bool = False,
+    classic_url: str | None = None,
 ) -> dict[str, Any]:
     """Generate, land and refine `versions` aspect versions in `batches` batches; return the measured figures.
 
@@ -180,7 +186,9 @@ def run_silver_bench(
     `silver_remote.CLUSTER_SPARK_CONF`. With `pseudonymise` (sail only), the home lands with
     privacy.pseudonymise on. With `hash_tables` (sail only, without pseudonyms: each home's secret makes
     its pseudonyms its own), `table_hashes` holds the identity hashes of the change events and the state
-    (`pipelines.bench.table_hashes`), taken after refine and not timed.
+    (`pipelines.bench.table_hashes`), taken after refine and not timed. `classic_url` runs the classic
+    engine on a JVM Spark Connect server already running there instead of starting one (whose memory is
+    then not the run's).
 
     Raises:
         InputError: for an unknown engine or storage, a batch count larger than the versions, or a step
@@ -188,6 +196,8 @@ def run_silver_bench(
         BaselineMismatch: when the baseline and the pipeline derive different event ids.
     """
     parse_engine_choice(f"{engine}:{storage}", ENGINES, storage)
+    if classic_url is not None and engine != "classic":
+        raise InputError(f"--classic-url: {classic_url!r} is for the classic engine only, not {engine!r}")
     if batches < 1 or batches > versions:
         raise InputError(f"--batches: {batches!r} must be between 1 and --versions ({versions})")
     folder = Path(work) if work else Path(tempfile.mkdtemp(prefix="bench-silver-"))
@@ -228,7 +238,7 @@ def run_silver_bench(
                     hash_tables=hash_tables,
                 )  # fmt: skip
         else:
-            figures = run_classic(folder, batch_dirs, collect_ids=baseline)
+            figures = run_classic(folder, batch_dirs, collect_ids=baseline, connect_url=classic_url)
         load_after = os.getloadavg()
         refine: Measurement = figures["refine"]
         per_batch = figures["per_batch"]
@@ -261,6 +271,8 @@ def run_silver_bench(
             **{key: figures[key] for key in ("engine_server_cpu_s", "s3_server_cpu_s") if figures.get(key)},
             # The sail-cluster server and its workers, summed; the driver's is peak_rss_bytes.
             **{key: figures[key] for key in ("engine_server_peak_rss_bytes", "table_hashes") if figures.get(key)},
+            # The sail-cluster runs: the plans the driver sent its workers, per step (`task_definitions`).
+            **({"task_definitions": figures["task_definitions"]} if figures.get("task_definitions") else {}),
             **compared,
             **(
                 {
@@ -316,17 +328,24 @@ def _run_sail(
         overrides = [*overrides, *(["privacy.pseudonymise=true"] if pseudonymise else [])]
         settings = load_settings("local", home=home, env={}, overrides=overrides)
         other_cpu = OtherProcessesCpu(cluster=cluster, s3=s3)
+        server_log = folder / "engine-server.log"
+        server_log.unlink(missing_ok=True)
         if cluster:
             url = stack.enter_context(
-                sail_connect_server(settings, mode="local-cluster", workdir=str(folder), environment=cluster_environment)
-            )
+                sail_connect_server(
+                    settings, mode="local-cluster", workdir=str(folder), log_path=str(server_log),
+                    environment={"RUST_LOG": TASK_LOG_FILTER, **(cluster_environment or {})},
+                )
+            )  # fmt: skip
             session_conf = [f"engine.spark_conf.{key}='{value}'" for key, value in (cluster_spark_conf or {}).items()]
             settings = load_settings(
                 "connect", home=home, env={}, overrides=[*overrides, *session_conf, f"engine.connect_url={url}"]
             )
         spark = stack.enter_context(open_session(settings))
+        offsets = [log_offset(server_log)]
         with other_cpu.measure("landing"), measure() as landing:
             mode = _land(spark, settings, land_from)
+        offsets.append(log_offset(server_log))
         per_batch = []
         with other_cpu.measure("refine"), measure() as total:
             for _ in batch_dirs:
@@ -340,6 +359,7 @@ def _run_sail(
                     {"batch_id": ",".join(result.batch_ids), "versions": result.rows_in, "events": result.rows_out,
                      "wall_s": one.wall_s, "cpu_s": one.cpu_s, "steps_s": steps, "steps_cpu_s": steps_cpu}
                 )
+                offsets.append(log_offset(server_log))
         server_peak_rss = engine_server_peak_rss_bytes() if cluster else None
         ids = event_ids(read_table(spark, settings, ENTITY_CHANGE_EVENTS)) if collect_ids else None
         # A home with pseudonyms has a secret of its own: its tables differ from every other home's by design.
@@ -366,6 +386,13 @@ def _run_sail(
         "engine_server_peak_rss_bytes": server_peak_rss,
         "table_hashes": hashes,
         "s3_server_cpu_s": other_cpu.s3_server,
+        # What the driver sent the workers in each step (landing, then each refine batch): plan sizes.
+        "task_definitions": {
+            "landing": task_definition_figures(server_log, *offsets[:2]),
+            "refine": [task_definition_figures(server_log, start, end) for start, end in zip(offsets[1:], offsets[2:])],
+        }
+        if cluster
+        else None,
     }
 
 

@@ -124,6 +124,7 @@ def sail_connect_server(
     workdir: str | None = None,
     startup_timeout: float = 60.0,
     environment: Mapping[str, str] | None = None,
+    log_path: str | None = None,
 ) -> Iterator[str]:
     """Run Sail as a Spark Connect server in its own process on loopback (`sail spark server`).
 
@@ -138,6 +139,7 @@ def sail_connect_server(
         workdir: the server's working directory (default: a new temporary one).
         startup_timeout: seconds to wait for the server's port.
         environment: more variables for the server, over the others (e.g. `SAIL_CLUSTER__WORKER_TASK_SLOTS`).
+        log_path: a file the server's output is appended to and kept (default: a temporary one).
 
     Yields:
         The `sc://` URL of the server; it is killed when the block ends.
@@ -156,7 +158,11 @@ def sail_connect_server(
         **os.environ, "RUST_LOG": "error", **sail_environment(settings, mode), **storage_options(settings), "SAIL_MODE": mode,
         **(environment or {}),
     }  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="sail-server-") as scratch, tempfile.TemporaryFile(mode="w+") as log:
+    kept_log = open(log_path, "a+") if log_path else None  # noqa: SIM115 - closed with the other files below
+    with (
+        tempfile.TemporaryDirectory(prefix="sail-server-") as scratch,
+        kept_log or tempfile.TemporaryFile(mode="w+") as log,
+    ):
         process = subprocess.Popen(
             [sail, "spark", "server", "--ip", "127.0.0.1", "--port", str(port)],
             stdout=log, stderr=subprocess.STDOUT, env=server_environment, cwd=workdir or scratch,
