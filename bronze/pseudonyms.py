@@ -101,7 +101,7 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
         "user_agent": agent,
         "raw_text": pseudonymous_document("raw_text"),
         "reason": pseudonymous_document("reason"),
-        FOUND_IDENTITIES: F.concat(_people(texts), F.filter(F.array(*owned), _named)),
+        FOUND_IDENTITIES: F.concat(_as_people(_found_people(texts)), F.filter(F.array(*owned), _named)),
     })  # fmt: skip
     return _with_record_hash(pseudonymous_df.drop(*map(_found, texts)), USAGE_HASH_FIELDS)
 
@@ -109,20 +109,29 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
 def pseudonymise_snapshots(staged_df: DataFrame, secret: bytes) -> DataFrame:
     """Staged aspect snapshot rows with every person urn in every text field pseudonymous (hash recomputed).
 
-    FOUND_IDENTITIES lists the person urns replaced.
+    FOUND_IDENTITIES lists the person urns replaced, as plain urns (each person its own owner: a third of
+    the bytes of the structs, staged with every row); `found_identities` reads them as structs.
     """
     texts = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text", "reason")
     pseudonymous_df = _with_found_urns(staged_df, texts).withColumns({
         **{name: with_pseudonymous_text(F.col(name), secret, F.col(_found(name))) for name in texts},
-        FOUND_IDENTITIES: _people(texts),
+        FOUND_IDENTITIES: _found_people(texts),
     })  # fmt: skip
     return _with_record_hash(pseudonymous_df.drop(*map(_found, texts)), SNAPSHOT_HASH_FIELDS)
 
 
 # The identities a staged row held before it was pseudonymised: an array of (kind, identity, owner)
-# structs, kind person (owner: itself), ip or user-agent (owner: the actor). Landing records them from
-# the staged rows (`pipelines.privacy.landing`), so the text is searched for urns once.
+# structs, kind person (owner: itself), ip or user-agent (owner: the actor), or of person urns alone.
+# Landing records them from the staged rows (`pipelines.privacy.landing`), so the text is searched for
+# urns once.
 FOUND_IDENTITIES = "found_identities"
+
+
+def found_identities(staged_df: DataFrame) -> Column:
+    """The FOUND_IDENTITIES of staged rows as (kind, identity, owner) structs, whichever form they were staged in."""
+    column = F.col(FOUND_IDENTITIES)
+    element = staged_df.schema[FOUND_IDENTITIES].dataType.elementType.simpleString()
+    return _as_people(column) if element == "string" else column
 
 
 def _found(name: str) -> str:
@@ -134,9 +143,13 @@ def _with_found_urns(staged_df: DataFrame, texts: Iterable[str]) -> DataFrame:
     return staged_df.withColumns({_found(name): to_person_urns(F.col(name)) for name in texts})
 
 
-def _people(texts: Iterable[str]) -> Column:
-    """(person, urn, urn) structs of the urns `_with_found_urns` found in the texts."""
-    urns = F.array_distinct(F.flatten(F.array(*(F.col(_found(name)) for name in texts))))
+def _found_people(texts: Iterable[str]) -> Column:
+    """The distinct urns `_with_found_urns` found in the texts."""
+    return F.array_distinct(F.flatten(F.array(*(F.col(_found(name)) for name in texts))))
+
+
+def _as_people(urns: Column) -> Column:
+    """(person, urn, urn) structs of person urns."""
     return F.transform(urns, lambda urn: F.struct(F.lit("person").alias("kind"), urn.alias("identity"), urn.alias("owner")))
 
 

@@ -98,7 +98,7 @@ def load_audit_events(spark: SparkSession, settings: Settings, usage_dir: Path) 
     lines_df = spark.read.text(str(usage_dir))
     rows_df = to_usage_rows(lines_df, "bench")
     if settings.privacy.pseudonymise:
-        rows_df = pseudonymised_usage_rows(settings, rows_df, usage_dir.parent / "identities")
+        rows_df = pseudonymised_usage_rows(settings, rows_df)
     audit_df = to_audit_events_from_usage(rows_df)
     append(audit_df.repartition("event_date").sortWithinPartitions("timestamp"), settings, AUDIT_EVENTS)
     return read_table(spark, settings, AUDIT_EVENTS).count()

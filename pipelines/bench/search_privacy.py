@@ -20,7 +20,6 @@ from pipelines.privacy.keystore import key_store_for
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from conf.locations import Location
     from conf.settings import Settings
 
 # on/off, off/on, on/off: each variant runs first as often as the other, but for the odd round.
@@ -28,7 +27,7 @@ ORDERS = (("on", "off"), ("off", "on"))
 QUARANTINE_COLUMNS = ("raw_text", "reason")
 
 
-def pseudonymised_usage_rows(settings: Settings, rows_df: DataFrame, scratch: Location) -> DataFrame:
+def pseudonymised_usage_rows(settings: Settings, rows_df: DataFrame) -> DataFrame:
     """Usage rows as landing stores them with privacy on: their identities recorded, the rows pseudonymous."""
     from pyspark.sql import functions as F
 
@@ -40,7 +39,7 @@ def pseudonymised_usage_rows(settings: Settings, rows_df: DataFrame, scratch: Lo
     if "blank" not in rows_df.columns:
         missing["blank"] = F.lit(False)
     staged_df = pseudonymise_staged(settings, USAGE_FAMILY, rows_df.withColumns(missing))
-    record_found_identities(settings, staged_df, scratch)
+    record_found_identities(settings, staged_df)
     return staged_df.drop(FOUND_IDENTITIES, *missing)
 
 

@@ -20,8 +20,6 @@ from pipelines.runtime.storage import delta_storage_options, table_exists
 if TYPE_CHECKING:  # the engine is imported by the functions that use it: the API's workers run without one
     from pyspark.sql import DataFrame, SparkSession
 
-    from conf.locations import Location
-
 IDENTITIES_TABLE = "ops.identities"
 ERASED_SUBJECT = "erased subject"
 IDENTITY_PREFIXES = {"person": PSEUDONYM_PREFIX, "ip": "ip-", "user-agent": "ua-"}
@@ -72,20 +70,18 @@ def record_identities_without_engine(settings: Settings, keys: KeyStore, identit
     return len(rows)
 
 
-def record_staged_identities(
-    spark: SparkSession, settings: Settings, keys: KeyStore, identities_df: DataFrame, scratch: Location
-) -> int:
+def record_staged_identities(spark: SparkSession, settings: Settings, keys: KeyStore, identities_df: DataFrame) -> int:
     """`record_identities` for a landing batch's (kind, identity, owner) rows, in a request of constant size.
 
-    The batch's identities are staged with their pseudonyms (Parquet at `scratch`) and anti-joined with
-    the table, so no request carries a list that grows with the people in a batch; only the identities
-    not recorded yet reach this process, to be encrypted, and are appended with delta-rs.
+    The batch's identities (read by the engine from the staged rows) are made distinct, given their
+    pseudonyms and anti-joined with the table in one query, so no request carries a list that grows with
+    the people in a batch; only the identities not recorded yet reach this process, to be encrypted, and
+    are appended with delta-rs.
     """
     from pyspark.sql import functions as F
 
     from bronze.pseudonyms import to_pseudonym
-    from pipelines.runtime.home import home_of
-    from pipelines.runtime.io import read_table, write_scratch
+    from pipelines.runtime.io import read_table
 
     secret = keys.pseudonym_secret()
     kind, identity = F.col("kind"), F.col("identity")
@@ -97,9 +93,8 @@ def record_staged_identities(
     keyed_df = named_df.select(kind, identity, "owner").distinct().select(
         pseudonym.alias("pseudonym"), kind, identity, to_pseudonym(F.col("owner"), secret).alias("owner")
     )
-    staged_df = write_scratch(keyed_df, scratch, home_of(settings).storage)
     stored_df = read_table(spark, settings, IDENTITIES_TABLE).select("pseudonym", "owner")
-    new = staged_df.join(stored_df, ["pseudonym", "owner"], "left_anti").collect()
+    new = keyed_df.join(stored_df, ["pseudonym", "owner"], "left_anti").collect()
     wanted = {(r.pseudonym, r.owner): (r.kind, r.identity) for r in new}
     rows = _sealed_rows(keys, wanted, set())
     _append_without_engine(settings, rows)
@@ -138,12 +133,12 @@ def _sealed_rows(
 ) -> list[tuple]:
     """The ops.identities rows of the wanted identities not stored yet, each encrypted under its owner's key."""
     now = datetime.now(timezone.utc)
-    rows = []
-    for (pseudonym, owner), (kind, identity) in sorted(wanted.items()):
-        if (pseudonym, owner) not in stored:
-            key = keys.person_key(owner, create=True)
-            rows.append((pseudonym, kind, owner, encrypt_identity(key, pseudonym, identity), now))
-    return rows
+    new = {(pseudonym, owner): found for (pseudonym, owner), found in sorted(wanted.items()) if (pseudonym, owner) not in stored}
+    owner_keys = keys.person_keys({owner for _, owner in new}, create=True)
+    return [
+        (pseudonym, kind, owner, encrypt_identity(owner_keys[owner], pseudonym, identity), now)
+        for (pseudonym, owner), (kind, identity) in new.items()
+    ]
 
 
 def resolve_identities(
@@ -166,9 +161,11 @@ def resolve_identities(
 
 def resolve_rows(rows: Iterable[Mapping[str, str]], keys: KeyStore) -> dict[str, str]:
     """pseudonym -> identity of identity rows (no engine: the API's workers read the rows themselves)."""
+    rows = list(rows)
+    owner_keys = keys.person_keys({row["owner"] for row in rows})
     resolved: dict[str, str] = {}
     for row in rows:
-        identity = decrypt_identity(keys.person_key(row["owner"]), row["pseudonym"], row["ciphertext"])
+        identity = decrypt_identity(owner_keys[row["owner"]], row["pseudonym"], row["ciphertext"])
         if identity is not None or row["pseudonym"] not in resolved:
             resolved[row["pseudonym"]] = identity if identity is not None else ERASED_SUBJECT
     return resolved

@@ -14,6 +14,7 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
@@ -34,8 +35,11 @@ class KeyStore(Protocol):
         """The secret every pseudonym is keyed with (created on first use)."""
         ...
 
-    def person_key(self, pseudonym: str, create: bool = False) -> bytes | None:
-        """The key of one person (by pseudonym), created when asked; None once destroyed or never created."""
+    def person_keys(self, pseudonyms: Collection[str], create: bool = False) -> dict[str, bytes | None]:
+        """The keys of people (by pseudonym), the missing ones created when asked (in one change of the store).
+
+        A person whose key was destroyed or never created (and not asked to be) maps to None.
+        """
         ...
 
     def destroy(self, pseudonym: str) -> bool:
@@ -104,18 +108,21 @@ class LocalKeyStore:
         """The secret every pseudonym is keyed with."""
         return base64.b64decode(self._document["pseudonym_secret"])
 
-    def person_key(self, pseudonym: str, create: bool = False) -> bytes | None:
-        """The person's key; created (and the file rewritten) when `create` and none exists yet."""
+    def person_keys(self, pseudonyms: Collection[str], create: bool = False) -> dict[str, bytes | None]:
+        """The people's keys; the missing ones created when `create`, the file rewritten once for all of them.
+
+        A batch of new people costs one read and one rewrite of the file, not one per person.
+        """
         with self._lock:
-            key = self._document["people"].get(pseudonym)
-            if key is None and create:
+            people = self._document["people"]
+            if create and any(p not in people for p in pseudonyms):
                 self._document = self._read()  # another process may have added keys since
-                key = self._document["people"].get(pseudonym)
-                if key is None:
-                    key = _b64(AESGCM.generate_key(bit_length=256))
-                    self._document["people"][pseudonym] = key
+                people = self._document["people"]
+                missing = {p for p in pseudonyms if p not in people}
+                if missing:
+                    people.update((p, _b64(AESGCM.generate_key(bit_length=256))) for p in sorted(missing))
                     self._write(self._document)
-            return None if key is None else base64.b64decode(key)
+            return {p: None if people.get(p) is None else base64.b64decode(people[p]) for p in pseudonyms}
 
     def destroy(self, pseudonym: str) -> bool:
         """Remove the person's key from the file (rewritten atomically)."""

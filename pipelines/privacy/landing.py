@@ -5,8 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from bronze.pseudonyms import FOUND_IDENTITIES, pseudonymise_snapshots, pseudonymise_usage
-from conf.locations import Location
+from bronze.pseudonyms import FOUND_IDENTITIES, found_identities, pseudonymise_snapshots, pseudonymise_usage
 from conf.settings import Settings
 from pipelines.privacy.identities import record_staged_identities
 from pipelines.privacy.keystore import key_store_for
@@ -28,7 +27,7 @@ def pseudonymise_staged(settings: Settings, family: str, staged_df: DataFrame) -
     return pseudonymise_snapshots(staged_df, secret)
 
 
-def record_found_identities(settings: Settings, staged_df: DataFrame, scratch: Location) -> int:
+def record_found_identities(settings: Settings, staged_df: DataFrame) -> int:
     """Record, encrypted per person, the identities staged rows held (`pseudonymise_staged`); return how many were new.
 
     Landing calls it once the pseudonymous rows are staged and before it commits them: a batch that stops
@@ -37,9 +36,8 @@ def record_found_identities(settings: Settings, staged_df: DataFrame, scratch: L
     Args:
         settings: the lakehouse settings.
         staged_df: the staged rows, read back with their FOUND_IDENTITIES column.
-        scratch: a folder of the batch's scratch for the identities staged on their way to the table.
     """
     keys = key_store_for(settings, create=True)
-    found = F.explode(F.col(FOUND_IDENTITIES)).alias("found")
+    found = F.explode(found_identities(staged_df)).alias("found")
     identities_df = staged_df.select(found).select("found.kind", "found.identity", "found.owner")
-    return record_staged_identities(staged_df.sparkSession, settings, keys, identities_df, scratch)
+    return record_staged_identities(staged_df.sparkSession, settings, keys, identities_df)

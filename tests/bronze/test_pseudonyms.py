@@ -11,7 +11,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from bronze.pseudonym_rules import pseudonym_of
-from bronze.pseudonyms import pseudonymise_snapshots, pseudonymise_usage, to_pseudonym, with_pseudonymous_text
+from bronze.pseudonyms import (
+    found_identities,
+    pseudonymise_snapshots,
+    pseudonymise_usage,
+    to_pseudonym,
+    with_pseudonymous_text,
+)
 from bronze.records import parse_snapshot_lines, parse_usage_lines
 from tests.bronze.record_inputs import ACTOR, DEFAULT_ACTOR, LIMIT, lines_df, mcl, usage
 
@@ -38,8 +44,10 @@ def test_every_person_urn_in_text_is_replaced_and_none_inside_a_longer_one(pure_
     assert got.count(ann) == 2 and got.count(ann2) == 1
 
 
-def _found(rows) -> set[tuple[str, str, str]]:
-    return {(f.kind, f.identity, f.owner) for row in rows for f in row.found_identities}
+def _found(pseudonymous_df) -> set[tuple[str, str, str]]:
+    """Every row's found identities, as landing records them (`found_identities`)."""
+    rows = pseudonymous_df.select(F.explode(found_identities(pseudonymous_df)).alias("f")).collect()
+    return {(r.f.kind, r.f.identity, r.f.owner) for r in rows}
 
 
 def test_staged_snapshots_keep_every_person_urn_they_replaced_once_each(spark):
@@ -49,10 +57,12 @@ def test_staged_snapshots_keep_every_person_urn_they_replaced_once_each(spark):
     staged_df = parse_snapshot_lines(
         lines_df(spark, [json.dumps(good), broken]), "mcl", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT
     )
-    rows = pseudonymise_snapshots(staged_df, SECRET).orderBy("line_number").collect()
+    pseudonymous_df = pseudonymise_snapshots(staged_df, SECRET)
+    rows = pseudonymous_df.orderBy("line_number").collect()
     people = {"urn:li:corpuser:ann", "urn:li:corpuser:ann2", ACTOR, "urn:li:corpuser:bob"}
-    assert _found(rows) == {("person", urn, urn) for urn in people}
-    assert [len(r.found_identities) for r in rows] == [3, 1]
+    assert _found(pseudonymous_df) == {("person", urn, urn) for urn in people}
+    # Staged as the urns alone, each once per row.
+    assert [sorted(r.found_identities) for r in rows] == [sorted(people - {"urn:li:corpuser:bob"}), ["urn:li:corpuser:bob"]]
     # No identity is left in the stored columns, the landed row's hash is the pseudonymous fields' and the
     # quarantined one has none.
     stored = json.dumps([{k: v for k, v in r.asDict().items() if k != "found_identities"} for r in rows])
@@ -66,9 +76,10 @@ def test_staged_usage_keeps_its_address_and_agent_owned_by_the_actor_also_when_q
     # A timestamp that is not a number quarantines the record: its fields are read from its text.
     bad = usage(actorUrn="urn:li:corpuser:bob", timestamp="soon", sourceIP="10.0.0.2")
     staged_df = parse_usage_lines(lines_df(spark, [json.dumps(good), json.dumps(bad)]), max_record_bytes=LIMIT)
-    rows = pseudonymise_usage(staged_df, SECRET).orderBy("line_number").collect()
+    pseudonymous_df = pseudonymise_usage(staged_df, SECRET)
+    rows = pseudonymous_df.orderBy("line_number").collect()
     assert rows[0].reason is None and rows[1].reason is not None
-    assert _found(rows) == {
+    assert _found(pseudonymous_df) == {
         ("person", ACTOR, ACTOR), ("ip", "10.0.0.1", ACTOR), ("user-agent", "Mozilla/5.0", ACTOR),
         ("person", "urn:li:corpuser:bob", "urn:li:corpuser:bob"), ("ip", "10.0.0.2", "urn:li:corpuser:bob"),
     }  # fmt: skip

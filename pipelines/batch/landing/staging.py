@@ -141,7 +141,7 @@ def _stage_plans_lines(settings: Settings, plans: list[FilePlan], staged: Locati
         if settings.privacy.pseudonymise:
             from pipelines.privacy.landing import record_found_identities
 
-            record_found_identities(settings, read_df, staged.with_name(staged.name + "-identities"))
+            record_found_identities(settings, read_df)
     for plan in plans:
         own = [r for r in summary if int(r.file_index) == plan.index]
         plan.staged, plan.schema = staged, schema
