@@ -127,11 +127,12 @@ def _local_session(settings: Settings, plan_sizes: PlanSizes | None) -> Iterator
 
 
 # Sail's cluster runner (0.7.2) streams each record batch between its workers as one gRPC message, and a
-# worker refuses a message over 4 MiB ("decoded message length too large"): at Sail's 8192 rows, a batch
-# of snapshot rows of 600 bytes is 5 MB, and refine of a 500k-version batch stopped there. 2048 rows keep
-# rows of up to 2 kB under it (docs/scaling.md, "The cluster runner's 4 MiB messages": no minimal
-# reproduction of the message is found yet, so the engine-defect module has no test for it).
-CLUSTER_RUNNER_BATCH_ROWS = 2048
+# worker refuses a message over 4 MiB ("decoded message length too large"): at Sail's 8192 rows refine of
+# a 500k-version batch stopped there, and at 2048 rows another 500k-version batch did (4.28-4.48 MB).
+# 512 rows keep rows averaging up to 8 kB under it, at no measured cost (docs/scaling.md, "The cluster
+# runner's 4 MiB messages": no minimal reproduction of the message is found yet, so the engine-defect
+# module has no test for it).
+CLUSTER_RUNNER_BATCH_ROWS = 512
 CLUSTER_MODES = ("local-cluster", "kubernetes-cluster")
 
 

@@ -181,7 +181,7 @@ def test_the_cluster_runner_is_started_with_batches_its_workers_accept_unless_a_
     settings = make_settings(tmp_path / "home")
     assert "SAIL_EXECUTION__BATCH_SIZE" not in sail_environment(settings)
     for mode in ("local-cluster", "kubernetes-cluster"):
-        assert sail_environment(settings, mode)["SAIL_EXECUTION__BATCH_SIZE"] == "2048"
+        assert sail_environment(settings, mode)["SAIL_EXECUTION__BATCH_SIZE"] == "512"
     chosen = load_settings("local", home=tmp_path / "chosen", env={}, overrides=["engine.batch_rows=1024"])
     assert sail_environment(chosen)["SAIL_EXECUTION__BATCH_SIZE"] == sail_environment(chosen, "local-cluster")["SAIL_EXECUTION__BATCH_SIZE"] == "1024"
     with pytest.raises(ConfigError, match=r"engine.batch_rows: 10 must be at least 64"):
