@@ -43,12 +43,11 @@ def task_definition_figures(path: Path, start: int = 0, end: int | None = None) 
         log.seek(start)
         text = log.read(None if end is None else max(end - start, 0)).decode("utf-8", "replace")
     requests = list(_REQUEST.finditer(text))
-    sizes = [int(m["bytes"]) for m in requests]
     largest = max(requests, key=lambda m: int(m["bytes"]), default=None)
     return {
         "requests": len(requests),
         "tasks": sum(m["tasks"].count("TaskAttempt") for m in requests),
-        "max_bytes": max(sizes, default=0),
-        "total_bytes": sum(sizes),
+        "max_bytes": int(largest["bytes"]) if largest else 0,
+        "total_bytes": sum(int(m["bytes"]) for m in requests),
         "largest": {"job_id": int(largest["job"]), "stage": int(largest["stage"])} if largest else None,
     }

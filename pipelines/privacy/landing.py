@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from bronze.pseudonyms import FOUND_IDENTITIES, found_identities, pseudonymise_snapshots, pseudonymise_usage
+from bronze.pseudonyms import found_identities, pseudonymise_snapshots, pseudonymise_usage
 from conf.settings import Settings
 from pipelines.privacy.identities import record_staged_identities
 from pipelines.privacy.keystore import key_store_for
