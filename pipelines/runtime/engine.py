@@ -126,12 +126,12 @@ def _local_session(settings: Settings, plan_sizes: PlanSizes | None) -> Iterator
         server.stop()
 
 
-# Sail's cluster runner (0.7.2) streams each record batch between its workers as one gRPC message, and a
+# Sail's cluster runner (0.7.2) streams record batches between its workers as gRPC messages, and a
 # worker refuses a message over 4 MiB ("decoded message length too large"): at Sail's 8192 rows refine of
 # a 500k-version batch stopped there, and at 2048 rows another 500k-version batch did (4.28-4.48 MB).
-# 512 rows keep rows averaging up to 8 kB under it, at no measured cost (docs/scaling.md, "The cluster
-# runner's 4 MiB messages": no minimal reproduction of the message is found yet, so the engine-defect
-# module has no test for it).
+# The engine cuts a batch into pieces of equal row counts, so a piece of a batch's large rows is over
+# its 2 MiB target (test_engine_defects). 512 rows keep rows averaging up to 8 kB under the limit, at no
+# measured cost (docs/scaling.md, "The cluster runner's 4 MiB messages").
 CLUSTER_RUNNER_BATCH_ROWS = 512
 CLUSTER_MODES = ("local-cluster", "kubernetes-cluster")
 

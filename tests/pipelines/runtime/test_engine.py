@@ -18,10 +18,11 @@ from conf.errors import ConfigError
 from conf.settings import load_settings
 from conf.tables import TABLES, table_location, table_name
 from pipelines.runtime.engine import check_reachable, java_message, open_session, sail_environment
-from pipelines.runtime.engine_servers import free_loopback_port
+from pipelines.runtime.engine_servers import free_loopback_port, sail_connect_server
 from pipelines.runtime.io import append, read_table
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
+from tests.pipelines.runtime.test_engine_defects import SKEWED_ROWS, UNCOMPRESSED_SHUFFLES, shuffled_skewed_rows
 
 
 def test_local_session_starts_fast_and_stops_cleanly(tmp_path: Path):
@@ -186,3 +187,11 @@ def test_the_cluster_runner_is_started_with_batches_its_workers_accept_unless_a_
     assert sail_environment(chosen)["SAIL_EXECUTION__BATCH_SIZE"] == sail_environment(chosen, "local-cluster")["SAIL_EXECUTION__BATCH_SIZE"] == "1024"
     with pytest.raises(ConfigError, match=r"engine.batch_rows: 10 must be at least 64"):
         load_settings("local", home=tmp_path / "tiny", env={}, overrides=["engine.batch_rows=10"])
+
+
+@pytest.mark.slow
+def test_the_cluster_runner_started_as_the_project_starts_it_shuffles_rows_of_unequal_size(tmp_path):
+    """The job Sail's own batch size fails (test_engine_defects) passes in the cluster runner's batches."""
+    settings = make_settings(tmp_path / "home")
+    with sail_connect_server(settings, mode="local-cluster", workdir=str(tmp_path), environment=UNCOMPRESSED_SHUFFLES) as url:
+        assert shuffled_skewed_rows(url, tmp_path) == SKEWED_ROWS

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pyspark.errors.exceptions.connect import SparkRuntimeException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -101,3 +102,47 @@ def test_lag_ignore_nulls_skips_nulls_on_the_cluster_runner(tmp_path_factory: py
         finally:
             remote.stop()
     assert wrong == 0
+
+
+# Rows of the skewed shuffle: in each block of Sail's 8192-row batches, the last 1192 rows are 8 kB and the
+# others 50 bytes (the sizes staged aspects have: a few schemas among many small aspects).
+SKEWED_ROWS, SKEWED_FROM, SKEWED_REPEATS = 16384, 7000, 128
+
+
+def shuffled_skewed_rows(url: str, folder: Path) -> int:
+    """Shuffle SKEWED_ROWS rows of skewed sizes on the server at `url`, uncompressed; return the rows written."""
+    # create(), not getOrCreate(): that would hand back the suite's own session, which stop() would end.
+    remote = SparkSession.builder.remote(url).create()
+    try:
+        hexed = F.sha2(F.col("id").cast("string"), 256)
+        sized = F.when(F.col("id") % 8192 >= SKEWED_FROM, F.repeat(hexed, SKEWED_REPEATS)).otherwise(F.substring(hexed, 1, 50))
+        remote.range(SKEWED_ROWS).select("id", sized.alias("w")).coalesce(1).write.parquet(str(folder / "skewed"))
+        remote.read.parquet(str(folder / "skewed")).repartition(2, "id").write.parquet(str(folder / "shuffled"))
+        return remote.read.parquet(str(folder / "shuffled")).count()
+    finally:
+        remote.stop()
+
+
+# What Sail's shuffle streams are sent as on one machine (docs/scaling.md: the server's environment).
+UNCOMPRESSED_SHUFFLES = {"SAIL_CLUSTER__SHUFFLE_BACKEND__FLIGHT__COMPRESSION": "none"}
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=DEFECT, raises=SparkRuntimeException)
+def test_the_cluster_runner_shuffles_batches_of_rows_of_unequal_size(tmp_path: Path):
+    """Sail 0.7.2's cluster runner refuses a shuffle message over 4 MiB that it made itself.
+
+    Its Flight encoder cuts a record batch into pieces of equal row counts for a 2 MiB target, so a piece
+    of the batch's large rows is well over it, and the receiving worker's client keeps tonic's 4 MiB limit.
+    Uniform 8 kB rows pass. Worked around by batches of CLUSTER_RUNNER_BATCH_ROWS (512) on the cluster
+    runner (`pipelines.runtime.engine.sail_environment`), tested with this job in
+    tests/pipelines/runtime/test_engine.py.
+    """
+    settings = load_settings("local", home=tmp_path / "home", env={}, overrides=["engine.batch_rows=8192"])
+    with sail_connect_server(settings, mode="local-cluster", workdir=str(tmp_path), environment=UNCOMPRESSED_SHUFFLES) as url:
+        try:
+            rows = shuffled_skewed_rows(url, tmp_path)
+        except SparkRuntimeException as error:
+            assert "decoded message length too large" in str(error), str(error)[:500]
+            raise
+    assert rows == SKEWED_ROWS
