@@ -34,7 +34,8 @@ mariadb:
 
 # Three workers on 2 cores, one test file each at a time (a file's module fixtures share one home), the longest
 # files first (tests/longest_first.txt): a third worker runs while another waits on its subprocesses and
-# servers (19 min 32 s and 20 min 20 s in two runs, against 23 min 46 s with two at 6abf866, 2026-11-29).
+# servers (19 min 32 s and 20 min 20 s in two runs, against 23 min 46 s with two at 6abf866 and 22 min 2 s
+# with four at e4bb2ac, 2026-11-29).
 test: $(STAMP) browser postgres mariadb
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
