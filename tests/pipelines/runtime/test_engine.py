@@ -17,12 +17,13 @@ from pyspark.sql import functions as F
 from conf.errors import ConfigError
 from conf.settings import load_settings
 from conf.tables import TABLES, table_location, table_name
+from pipelines.bench.silver_remote import CLUSTER_ENVIRONMENT
 from pipelines.runtime.engine import check_reachable, java_message, open_session, sail_environment
 from pipelines.runtime.engine_servers import free_loopback_port, sail_connect_server
 from pipelines.runtime.io import append, read_table
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
-from tests.pipelines.runtime.test_engine_defects import SKEWED_ROWS, UNCOMPRESSED_SHUFFLES, shuffled_skewed_rows
+from tests.pipelines.runtime.test_engine_defects import SKEWED_ROWS, shuffled_skewed_rows
 
 
 def test_local_session_starts_fast_and_stops_cleanly(tmp_path: Path):
@@ -191,7 +192,10 @@ def test_the_cluster_runner_is_started_with_batches_its_workers_accept_unless_a_
 
 @pytest.mark.slow
 def test_the_cluster_runner_started_as_the_project_starts_it_shuffles_rows_of_unequal_size(tmp_path):
-    """The job Sail's own batch size fails (test_engine_defects) passes in the cluster runner's batches."""
+    """The job Sail's own batch size fails (test_engine_defects) passes in the cluster runner's batches.
+
+    The server gets the environment the benches start their cluster runner with (uncompressed shuffles).
+    """
     settings = make_settings(tmp_path / "home")
-    with sail_connect_server(settings, mode="local-cluster", workdir=str(tmp_path), environment=UNCOMPRESSED_SHUFFLES) as url:
+    with sail_connect_server(settings, mode="local-cluster", workdir=str(tmp_path), environment=CLUSTER_ENVIRONMENT) as url:
         assert shuffled_skewed_rows(url, tmp_path) == SKEWED_ROWS
