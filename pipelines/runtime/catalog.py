@@ -27,7 +27,7 @@ def create_table_sql(settings: Settings, spec: TableSpec) -> str:
     quoted = sql_string(str(location))
     if table_exists(location):
         # An existing table keeps the schema in its log; the embedded engine mis-compares declared MAP
-        # columns with the stored ones, so existing tables are registered by location alone.
+        # columns with the stored ones, so existing tables are registered by location alone (docs/scaling.md).
         return f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION {quoted}"
     return (
         f"CREATE TABLE IF NOT EXISTS {name} ({spec.columns}) USING delta{_partitioning(spec)}{_properties(spec)} "

@@ -159,7 +159,8 @@ def sail_environment(settings: Settings, mode: str = "local") -> dict[str, str]:
         # The engine's Parquet reader (parquet-rs 59.2) can fail a pushed-down scan with "Invalid offset in
         # sparse column chunk data" when its predicate cache reads a page that page pruning left unloaded
         # (arrow-rs #10733): refine hit it on a state written by 20 MERGEs. Without the cache, the filter
-        # columns are decoded again for the output instead of kept from the filter.
+        # columns are decoded again for the output instead of kept from the filter (reproduced in
+        # tests/pipelines/runtime/test_engine_defects.py).
         "SAIL_PARQUET__MAX_PREDICATE_CACHE_SIZE": "0",
     }
     batch_rows = settings.engine.batch_rows or (CLUSTER_RUNNER_BATCH_ROWS if mode in CLUSTER_MODES else None)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # `DESCRIBE [TABLE] [EXTENDED] name`: answered by the CLI for every table and view (Sail's own answer
-# has no rows for some and refuses the form without TABLE).
+# has no rows for a table registered by location and refuses the form without TABLE: docs/scaling.md).
 DESCRIBE = re.compile(r"^\s*(?:describe|desc)\s+(?:table\s+)?(?:extended\s+)?([`\w.]+)\s*;?\s*$", re.IGNORECASE)
 DESCRIBE_COLUMNS = ("column", "type", "partition")
 

@@ -23,7 +23,13 @@ from pipelines.runtime.engine_servers import free_loopback_port, sail_connect_se
 from pipelines.runtime.io import append, read_table
 from tests.conftest import make_settings
 from tests.pipelines.cli.test_cli import run_cli
-from tests.pipelines.runtime.test_engine_defects import SKEWED_ROWS, shuffled_skewed_rows
+from tests.pipelines.runtime.test_engine_defects import (
+    PAGED_ROWS_ENVIRONMENT,
+    PRUNED_SCAN_KEYS,
+    SKEWED_ROWS,
+    pruned_scan_keys,
+    shuffled_skewed_rows,
+)
 
 
 def test_local_session_starts_fast_and_stops_cleanly(tmp_path: Path):
@@ -199,3 +205,11 @@ def test_the_cluster_runner_started_as_the_project_starts_it_shuffles_rows_of_un
     settings = make_settings(tmp_path / "home")
     with sail_connect_server(settings, mode="local-cluster", workdir=str(tmp_path), environment=CLUSTER_ENVIRONMENT) as url:
         assert shuffled_skewed_rows(url, tmp_path) == SKEWED_ROWS
+
+
+@pytest.mark.slow
+def test_a_pushed_down_scan_of_pruned_pages_is_read_right_by_the_engine_as_the_project_starts_it(tmp_path):
+    """The scan the reader's predicate cache fails (test_engine_defects) passes with the sessions' environment."""
+    settings = make_settings(tmp_path / "home")
+    with sail_connect_server(settings, mode="local", workdir=str(tmp_path), environment=PAGED_ROWS_ENVIRONMENT) as url:
+        assert pruned_scan_keys(url, tmp_path / "paged") == PRUNED_SCAN_KEYS

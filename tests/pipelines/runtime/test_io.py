@@ -1,4 +1,4 @@
-"""Table writes on real Delta tables: columns matched by name, and a clear error for missing ones."""
+"""Table writes on real Delta tables: columns matched by name, a clear error for missing ones, partial overwrites."""
 
 from __future__ import annotations
 
@@ -19,6 +19,20 @@ def test_append_matches_columns_by_name_and_drops_extra_ones(spark, lakehouse):
     append(row_df, lakehouse, "ops.stage_progress")
     rows = read_table(spark, lakehouse, "ops.stage_progress").filter("batch_id = 'b-io'").collect()
     assert [(r.stage, r.rows_in, r.rows_out, r.run_id) for r in rows] == [("refine", 3, 7, "run-io")]
+
+
+def test_replace_where_replaces_the_matching_rows_and_keeps_the_others(spark, lakehouse):
+    # The engine's saveAsTable would overwrite the whole table (test_engine_defects): writes go by location.
+    def progress_df(batches: list[str], rows_out: int):
+        return spark.createDataFrame(
+            [("refine", "bronze.aspect_snapshots", batch, None, 1, rows_out, "run-rw") for batch in batches],
+            PROGRESS_COLUMNS + ", rows_out bigint, run_id string",
+        ).selectExpr("*", "current_timestamp() AS processed_at")
+
+    append(progress_df(["b-rw-1", "b-rw-2", "b-rw-3"], 1), lakehouse, "ops.stage_progress")
+    replace_where(progress_df(["b-rw-2"], 2), lakehouse, "ops.stage_progress", "batch_id = 'b-rw-2'")
+    rows = read_table(spark, lakehouse, "ops.stage_progress").filter("run_id = 'run-rw'").collect()
+    assert sorted((r.batch_id, r.rows_out) for r in rows) == [("b-rw-1", 1), ("b-rw-2", 2), ("b-rw-3", 1)]
 
 
 @pytest.mark.parametrize("write", ["append", "replace_where"])
