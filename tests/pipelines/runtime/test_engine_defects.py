@@ -14,6 +14,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaProtocolError
 from pyspark.errors.exceptions.connect import (
     AnalysisException,
     IllegalArgumentException,
@@ -56,6 +58,25 @@ def test_from_json_reads_a_scan_of_a_table_with_deletion_vectors(spark: SparkSes
         assert sorted(r.x for r in parsed) == [1] * 85 + [2] * 15
     finally:
         spark.sql("DROP TABLE IF EXISTS defect_dv")
+
+
+@pytest.mark.xfail(strict=True, reason=DEFECT, raises=DeltaProtocolError)
+def test_the_arrow_reader_of_delta_rs_reads_a_table_with_deletion_vectors(spark: SparkSession, tmp_path: Path):
+    """delta-rs 1.6 (serving's reader) refuses a table whose protocol names deletion vectors in its Arrow reads.
+
+    Its query engine (`QueryBuilder`) honours them. Worked around by reading through it where a home may
+    have them (`pipelines.serving.scoped_reads`, `pipelines.batch.kafka.status`), tested by
+    `test_domains_are_read_through_the_deletion_vectors_of_the_audit_table` in
+    tests/pipelines/serving/test_scoped_reads.py.
+    """
+    location = tmp_path / "dv"
+    spark.sql(f"CREATE TABLE defect_dv_arrow (k STRING) USING delta LOCATION '{location}' TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    try:
+        spark.range(10).selectExpr("CAST(id AS STRING) AS k").write.format("delta").mode("append").save(str(location))
+        spark.sql("DELETE FROM defect_dv_arrow WHERE k = '3'")
+    finally:
+        spark.sql("DROP TABLE IF EXISTS defect_dv_arrow")
+    assert sorted(DeltaTable(str(location)).to_pyarrow_table()["k"].to_pylist()) == [str(i) for i in range(10) if i != 3]
 
 
 @pytest.mark.xfail(strict=True, reason=DEFECT, raises=IllegalArgumentException)
