@@ -19,3 +19,7 @@ generate_usage_events) and `manifest` (GeneratorManifest). The modules, from the
 - lineage: lineage histories (edges added and removed, column edges, jobs, charts, dashboards, deletes
   and restores) as MCL records.
 """
+
+# About this many records per written part, unless an entry point is told otherwise (here, where the
+# command line reads it without importing the generator).
+DEFAULT_PART_SIZE = 200_000

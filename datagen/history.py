@@ -12,6 +12,7 @@ from typing import Any
 
 from bronze.formats import ACTION_REQUEST_TYPES
 from conf.errors import InputError
+from datagen import DEFAULT_PART_SIZE
 from datagen.action_requests import action_request_part
 from datagen.catalogue import ASSET_TYPES, DAY_MS, DEFAULT_START_MS, MIN_ENTITIES, Universe
 from datagen.files import PartTask, aspect_part, run_parts
@@ -19,8 +20,6 @@ from datagen.manifest import MANIFEST_NAME, GeneratorManifest
 from datagen.simulation import Simulator
 from datagen.usage import UsageContext, run_usage, usage_tasks
 from datagen.wire import Options, Sink
-
-DEFAULT_PART_SIZE = 200_000
 
 _MAX_SMALL_PARTS = 8
 _MIN_PART_RECORDS = 25_000

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from conf.values import parse_time_ms
-from datagen.history import DEFAULT_PART_SIZE, generate_history
-from datagen.manifest import GeneratorManifest
+from datagen import DEFAULT_PART_SIZE
 from pipelines.cli.console import console, print_table
+
+if TYPE_CHECKING:  # the generator is imported when the command runs: every other command starts without it
+    from datagen.manifest import GeneratorManifest
 
 
 def register(app: typer.Typer) -> None:
@@ -41,6 +44,8 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that holds no earlier run."),
     ) -> None:
         """Write aspect snapshots (MCL), usage events and action requests, plus OUT/manifest.json."""
+        from datagen.history import generate_history
+
         start_ms = parse_time_ms(start, "--start") if start else None
         manifest = generate_history(
             out,

@@ -205,6 +205,25 @@ def test_help_groups_the_commands_by_task():
     assert result.stdout.index("│ run ") < result.stdout.index("│ sql ") < result.stdout.index("│ serve ")
 
 
+# The benchmarks of `lakehouse bench`, in the order its help lists them.
+BENCHMARKS = ("search", "verify", "erase", "watch", "silver", "subscriptions", "kafka", "backfill", "explorer", "impact",
+              "generate", "anomalies", "metrics", "sql-server", "life", "plans")  # fmt: skip
+
+
+def test_the_cli_starts_without_the_benchmarks_or_the_generator():
+    # Their modules and libraries cost every command 0.3 CPU-seconds of imports: they load when named.
+    program = "import sys, pipelines.cli.app; print(sorted(m for m in sys.modules if m.startswith(('pipelines.bench.', 'datagen.'))))"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['pipelines.bench.registry']"
+
+
+def test_bench_lists_every_benchmark_and_answers_for_the_one_named():
+    listed = run_cli("bench", "--help", env={"COLUMNS": "120"}).stdout
+    assert [name for name in BENCHMARKS if f"│ {name} " in listed] == list(BENCHMARKS)
+    assert listed.index("│ search ") < listed.index("│ plans ")
+    assert "--versions" in run_cli("bench", "silver", "--help", env={"COLUMNS": "120"}).stdout
+
+
 def test_an_empty_search_in_the_default_window_names_start_time(cli_home: Path):
     result = run_cli("search", home=cli_home)
     assert json.loads(result.stdout)["total"] == 0
