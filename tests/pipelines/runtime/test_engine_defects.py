@@ -177,9 +177,10 @@ def test_replace_where_overwrites_days_of_a_table_with_a_map_column(spark: Spark
 
     The rows kept and the rows written are unioned, and the engine's map of the new rows (`entries`, values
     not null) is not the declared one (`key_value`): "UnionExec/InterleaveExec requires all inputs to have
-    the same data type per column". An append of the same rows passes. Worked around by keeping
-    `gold.actor_activity_daily`'s counts by type and by category as JSON objects in strings (`conf.tables`),
-    the days publish overwrites (tests/pipelines/batch/test_publish_audit.py).
+    the same data type per column" (an ARRAY column fails so too, its elements not null). An append of the
+    same rows passes. Worked around by keeping `gold.actor_activity_daily`'s counts by type and by category
+    as JSON objects in strings (`conf.tables`), the days publish overwrites
+    (tests/pipelines/batch/test_publish_audit.py).
     """
     location = str(tmp_path / "map-days")
     spark.sql(f"CREATE TABLE defect_map_days (d DATE, counts MAP<STRING, BIGINT>) USING delta PARTITIONED BY (d) LOCATION '{location}'")
