@@ -225,6 +225,29 @@ def test_delta_maintenance_sql_runs_on_a_table(spark: SparkSession, tmp_path: Pa
         spark.sql("DROP TABLE IF EXISTS defect_maintained")
 
 
+# 60 rows written in pages of 20 rows and read back in batches of 8: what makes the reader's cached row mask
+# end inside a page (the sizes of arrow-rs' own reproduction).
+PAGED_ROWS_ENVIRONMENT = {
+    "SAIL_PARQUET__DATA_PAGE_ROW_COUNT_LIMIT": "20",
+    "SAIL_PARQUET__WRITE_BATCH_SIZE": "20",
+    "SAIL_EXECUTION__BATCH_SIZE": "8",
+}
+# Page pruning keeps the first and the last page; the filter keeps key 0 and the even keys from 40.
+PRUNED_SCAN = "SELECT key, value FROM parquet.`{folder}` WHERE (key < 2 OR key >= 40) AND value % 2 = 0"
+PRUNED_SCAN_KEYS = [0, *range(40, 60, 2)]
+
+
+def pruned_scan_keys(url: str, folder: Path) -> list[int]:
+    """Write 60 rows as one Parquet file under `folder` on the server at `url`; return the keys PRUNED_SCAN keeps."""
+    # create(), not getOrCreate(): that would hand back the suite's own session, which stop() would end.
+    remote = SparkSession.builder.remote(url).create()
+    try:
+        remote.range(60).selectExpr("id AS key", "id AS value").coalesce(1).write.parquet(str(folder))
+        return sorted(row.key for row in remote.sql(PRUNED_SCAN.format(folder=folder)).collect())
+    finally:
+        remote.stop()
+
+
 # Sail's own default for its Parquet reader's predicate cache (parquet.max_predicate_cache_size, 100 MiB), which
 # the project's sessions set to 0.
 ENGINE_DEFAULT_PREDICATE_CACHE = {"SAIL_PARQUET__MAX_PREDICATE_CACHE_SIZE": str(100 * 2**20)}
@@ -249,29 +272,6 @@ def test_a_pushed_down_scan_with_the_predicate_cache_reads_only_pages_it_loaded(
             assert "Invalid offset in sparse column chunk data" in str(error), str(error)[:500]
             raise
     assert keys == PRUNED_SCAN_KEYS
-
-
-# 60 rows written in pages of 20 rows and read back in batches of 8: what makes the reader's cached row mask
-# end inside a page (the sizes of arrow-rs' own reproduction).
-PAGED_ROWS_ENVIRONMENT = {
-    "SAIL_PARQUET__DATA_PAGE_ROW_COUNT_LIMIT": "20",
-    "SAIL_PARQUET__WRITE_BATCH_SIZE": "20",
-    "SAIL_EXECUTION__BATCH_SIZE": "8",
-}
-# Page pruning keeps the first and the last page; the filter keeps key 0 and the even keys from 40.
-PRUNED_SCAN = "SELECT key, value FROM parquet.`{folder}` WHERE (key < 2 OR key >= 40) AND value % 2 = 0"
-PRUNED_SCAN_KEYS = [0, *range(40, 60, 2)]
-
-
-def pruned_scan_keys(url: str, folder: Path) -> list[int]:
-    """Write 60 rows as one Parquet file under `folder` on the server at `url`; return the keys PRUNED_SCAN keeps."""
-    # create(), not getOrCreate(): that would hand back the suite's own session, which stop() would end.
-    remote = SparkSession.builder.remote(url).create()
-    try:
-        remote.range(60).selectExpr("id AS key", "id AS value").coalesce(1).write.parquet(str(folder))
-        return sorted(row.key for row in remote.sql(PRUNED_SCAN.format(folder=folder)).collect())
-    finally:
-        remote.stop()
 
 
 @pytest.mark.xfail(strict=True, reason=DEFECT)

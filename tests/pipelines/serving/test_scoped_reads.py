@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pyarrow as pa
 import pytest
 
-from conf.tables import table_location, table_name, table_spec
+from conf.tables import schema_name, table_location, table_name, table_spec
 from gold.scopes import change_event_condition, parse_scope
+from pipelines.runtime.catalog import create_table_sql
 from pipelines.runtime.io import append
 from pipelines.serving.scoped_reads import ChangeEventScope, EntityDomains, arrow_filter
 from tests.conftest import delta_log_actions, make_settings, register_fresh_tables
@@ -79,20 +81,18 @@ def test_domains_are_read_through_the_deletion_vectors_of_the_audit_table(spark,
     # A platform that enables deletion vectors on new tables (as Databricks does) deletes rows by marking
     # them: delta-rs's plain Arrow reader refuses such a table (test_engine_defects), its query engine honours it.
     settings = make_settings(tmp_path / "home")
-    spec, location = table_spec("gold.audit_events"), table_location(settings, "gold.audit_events")
-    spark.sql(
-        f"CREATE TABLE dv_audit_events ({spec.columns}) USING delta PARTITIONED BY (event_date) LOCATION '{location}' "
-        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
-    )
-    try:
-        rows = [_audit_row(MOVED, 1, FINANCE), _audit_row(MOVED, 2, SALES), _audit_row(FINANCE_ONLY, 5, FINANCE)]
-        rows_df(spark, "gold.audit_events", rows).write.format("delta").mode("append").save(str(location))
-        spark.sql(f"DELETE FROM dv_audit_events WHERE event_id = '{MOVED}@2'")
-    finally:
-        spark.sql("DROP TABLE IF EXISTS dv_audit_events")
+    name, location = table_name(settings, "gold.audit_events"), table_location(settings, "gold.audit_events")
+    with_deletion_vectors = dataclasses.replace(table_spec("gold.audit_events"), properties=(("delta.enableDeletionVectors", "true"),))
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema_name(settings, 'gold')}")
+    spark.sql(create_table_sql(settings, with_deletion_vectors))
+    rows = [_audit_row(MOVED, 1, FINANCE), _audit_row(MOVED, 2, SALES), _audit_row(FINANCE_ONLY, 5, FINANCE)]
+    append(rows_df(spark, "gold.audit_events", rows), settings, "gold.audit_events")
+    spark.sql(f"DELETE FROM {name} WHERE event_id = '{MOVED}@2'")
     assert any(a.get("add", {}).get("deletionVector") for a in delta_log_actions(location)), "no deletion vector written"
     register_fresh_tables(spark, settings)
-    assert spark.table(table_name(settings, "gold.audit_events")).count() == 2
+    assert spark.table(name).count() == 2
     # The deleted row named sales: without it, the entity's newest row is the finance one.
-    assert EntityDomains(settings).entities_of([FINANCE]) == sorted([MOVED, FINANCE_ONLY])
-    assert EntityDomains(settings).entities_of([SALES]) == []
+    domains = EntityDomains(settings)
+    assert domains.entities_of([FINANCE]) == sorted([MOVED, FINANCE_ONLY])
+    assert domains.entities_of([SALES]) == []
