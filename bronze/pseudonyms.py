@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from bronze.pseudonym_rules import PERSON_PREFIX, PERSON_URN_PATTERN, PSEUDONYM_HEX, PSEUDONYM_PREFIX
+from bronze.pseudonym_rules import PERSON_PREFIX, PERSON_URN_PATTERN, PSEUDONYM_HEX, PSEUDONYM_PREFIX, pseudonym_pattern
 from bronze.records import SNAPSHOT_HASH_FIELDS, USAGE_HASH_FIELDS, is_landable, record_hash
 
 _BLOCK = 64
@@ -32,32 +32,67 @@ def _hmac_hex(value: Column, secret: bytes) -> Column:
     return F.sha2(F.concat(F.lit(outer_pad), inner), 256)
 
 
+def is_pseudonym(value: Column, prefix: str = PSEUDONYM_PREFIX) -> Column:
+    """Whether each value is a whole pseudonym with this prefix (`bronze.pseudonym_rules.pseudonym_pattern`)."""
+    # `\z`, not `$`: the JVM's `$` also matches before a final line break. The prefix test first: most
+    # values have none, and the engine skips the pattern for a batch where none has.
+    return value.startswith(prefix) & value.rlike(f"^{pseudonym_pattern(prefix)}\\z")
+
+
 def to_pseudonym(value: Column, secret: bytes, prefix: str = PSEUDONYM_PREFIX) -> Column:
     """The pseudonym of each value (null stays null; a value that is already a pseudonym stays as it is)."""
-    pseudonym = F.concat(F.lit(prefix), F.substring(_hmac_hex(value, secret), 1, PSEUDONYM_HEX))
-    return F.when(value.isNull() | value.startswith(PSEUDONYM_PREFIX), value).otherwise(pseudonym)
+    return F.when(value.isNull() | is_pseudonym(value, prefix), value).otherwise(_keyed(value, secret, prefix))
+
+
+def _keyed(value: Column, secret: bytes, prefix: str) -> Column:
+    """The pseudonym of each value, which is not one already."""
+    return F.concat(F.lit(prefix), F.substring(_hmac_hex(value, secret), 1, PSEUDONYM_HEX))
 
 
 def to_person_urns(text: Column) -> Column:
     """The person urns (not pseudonyms) a text holds, as an array."""
     found = F.regexp_extract_all(F.coalesce(text, F.lit("")), F.lit(PERSON_URN_PATTERN), 0)
-    return F.filter(found, lambda urn: ~urn.startswith(PSEUDONYM_PREFIX))
+    return F.filter(found, lambda urn: ~is_pseudonym(urn))
 
 
-def with_pseudonymous_text(text: Column, secret: bytes, found_urns: Column | None = None) -> Column:
+def with_pseudonymous_text(
+    text: Column, secret: bytes, found_urns: Column | None = None, rebuilt: Column | None = None
+) -> Column:
     """The text with every person urn in it replaced by its pseudonym.
 
     Urns are replaced longest-first among those sharing a prefix (descending order puts `...:ann2` before
-    `...:ann`), so one urn is never replaced inside a longer one.
+    `...:ann`), so one urn is never replaced inside a longer one. A text holding a urn that pseudonyms
+    start with is rebuilt at its urns instead (`_rebuilt_at_urns`).
 
     Args:
         text: the text.
         secret: the pseudonym secret.
         found_urns: `to_person_urns(text)` when a column already holds it (landing keeps it for the identities).
+        rebuilt: `holds_pseudonym_start` of the text's urns, or of all the row's texts, when the caller has
+            it (landing computes it once per row): then the text is rebuilt at its urns.
     """
     urns = F.sort_array(F.array_distinct(to_person_urns(text) if found_urns is None else found_urns), asc=False)
-    replaced = F.aggregate(urns, text, lambda acc, urn: F.replace(acc, urn, to_pseudonym(urn, secret)))
-    return F.when(text.isNull(), text).otherwise(replaced)
+    replaced = F.aggregate(urns, text, lambda acc, urn: F.replace(acc, urn, _keyed(urn, secret, PSEUDONYM_PREFIX)))
+    rebuilt = holds_pseudonym_start(urns) if rebuilt is None else rebuilt
+    return F.when(text.isNull(), text).when(rebuilt, _rebuilt_at_urns(text, secret)).otherwise(replaced)
+
+
+def holds_pseudonym_start(urns: Column) -> Column:
+    """Whether the person urns (not pseudonyms) hold one that pseudonyms start with (`urn:li:corpuser:p`, `...:p-1`).
+
+    Replacing such a urn wherever it occurs would also rewrite the pseudonyms already in a text, or put
+    there by the urns replaced before it.
+    """
+    return F.exists(urns, lambda urn: (urn == F.lit(PSEUDONYM_PREFIX[:-1])) | urn.startswith(PSEUDONYM_PREFIX))
+
+
+def _rebuilt_at_urns(text: Column, secret: bytes) -> Column:
+    """The text cut at its person urns and joined again with each urn's pseudonym: one pass, each urn once."""
+    urns = F.regexp_extract_all(text, F.lit(PERSON_URN_PATTERN), 0)
+    pieces = F.split(text, PERSON_URN_PATTERN)
+    # One piece more than urns: `get` past the last urn is null, and the last piece is followed by nothing.
+    following = lambda index: F.coalesce(to_pseudonym(F.get(urns, index), secret), F.lit(""))  # noqa: E731
+    return F.array_join(F.transform(pieces, lambda piece, index: F.concat(piece, following(index))), "")
 
 
 def _replace_value(text: Column, value: Column, pseudonym: Column) -> Column:
@@ -89,13 +124,13 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
     found_df = _with_found_urns(staged_df, texts)
 
     def pseudonymous_document(name: str) -> Column:
-        text = with_pseudonymous_text(F.col(name), secret, F.col(_found(name)))
+        text = with_pseudonymous_text(F.col(name), secret, F.col(_found(name)), F.col(_REBUILT))
         return _replace_value(_replace_value(text, F.col("source_ip"), ip), F.col("user_agent"), agent)
 
     # A quarantined record keeps its text and a reason quoting it: both are pseudonymised as the document.
     pseudonymous_df = found_df.withColumns({
-        "actor_urn": with_pseudonymous_text(F.col("actor_urn"), secret, F.col(_found("actor_urn"))),
-        "entity_urn": with_pseudonymous_text(F.col("entity_urn"), secret, F.col(_found("entity_urn"))),
+        "actor_urn": with_pseudonymous_text(F.col("actor_urn"), secret, F.col(_found("actor_urn")), F.col(_REBUILT)),
+        "entity_urn": with_pseudonymous_text(F.col("entity_urn"), secret, F.col(_found("entity_urn")), F.col(_REBUILT)),
         "raw_document": pseudonymous_document("raw_document"),
         "source_ip": ip,
         "user_agent": agent,
@@ -103,7 +138,7 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
         "reason": pseudonymous_document("reason"),
         FOUND_IDENTITIES: F.concat(_as_people(_found_people(texts)), F.filter(F.array(*owned), _named)),
     })  # fmt: skip
-    return _with_record_hash(pseudonymous_df.drop(*map(_found, texts)), USAGE_HASH_FIELDS)
+    return _with_record_hash(_without_found_urns(pseudonymous_df, texts), USAGE_HASH_FIELDS)
 
 
 def pseudonymise_snapshots(staged_df: DataFrame, secret: bytes) -> DataFrame:
@@ -114,10 +149,10 @@ def pseudonymise_snapshots(staged_df: DataFrame, secret: bytes) -> DataFrame:
     """
     texts = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text", "reason")
     pseudonymous_df = _with_found_urns(staged_df, texts).withColumns({
-        **{name: with_pseudonymous_text(F.col(name), secret, F.col(_found(name))) for name in texts},
+        **{name: with_pseudonymous_text(F.col(name), secret, F.col(_found(name)), F.col(_REBUILT)) for name in texts},
         FOUND_IDENTITIES: _found_people(texts),
     })  # fmt: skip
-    return _with_record_hash(pseudonymous_df.drop(*map(_found, texts)), SNAPSHOT_HASH_FIELDS)
+    return _with_record_hash(_without_found_urns(pseudonymous_df, texts), SNAPSHOT_HASH_FIELDS)
 
 
 # The identities a staged row held before it was pseudonymised: an array of (kind, identity, owner)
@@ -138,9 +173,23 @@ def _found(name: str) -> str:
     return f"_found_urns_{name}"
 
 
+# Whether a row's texts are rebuilt at their urns (`with_pseudonymous_text`), decided once for all of them.
+_REBUILT = "_rebuilt_at_urns"
+
+
 def _with_found_urns(staged_df: DataFrame, texts: Iterable[str]) -> DataFrame:
-    """Each text's person urns in a column of its own, computed once for both the replacement and the identities."""
-    return staged_df.withColumns({_found(name): to_person_urns(F.col(name)) for name in texts})
+    """Each text's person urns in a column of its own, computed once for both the replacement and the identities.
+
+    _REBUILT tells whether the row holds a urn that pseudonyms start with: the found columns are dropped
+    with it (`_without_found_urns`).
+    """
+    found_df = staged_df.withColumns({_found(name): to_person_urns(F.col(name)) for name in texts})
+    return found_df.withColumn(_REBUILT, holds_pseudonym_start(_found_people(texts)))
+
+
+def _without_found_urns(staged_df: DataFrame, texts: Iterable[str]) -> DataFrame:
+    """The rows without the columns `_with_found_urns` added."""
+    return staged_df.drop(*map(_found, texts), _REBUILT)
 
 
 def _found_people(texts: Iterable[str]) -> Column:
@@ -235,6 +284,6 @@ def with_pseudonymous_columns(df: DataFrame, secret: bytes, keep: Iterable[str] 
 def _pseudonymous_user_name(user_name: Column, secret: bytes) -> Column:
     """The id part of the pseudonym of `urn:li:corpuser:<user_name>` (`p-<hex>`); a pseudonymous one stays."""
     pseudonym = to_pseudonym(F.concat(F.lit(PERSON_PREFIX), user_name), secret)
-    return F.when(user_name.isNull() | user_name.startswith("p-"), user_name).otherwise(
+    return F.when(user_name.isNull() | is_pseudonym(user_name, "p-"), user_name).otherwise(
         F.substring(pseudonym, len(PERSON_PREFIX) + 1, 2 + PSEUDONYM_HEX)
     )

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bronze.pseudonym_rules import PERSON_PREFIX
-from bronze.pseudonyms import to_person_urns, with_pseudonymous_columns
+from bronze.pseudonyms import is_pseudonym, to_person_urns, with_pseudonymous_columns
 from conf.errors import InputError
 from conf.settings import Settings
 from conf.tables import TABLES, table_name, table_spec
@@ -139,7 +139,7 @@ def _stored_identities(spark: SparkSession, settings: Settings, tables: list[str
             urns = F.flatten(F.array(*[to_person_urns(F.col(c)) for c in columns]))
             found |= {("person", r.identity, r.identity) for r in df.select(F.explode(urns).alias("identity")).distinct().collect()}
         if "user_name" in df.columns:
-            names = df.filter(F.col("user_name").isNotNull() & ~F.col("user_name").startswith("p-")).select("user_name").distinct()
+            names = df.filter(F.col("user_name").isNotNull() & ~is_pseudonym(F.col("user_name"), "p-")).select("user_name").distinct()
             found |= {("person", PERSON_PREFIX + r.user_name, PERSON_PREFIX + r.user_name) for r in names.collect()}
         actor = next((c for c in ("actor_urn", "actor") if c in df.columns), None)
         for column, kind in (("source_ip", "ip"), ("user_agent", "user-agent")):

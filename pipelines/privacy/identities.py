@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from bronze.pseudonym_rules import PSEUDONYM_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PSEUDONYM_PREFIX, is_pseudonym, pseudonym_of
 from conf.settings import Settings
 from conf.tables import table_location, table_spec
 from pipelines.privacy.keystore import KeyStore, decrypt_identity, encrypt_identity
@@ -80,6 +80,7 @@ def record_staged_identities(spark: SparkSession, settings: Settings, keys: KeyS
     """
     from pyspark.sql import functions as F
 
+    from bronze.pseudonyms import is_pseudonym as is_pseudonym_column
     from bronze.pseudonyms import to_pseudonym
     from pipelines.runtime.io import read_table
 
@@ -87,7 +88,7 @@ def record_staged_identities(spark: SparkSession, settings: Settings, keys: KeyS
     kind, identity = F.col("kind"), F.col("identity")
     pseudonym = F.coalesce(*(F.when(kind == name, to_pseudonym(identity, secret, prefix)) for name, prefix in IDENTITY_PREFIXES.items()))
     # A value already pseudonymous (a record landed again) names no one.
-    named = F.coalesce(*(F.when(kind == name, ~identity.startswith(prefix)) for name, prefix in IDENTITY_PREFIXES.items()))
+    named = F.coalesce(*(F.when(kind == name, ~is_pseudonym_column(identity, prefix)) for name, prefix in IDENTITY_PREFIXES.items()))
     # Distinct first: a batch repeats the same few people on most of its rows, and each pseudonym is an HMAC.
     named_df = identities_df.filter(identity.isNotNull() & (identity != "") & F.col("owner").isNotNull() & named)
     keyed_df = named_df.select(kind, identity, "owner").distinct().select(
@@ -121,7 +122,7 @@ def _wanted(keys: KeyStore, identities: Iterable[tuple[str, str, str]]) -> dict[
     secret = keys.pseudonym_secret()
     wanted: dict[tuple[str, str], tuple[str, str]] = {}
     for kind, identity, owner in identities:
-        if not identity or not owner or identity.startswith(IDENTITY_PREFIXES[kind]):
+        if not identity or not owner or is_pseudonym(identity, IDENTITY_PREFIXES[kind]):
             continue  # already a pseudonym (a record landed again)
         pseudonym = pseudonym_of(identity, secret, IDENTITY_PREFIXES[kind])
         wanted[(pseudonym, pseudonym_of(owner, secret))] = (kind, identity)

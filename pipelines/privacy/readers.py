@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PERSON_PREFIX, is_pseudonym, pseudonym_of
 from conf.settings import Settings
 from pipelines.privacy.identities import record_identities_without_engine
 from pipelines.privacy.keystore import key_store_for
@@ -25,7 +25,7 @@ def pseudonymous_access_rows(settings: Settings, rows: list[Mapping[str, Any]]) 
     identities, shown = [], []
     for row in rows:
         actor, client = row.get("actor"), row.get("client_address")
-        if not (isinstance(actor, str) and actor.startswith(PERSON_PREFIX) and not actor.startswith(PSEUDONYM_PREFIX)):
+        if not (isinstance(actor, str) and actor.startswith(PERSON_PREFIX) and not is_pseudonym(actor)):
             shown.append(row)
             continue
         identities.append(("person", actor, actor))

@@ -10,7 +10,7 @@ import re
 import pytest
 from pyspark.sql import functions as F
 
-from bronze.pseudonym_rules import pseudonym_of
+from bronze.pseudonym_rules import PERSON_URN_PATTERN, is_pseudonym, pseudonym_of
 from bronze.pseudonyms import (
     found_identities,
     pseudonymise_snapshots,
@@ -44,6 +44,30 @@ def test_every_person_urn_in_text_is_replaced_and_none_inside_a_longer_one(pure_
     assert got.count(ann) == 2 and got.count(ann2) == 1
 
 
+@pytest.mark.pure
+def test_a_person_whose_urn_starts_every_pseudonym_leaves_the_other_pseudonyms_whole(pure_spark):
+    # `urn:li:corpuser:p` is the start of every pseudonym, and `...:p-smith` looks like one but is not.
+    kept = "urn:li:corpuser:p-0123456789abcdef01234567"
+    text = json.dumps({"owners": ["urn:li:corpuser:pat", "urn:li:corpuser:p", "urn:li:corpuser:p-smith", kept], "by": "urn:li:corpuser:p"})
+    df = pure_spark.createDataFrame([(text,), ("urn:li:corpuser:p",), (kept,)], "t string")
+    got = [r.t for r in df.select(with_pseudonymous_text(F.col("t"), SECRET).alias("t")).collect()]
+    expected = [re.sub(PERSON_URN_PATTERN, lambda m: pseudonym_of(m.group(0), SECRET), t) for t in (text, "urn:li:corpuser:p", kept)]
+    assert got == expected
+    owners = json.loads(got[0])["owners"]
+    assert owners[3] == kept and len(set(owners)) == 4 and all(is_pseudonym(owner) for owner in owners)
+
+
+def test_only_the_whole_shape_of_a_pseudonym_is_one():
+    pseudonym = pseudonym_of("urn:li:corpuser:jdoe", SECRET)
+    assert is_pseudonym(pseudonym) and pseudonym_of(pseudonym, SECRET) == pseudonym
+    for person in ("urn:li:corpuser:p-smith", "urn:li:corpuser:p", pseudonym + "0", pseudonym + "\n", pseudonym.upper()):
+        assert not is_pseudonym(person)
+        assert pseudonym_of(person, SECRET) != person
+    assert is_pseudonym(pseudonym_of("10.0.0.1", SECRET, "ip-"), "ip-") and not is_pseudonym(pseudonym, "ip-")
+    with pytest.raises(ValueError, match="prefix: 'x-'"):
+        is_pseudonym(pseudonym, "x-")
+
+
 def _found(pseudonymous_df) -> set[tuple[str, str, str]]:
     """Every row's found identities, as landing records them (`found_identities`)."""
     rows = pseudonymous_df.select(F.explode(found_identities(pseudonymous_df)).alias("f")).collect()
@@ -69,6 +93,18 @@ def test_staged_snapshots_keep_every_person_urn_they_replaced_once_each(spark):
     assert not re.search(r"urn:li:corpuser:(?!p-)", stored)
     original = staged_df.orderBy("line_number").collect()
     assert rows[0].record_hash not in (None, original[0].record_hash) and rows[1].record_hash is None
+
+
+def test_staged_snapshots_of_a_person_every_pseudonym_starts_with_keep_each_pseudonym_whole(spark):
+    # The entity is `urn:li:corpuser:p`; its aspect names `...:pat` and `...:p-smith` too.
+    owners = '{"owners":[{"owner":"urn:li:corpuser:pat"},{"owner":"urn:li:corpuser:p-smith"},{"owner":"urn:li:corpuser:p"}]}'
+    record = mcl(entityUrn="urn:li:corpuser:p", entityType="corpuser", aspectName="ownership", aspect={"value": owners, "contentType": "application/json"})
+    staged_df = parse_snapshot_lines(lines_df(spark, [json.dumps(record)]), "mcl", default_actor=DEFAULT_ACTOR, max_record_bytes=LIMIT)
+    row = pseudonymise_snapshots(staged_df, SECRET).collect()[0]
+    pseudonymous = lambda text: re.sub(PERSON_URN_PATTERN, lambda m: pseudonym_of(m.group(0), SECRET), text)  # noqa: E731
+    original = staged_df.collect()[0]
+    assert (row.entity_urn, row.aspect_json) == (pseudonymous(original.entity_urn), pseudonymous(original.aspect_json))
+    assert sorted(row.found_identities) == sorted({"urn:li:corpuser:p", "urn:li:corpuser:pat", "urn:li:corpuser:p-smith", ACTOR})
 
 
 def test_staged_usage_keeps_its_address_and_agent_owned_by_the_actor_also_when_quarantined(spark):
