@@ -21,7 +21,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_HEX, PSEUDONYM_PREFIX, pseudonym_of
+from bronze.pseudonym_rules import PERSON_PREFIX, PSEUDONYM_PREFIX, pseudonym_of, pseudonym_pattern
 from conf.settings import Settings
 from conf.tables import table_location
 from pipelines.privacy.identities import ERASED_SUBJECT, IDENTITIES_TABLE, resolve_rows
@@ -32,7 +32,7 @@ _BODY_PERSON_FIELDS = ("actorUrns",)
 # A pseudonym wherever it stands: a person's urn, a source IP's or a user agent's, or the id part of a
 # person's urn alone (OpenMetadata's user names).
 PSEUDONYM_PATTERN = re.compile(
-    rf"{re.escape(PSEUDONYM_PREFIX)}[0-9a-f]{{{PSEUDONYM_HEX}}}|\b(?:ip|ua|p)-[0-9a-f]{{{PSEUDONYM_HEX}}}\b"
+    rf"{pseudonym_pattern(PSEUDONYM_PREFIX)}|\b(?:{'|'.join(pseudonym_pattern(prefix) for prefix in ('ip-', 'ua-', 'p-'))})\b"
 )
 _PERSON_ID = PSEUDONYM_PREFIX[len(PERSON_PREFIX) :]
 SHOWN_ROWS_PER_READ = 1000
