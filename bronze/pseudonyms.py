@@ -136,7 +136,7 @@ def pseudonymise_usage(staged_df: DataFrame, secret: bytes) -> DataFrame:
         "user_agent": agent,
         "raw_text": pseudonymous_document("raw_text"),
         "reason": pseudonymous_document("reason"),
-        FOUND_IDENTITIES: F.concat(_as_people(_found_people(texts)), F.filter(F.array(*owned), _named)),
+        FOUND_IDENTITIES: F.concat(_as_people(F.col(_PEOPLE)), F.filter(F.array(*owned), _named)),
     })  # fmt: skip
     return _with_record_hash(_without_found_urns(pseudonymous_df, texts), USAGE_HASH_FIELDS)
 
@@ -150,7 +150,7 @@ def pseudonymise_snapshots(staged_df: DataFrame, secret: bytes) -> DataFrame:
     texts = ("entity_urn", "created_actor", "aspect_json", "system_metadata", "raw_text", "reason")
     pseudonymous_df = _with_found_urns(staged_df, texts).withColumns({
         **{name: with_pseudonymous_text(F.col(name), secret, F.col(_found(name)), F.col(_REBUILT)) for name in texts},
-        FOUND_IDENTITIES: _found_people(texts),
+        FOUND_IDENTITIES: F.col(_PEOPLE),
     })  # fmt: skip
     return _with_record_hash(_without_found_urns(pseudonymous_df, texts), SNAPSHOT_HASH_FIELDS)
 
@@ -173,28 +173,26 @@ def _found(name: str) -> str:
     return f"_found_urns_{name}"
 
 
-# Whether a row's texts are rebuilt at their urns (`with_pseudonymous_text`), decided once for all of them.
+# The distinct person urns of all a row's texts, and whether its texts are rebuilt at their urns
+# (`with_pseudonymous_text`): both decided once per row, from the urns each text holds.
+_PEOPLE = "_found_people"
 _REBUILT = "_rebuilt_at_urns"
 
 
 def _with_found_urns(staged_df: DataFrame, texts: Iterable[str]) -> DataFrame:
     """Each text's person urns in a column of its own, computed once for both the replacement and the identities.
 
-    _REBUILT tells whether the row holds a urn that pseudonyms start with: the found columns are dropped
-    with it (`_without_found_urns`).
+    _PEOPLE holds the row's distinct urns and _REBUILT whether one of them starts every pseudonym; all
+    these columns are dropped by `_without_found_urns`.
     """
     found_df = staged_df.withColumns({_found(name): to_person_urns(F.col(name)) for name in texts})
-    return found_df.withColumn(_REBUILT, holds_pseudonym_start(_found_people(texts)))
+    people_df = found_df.withColumn(_PEOPLE, F.array_distinct(F.flatten(F.array(*(F.col(_found(name)) for name in texts)))))
+    return people_df.withColumn(_REBUILT, holds_pseudonym_start(F.col(_PEOPLE)))
 
 
 def _without_found_urns(staged_df: DataFrame, texts: Iterable[str]) -> DataFrame:
     """The rows without the columns `_with_found_urns` added."""
-    return staged_df.drop(*map(_found, texts), _REBUILT)
-
-
-def _found_people(texts: Iterable[str]) -> Column:
-    """The distinct urns `_with_found_urns` found in the texts."""
-    return F.array_distinct(F.flatten(F.array(*(F.col(_found(name)) for name in texts))))
+    return staged_df.drop(*map(_found, texts), _PEOPLE, _REBUILT)
 
 
 def _as_people(urns: Column) -> Column:
@@ -283,7 +281,6 @@ def with_pseudonymous_columns(df: DataFrame, secret: bytes, keep: Iterable[str] 
 
 def _pseudonymous_user_name(user_name: Column, secret: bytes) -> Column:
     """The id part of the pseudonym of `urn:li:corpuser:<user_name>` (`p-<hex>`); a pseudonymous one stays."""
+    # `to_pseudonym` keeps a pseudonymous urn (and null) as it is, so its id part is the name itself.
     pseudonym = to_pseudonym(F.concat(F.lit(PERSON_PREFIX), user_name), secret)
-    return F.when(user_name.isNull() | is_pseudonym(user_name, "p-"), user_name).otherwise(
-        F.substring(pseudonym, len(PERSON_PREFIX) + 1, 2 + PSEUDONYM_HEX)
-    )
+    return F.substring(pseudonym, len(PERSON_PREFIX) + 1, 2 + PSEUDONYM_HEX)
